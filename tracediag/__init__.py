@@ -1,0 +1,5 @@
+"""tracediag: evidence-based diagnosis of slow LLM inference."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
