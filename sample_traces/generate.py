@@ -1,0 +1,633 @@
+"""Generate real PyTorch profiler (Kineto) traces of a tensor-parallel Llama-shaped decoder on the CPU.
+
+A small Llama-style decoder runs with Megatron-style tensor parallelism as ``p`` processes (gloo backend,
+one process per rank) through an engine loop shaped like vLLM V1: a prefill step followed by decode
+steps over a KV cache, each step wrapped in vLLM's ``execute_context_..._generation_...`` annotation.
+Every rank is profiled with ``torch.profiler`` and writes its own Chrome trace with
+``export_chrome_trace`` (gzip-compressed by torch itself). The JSON is never touched afterwards.
+
+Usage::
+
+    python sample_traces/generate.py --all                       # regenerate the committed scenarios
+    python sample_traces/generate.py --scenario healthy_tp2 --out /tmp/healthy
+    python sample_traces/generate.py --scenario healthy_tp2 --large --out /tmp/big   # >=200 MB per rank
+
+Each output directory holds ``rank{r}.pt.trace.json.gz`` per rank, the model's Hugging Face style
+``config.json`` and ``scenario.json`` (the run's parameters and what a diagnosis should find, computed
+from the same parameters that drove the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+HERE = Path(__file__).resolve().parent
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Hugging Face Llama config values (the symbols of the rulebook in comments)."""
+
+    num_hidden_layers: int = 4  # L
+    hidden_size: int = 256  # H
+    intermediate_size: int = 704  # I
+    num_attention_heads: int = 8  # h
+    num_key_value_heads: int = 4  # H_kv
+    head_dim: int = 32  # D
+    vocab_size: int = 2048
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    torch_dtype: str = "bfloat16"
+
+    def hf_config(self) -> dict:
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": False,
+            "torch_dtype": self.torch_dtype,
+        }
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one generation run needs; picklable so spawned ranks receive it."""
+
+    name: str
+    tp: int
+    shape: ModelShape
+    description: str = ""
+    comm_fp32: bool = False  # fault: row-parallel outputs upcast to fp32 before their all-reduce
+    extra_allreduce: bool = False  # fault: one more all-reduce per layer (unfused MLP bias)
+    num_seqs: int = 2
+    prompt_len: int = 24
+    decode_steps: int = 6
+    rounds: int = 1  # each round: one prefill step of num_seqs sequences, then decode_steps decode steps
+    seed: int = 1234
+    threads: int = 1
+    gzip: bool = True
+
+
+SCENARIOS: dict[str, RunSpec] = {
+    "healthy_tp2": RunSpec(
+        name="healthy_tp2",
+        tp=2,
+        shape=ModelShape(),
+        description="Megatron-style TP=2, bf16 activations: 2 all-reduces per layer plus the "
+        "vocab-parallel embedding all-reduce and the logits all-gather.",
+    ),
+    "fault_fp32_comm_tp2": RunSpec(
+        name="fault_fp32_comm_tp2",
+        tp=2,
+        shape=ModelShape(),
+        comm_fp32=True,
+        description="As healthy_tp2, but the row-parallel outputs (attention o_proj, MLP down_proj) are "
+        "upcast to float32 before each all-reduce and cast back to bf16 after it: payload 2x T*H*2 bytes.",
+    ),
+    "fault_extra_allreduce_tp2": RunSpec(
+        name="fault_extra_allreduce_tp2",
+        tp=2,
+        shape=ModelShape(),
+        extra_allreduce=True,
+        description="As healthy_tp2, plus one extra [T, H] all-reduce per layer after the MLP "
+        "(an unfused bias all-reduce: each rank all-reduces bias/p): 3L + 1 all-reduces per step.",
+    ),
+    "kv_replicated_tp4": RunSpec(
+        name="kv_replicated_tp4",
+        tp=4,
+        shape=ModelShape(num_key_value_heads=2),
+        description="TP=4 with only 2 KV heads (H_kv < p): each rank holds ceil(2/4) = 1 KV head, KV heads "
+        "replicated on 2 ranks each; collectives as healthy.",
+    ),
+}
+
+# --large: enough recorded steps that one rank's uncompressed trace is well over 200 MB.
+LARGE_OVERRIDES = {"num_hidden_layers": 32, "rounds": 4, "decode_steps": 19}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sharding arithmetic (pure functions, also used to write scenario.json)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """KV heads each rank holds: H_kv/p, or 1 replicated head when p > H_kv (vLLM/Megatron rule)."""
+    if kv_heads >= tp:
+        if kv_heads % tp:
+            raise ValueError(f"num_key_value_heads={kv_heads} not divisible by tp={tp}")
+        return kv_heads // tp
+    if tp % kv_heads:
+        raise ValueError(f"tp={tp} not a multiple of num_key_value_heads={kv_heads}")
+    return 1
+
+
+def kv_head_range(kv_heads: int, tp: int, rank: int) -> tuple[int, int]:
+    """Global KV head indices [start, end) held by ``rank``."""
+    if kv_heads >= tp:
+        n = kv_heads // tp
+        return rank * n, (rank + 1) * n
+    replicas = tp // kv_heads
+    head = rank // replicas
+    return head, head + 1
+
+
+def validate(spec: RunSpec) -> None:
+    s, p = spec.shape, spec.tp
+    for what, value in (
+        ("num_attention_heads", s.num_attention_heads),
+        ("intermediate_size", s.intermediate_size),
+        ("vocab_size", s.vocab_size),
+    ):
+        if value % p:
+            raise ValueError(f"{what}={value} is not divisible by tp={p}")
+    if s.num_attention_heads % s.num_key_value_heads:
+        raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+    kv_heads_per_rank(s.num_key_value_heads, p)
+    if spec.prompt_len + spec.decode_steps > s.max_position_embeddings:
+        raise ValueError("prompt_len + decode_steps exceeds max_position_embeddings")
+    if s.torch_dtype not in DTYPES:
+        raise ValueError(f"unsupported dtype {s.torch_dtype}")
+
+
+def step_annotation(ctx_reqs: int, ctx_tokens: int, gen_reqs: int, gen_tokens: int) -> str:
+    """vLLM V1's per-step profiler annotation (gpu_worker.annotate_profile / compute_iteration_details)."""
+    return f"execute_context_{ctx_reqs}({ctx_tokens})_generation_{gen_reqs}({gen_tokens})"
+
+
+def planned_steps(spec: RunSpec) -> list[dict]:
+    """The recorded engine steps, in order, with what each should show in the trace."""
+    s, p = spec.shape, spec.tp
+    e_layer = 4 if spec.comm_fp32 else DTYPE_BYTES[s.torch_dtype]
+    e_act = DTYPE_BYTES[s.torch_dtype]
+    per_layer = 3 if spec.extra_allreduce else 2
+    steps = []
+    for _ in range(spec.rounds):
+        phases = [("prefill", spec.num_seqs * spec.prompt_len)]
+        phases += [("decode", spec.num_seqs)] * spec.decode_steps
+        for phase, t in phases:
+            if phase == "prefill":
+                name = step_annotation(spec.num_seqs, t, 0, 0)
+            else:
+                name = step_annotation(0, 0, spec.num_seqs, t)
+            layer_ar_bytes = t * s.hidden_size * e_layer
+            steps.append(
+                {
+                    "annotation": name,
+                    "phase": phase,
+                    "T": t,
+                    "all_reduce_calls": per_layer * s.num_hidden_layers + 1,
+                    "all_reduce_layer_calls": per_layer * s.num_hidden_layers,
+                    "all_reduce_layer_payload_bytes": layer_ar_bytes,
+                    "all_reduce_layer_dtype": "float32" if spec.comm_fp32 else s.torch_dtype,
+                    "all_reduce_embedding_payload_bytes": t * s.hidden_size * e_act,
+                    "all_gather_calls": 1,
+                    "all_gather_input_bytes": spec.num_seqs * (s.vocab_size // p) * e_act,
+                    "all_gather_output_bytes": spec.num_seqs * s.vocab_size * e_act,
+                }
+            )
+    return steps
+
+
+def scenario_record(spec: RunSpec) -> dict:
+    s, p = spec.shape, spec.tp
+    kv_local = kv_heads_per_rank(s.num_key_value_heads, p)
+    q_local = s.num_attention_heads // p
+    d = s.head_dim
+    return {
+        "scenario": spec.name,
+        "description": spec.description,
+        "torch_version": torch.__version__,
+        "backend": "gloo",
+        "device": "cpu",
+        "tp": p,
+        "comm_fp32": spec.comm_fp32,
+        "extra_allreduce_per_layer": spec.extra_allreduce,
+        "num_seqs": spec.num_seqs,
+        "prompt_len": spec.prompt_len,
+        "decode_steps_per_round": spec.decode_steps,
+        "rounds": spec.rounds,
+        "seed": spec.seed,
+        "per_rank_shapes": {
+            "q_heads": q_local,
+            "kv_heads": kv_local,
+            "kv_heads_replicated": s.num_key_value_heads < p,
+            "embed_tokens": [s.vocab_size // p, s.hidden_size],
+            "qkv_proj": [(q_local + 2 * kv_local) * d, s.hidden_size],
+            "o_proj": [s.hidden_size, q_local * d],
+            "gate_up_proj": [2 * s.intermediate_size // p, s.hidden_size],
+            "down_proj": [s.hidden_size, s.intermediate_size // p],
+            "lm_head": [s.vocab_size // p, s.hidden_size],
+        },
+        "steps": planned_steps(spec),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The model (runs inside each rank)
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor
+    qkv: torch.Tensor  # [(q_local + 2 kv_local) * D, H]  column-parallel, fused
+    o: torch.Tensor  # [H, q_local * D]                   row-parallel
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # [2 I/p, H]                    column-parallel, fused
+    down: torch.Tensor  # [H, I/p]                         row-parallel
+    down_bias_share: torch.Tensor | None = None  # [H] = bias / p (extra_allreduce fault only)
+
+
+@dataclass
+class RankModel:
+    spec: RunSpec
+    rank: int
+    embed: torch.Tensor  # [V/p, H] vocab-parallel
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor  # [V/p, H] vocab-parallel
+    inv_freq: torch.Tensor
+    q_local: int
+    kv_local: int
+    k_cache: list[torch.Tensor] = field(default_factory=list)
+    v_cache: list[torch.Tensor] = field(default_factory=list)
+
+
+def _randn(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
+
+
+def build_rank_model(spec: RunSpec, rank: int) -> RankModel:
+    """Build the full weights from the seed (identical on every rank) and keep this rank's shards."""
+    s, p = spec.shape, spec.tp
+    dtype = DTYPES[s.torch_dtype]
+    gen = torch.Generator().manual_seed(spec.seed)
+    h, d, hdim = s.num_attention_heads, s.head_dim, s.hidden_size
+    inter, vocab = s.intermediate_size, s.vocab_size
+    q_local = h // p
+    kv_local = kv_heads_per_rank(s.num_key_value_heads, p)
+    kv0, kv1 = kv_head_range(s.num_key_value_heads, p, rank)
+    v_rows = slice(rank * vocab // p, (rank + 1) * vocab // p)
+    i_rows = slice(rank * inter // p, (rank + 1) * inter // p)
+    q_rows = slice(rank * q_local * d, (rank + 1) * q_local * d)
+    kv_rows = slice(kv0 * d, kv1 * d)
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).contiguous()
+
+    embed = _randn(gen, vocab, hdim, std=1.0)
+    layers = []
+    for _ in range(s.num_hidden_layers):
+        wq = _randn(gen, h * d, hdim, std=hdim**-0.5)
+        wk = _randn(gen, s.num_key_value_heads * d, hdim, std=hdim**-0.5)
+        wv = _randn(gen, s.num_key_value_heads * d, hdim, std=hdim**-0.5)
+        wo = _randn(gen, hdim, h * d, std=(h * d) ** -0.5)
+        wg = _randn(gen, inter, hdim, std=hdim**-0.5)
+        wu = _randn(gen, inter, hdim, std=hdim**-0.5)
+        wd = _randn(gen, hdim, inter, std=inter**-0.5)
+        bias = _randn(gen, hdim, std=0.02)
+        layers.append(
+            LayerWeights(
+                input_norm=cast(1.0 + _randn(gen, hdim, std=0.02)),
+                qkv=cast(torch.cat([wq[q_rows], wk[kv_rows], wv[kv_rows]], dim=0)),
+                o=cast(wo[:, q_rows]),
+                post_norm=cast(1.0 + _randn(gen, hdim, std=0.02)),
+                gate_up=cast(torch.cat([wg[i_rows], wu[i_rows]], dim=0)),
+                down=cast(wd[:, i_rows]),
+                down_bias_share=cast(bias / p) if spec.extra_allreduce else None,
+            )
+        )
+    final_norm = cast(1.0 + _randn(gen, hdim, std=0.02))
+    lm_head = _randn(gen, vocab, hdim, std=hdim**-0.5)
+    inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    return RankModel(
+        spec=spec,
+        rank=rank,
+        embed=cast(embed[v_rows]),
+        layers=layers,
+        final_norm=final_norm,
+        lm_head=cast(lm_head[v_rows]),
+        inv_freq=inv_freq,
+        q_local=q_local,
+        kv_local=kv_local,
+    )
+
+
+def reset_kv_cache(model: RankModel, num_seqs: int, max_len: int) -> None:
+    s = model.spec.shape
+    dtype = DTYPES[s.torch_dtype]
+    shape = (num_seqs, model.kv_local, max_len, s.head_dim)
+    model.k_cache = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
+    model.v_cache = [torch.zeros(shape, dtype=dtype) for _ in model.layers]
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # vLLM RMSNorm.forward_native: compute in fp32, cast back, scale.
+    orig = x.dtype
+    xf = x.to(torch.float32)
+    var = xf.pow(2).mean(dim=-1, keepdim=True)
+    xf = xf * torch.rsqrt(var + eps)
+    return xf.to(orig) * weight
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def tp_all_reduce(x: torch.Tensor, fp32: bool) -> torch.Tensor:
+    """All-reduce (SUM) a row-parallel partial output over the TP group."""
+    if fp32:
+        y = x.to(torch.float32)
+        dist.all_reduce(y)
+        return y.to(x.dtype)
+    dist.all_reduce(x)
+    return x
+
+
+def vocab_parallel_embedding(model: RankModel, ids: torch.Tensor) -> torch.Tensor:
+    """Megatron VocabParallelEmbedding: look up the local vocab slice, zero the rest, all-reduce."""
+    rows = model.embed.shape[0]
+    start, end = model.rank * rows, (model.rank + 1) * rows
+    outside = (ids < start) | (ids >= end)
+    local = (ids - start).masked_fill(outside, 0)
+    out = F.embedding(local, model.embed)
+    out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+    dist.all_reduce(out)
+    return out
+
+
+def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) -> torch.Tensor:
+    """One forward over ``ids`` ([T] = num_seqs x S tokens, sequence-major). Returns next token ids."""
+    spec, s = model.spec, model.spec.shape
+    t = ids.shape[0]
+    seq = t // num_seqs
+    d = s.head_dim
+    q_w, kv_w = model.q_local * d, model.kv_local * d
+    dtype = DTYPES[s.torch_dtype]
+
+    positions = torch.arange(start_pos, start_pos + seq, dtype=torch.float32)
+    freqs = torch.outer(positions, model.inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos = emb.cos().to(dtype)[None, :, None, :]  # [1, S, 1, D]
+    sin = emb.sin().to(dtype)[None, :, None, :]
+
+    hidden = vocab_parallel_embedding(model, ids)  # [T, H]
+    for i, lw in enumerate(model.layers):
+        # --- attention block
+        x = rms_norm(hidden, lw.input_norm, s.rms_norm_eps)
+        qkv = F.linear(x, lw.qkv)  # column-parallel: [T, (q_local + 2 kv_local) D]
+        q, k, v = qkv.split([q_w, kv_w, kv_w], dim=-1)
+        q = q.view(num_seqs, seq, model.q_local, d)
+        k = k.view(num_seqs, seq, model.kv_local, d)
+        v = v.view(num_seqs, seq, model.kv_local, d)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        end = start_pos + seq
+        model.k_cache[i][:, :, start_pos:end] = k.transpose(1, 2)
+        model.v_cache[i][:, :, start_pos:end] = v.transpose(1, 2)
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            model.k_cache[i][:, :, :end],
+            model.v_cache[i][:, :, :end],
+            is_causal=seq > 1,
+            enable_gqa=model.q_local != model.kv_local,
+        )  # [B, q_local, S, D]
+        attn = attn.transpose(1, 2).reshape(t, q_w)
+        o = F.linear(attn, lw.o)  # row-parallel partial sum: [T, H]
+        o = tp_all_reduce(o, spec.comm_fp32)
+        hidden = hidden + o
+        # --- MLP block
+        x = rms_norm(hidden, lw.post_norm, s.rms_norm_eps)
+        gate_up = F.linear(x, lw.gate_up)  # column-parallel: [T, 2 I/p]
+        gate, up = gate_up.chunk(2, dim=-1)
+        mlp = F.linear(F.silu(gate) * up, lw.down)  # row-parallel partial sum: [T, H]
+        mlp = tp_all_reduce(mlp, spec.comm_fp32)
+        if lw.down_bias_share is not None:
+            # Fault: the bias is split across ranks and reduced on its own instead of being added once
+            # after the down_proj all-reduce.
+            bias = lw.down_bias_share.expand(t, -1).contiguous()
+            dist.all_reduce(bias)
+            mlp = mlp + bias
+        hidden = hidden + mlp
+
+    hidden = rms_norm(hidden, model.final_norm, s.rms_norm_eps)
+    last = hidden.view(num_seqs, seq, -1)[:, -1]  # logits only for the sampled position of each request
+    logits_shard = F.linear(last, model.lm_head)  # vocab-parallel: [B, V/p]
+    p = spec.tp
+    gathered = torch.empty((p * num_seqs, logits_shard.shape[1]), dtype=logits_shard.dtype)
+    dist.all_gather_into_tensor(gathered, logits_shard.contiguous())
+    logits = gathered.view(p, num_seqs, -1).permute(1, 0, 2).reshape(num_seqs, -1)  # [B, V]
+    return logits.argmax(dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Per-rank worker
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _prompts(spec: RunSpec, round_idx: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(spec.seed * 1000 + round_idx)
+    return torch.randint(0, spec.shape.vocab_size, (spec.num_seqs, spec.prompt_len), generator=gen)
+
+
+def _run_round(model: RankModel, spec: RunSpec, prompts: torch.Tensor, on_step) -> list[int]:
+    """One prefill step then ``decode_steps`` decode steps. Returns the generated tokens of sequence 0."""
+    b, sp = prompts.shape
+    reset_kv_cache(model, b, sp + spec.decode_steps + 1)
+    with record_function(step_annotation(b, b * sp, 0, 0)):
+        nxt = forward(model, prompts.reshape(-1), b, 0)
+    on_step()
+    out = [int(nxt[0])]
+    for k in range(spec.decode_steps):
+        with record_function(step_annotation(0, 0, b, b)):
+            nxt = forward(model, nxt, b, sp + k)
+        on_step()
+        out.append(int(nxt[0]))
+    return out
+
+
+def _worker(rank: int, spec: RunSpec, port: int, out_dir: str) -> None:
+    # torch 2.13 marks all_gather_into_tensor deprecated (-> all_gather_single); engines still call it.
+    warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*", category=FutureWarning)
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=spec.tp
+    )
+    try:
+        model = build_rank_model(spec, rank)
+        # Engine warm-up (vLLM's dummy run): a short prefill + decode, not profiled.
+        warm = dataclasses.replace(spec, decode_steps=1)
+        _run_round(model, warm, _prompts(spec, -1), lambda: None)
+        dist.barrier()
+
+        suffix = ".pt.trace.json.gz" if spec.gzip else ".pt.trace.json"
+        path = os.path.join(out_dir, f"rank{rank}{suffix}")
+        recorded = spec.rounds * (1 + spec.decode_steps)
+        with profile(
+            activities=[ProfilerActivity.CPU],
+            record_shapes=True,
+            with_stack=False,
+            schedule=schedule(wait=0, warmup=1, active=recorded, repeat=1),
+            on_trace_ready=lambda prof: prof.export_chrome_trace(path),
+        ) as prof:
+            # Profiler warm-up step (collected, then discarded by the schedule): one decode-shaped step.
+            reset_kv_cache(model, spec.num_seqs, 2)
+            with record_function("profiler_warmup"):
+                forward(model, torch.zeros(spec.num_seqs, dtype=torch.long), spec.num_seqs, 0)
+            prof.step()
+            tokens = []
+            for r in range(spec.rounds):
+                tokens = _run_round(model, spec, _prompts(spec, r), prof.step)
+        if rank == 0:
+            print(f"[{spec.name}] rank0 greedy tokens (last round, seq 0): {tokens[:8]}", flush=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def generate(spec: RunSpec, out_dir: Path) -> float:
+    """Run the scenario; returns wall seconds. Writes traces, config.json and scenario.json."""
+    validate(spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("rank*.pt.trace.json*"):
+        old.unlink()
+    t0 = time.perf_counter()
+    mp.spawn(_worker, args=(spec, _free_port(), str(out_dir)), nprocs=spec.tp, join=True)
+    elapsed = time.perf_counter() - t0
+    (out_dir / "config.json").write_text(json.dumps(spec.shape.hf_config(), indent=2) + "\n")
+    (out_dir / "scenario.json").write_text(json.dumps(scenario_record(spec), indent=2) + "\n")
+    return elapsed
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------------------
+
+
+def build_spec(args: argparse.Namespace, name: str) -> RunSpec:
+    base = SCENARIOS[name]
+    shape_over: dict = {}
+    run_over: dict = {}
+    if args.large:
+        shape_over["num_hidden_layers"] = LARGE_OVERRIDES["num_hidden_layers"]
+        run_over["rounds"] = LARGE_OVERRIDES["rounds"]
+        run_over["decode_steps"] = LARGE_OVERRIDES["decode_steps"]
+    for arg, key in (
+        ("layers", "num_hidden_layers"),
+        ("hidden", "hidden_size"),
+        ("intermediate", "intermediate_size"),
+        ("heads", "num_attention_heads"),
+        ("kv_heads", "num_key_value_heads"),
+        ("vocab", "vocab_size"),
+        ("dtype", "torch_dtype"),
+    ):
+        if getattr(args, arg) is not None:
+            shape_over[key] = getattr(args, arg)
+    shape = dataclasses.replace(base.shape, **shape_over)
+    if args.head_dim is not None:
+        shape = dataclasses.replace(shape, head_dim=args.head_dim)
+    elif "hidden_size" in shape_over or "num_attention_heads" in shape_over:
+        shape = dataclasses.replace(shape, head_dim=shape.hidden_size // shape.num_attention_heads)
+    for arg, key in (
+        ("tp", "tp"),
+        ("decode_steps", "decode_steps"),
+        ("rounds", "rounds"),
+        ("num_seqs", "num_seqs"),
+        ("prompt_len", "prompt_len"),
+        ("seed", "seed"),
+        ("threads", "threads"),
+    ):
+        if getattr(args, arg) is not None:
+            run_over[key] = getattr(args, arg)
+    if args.comm_fp32:
+        run_over["comm_fp32"] = True
+    if args.extra_allreduce:
+        run_over["extra_allreduce"] = True
+    if args.no_gzip:
+        run_over["gzip"] = False
+    return dataclasses.replace(base, shape=shape, **run_over)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", choices=sorted(SCENARIOS), help="scenario to run")
+    ap.add_argument("--out", type=Path, help="output directory (default: sample_traces/<scenario>)")
+    ap.add_argument("--all", action="store_true", help="regenerate every committed scenario in place")
+    ap.add_argument("--large", action="store_true",
+                    help=f"long run for ingest benchmarks (>=200 MB JSON per rank): {LARGE_OVERRIDES}")
+    ap.add_argument("--tp", type=int)
+    ap.add_argument("--decode-steps", type=int)
+    ap.add_argument("--rounds", type=int, help="prefill+decode rounds recorded")
+    ap.add_argument("--num-seqs", type=int)
+    ap.add_argument("--prompt-len", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--hidden", type=int)
+    ap.add_argument("--intermediate", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--head-dim", type=int)
+    ap.add_argument("--vocab", type=int)
+    ap.add_argument("--dtype", choices=sorted(DTYPES))
+    ap.add_argument("--comm-fp32", action="store_true", help="force the fp32-communication fault")
+    ap.add_argument("--extra-allreduce", action="store_true", help="force the extra all-reduce fault")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--threads", type=int, help="intra-op threads per rank (default 1)")
+    ap.add_argument("--no-gzip", action="store_true", help="write plain .json traces")
+    args = ap.parse_args(argv)
+
+    if args.all == bool(args.scenario):
+        ap.error("give exactly one of --scenario NAME or --all")
+    names = sorted(SCENARIOS) if args.all else [args.scenario]
+    if args.all and (args.out or args.large):
+        ap.error("--all regenerates the committed scenarios in place; it takes no --out/--large")
+    for name in names:
+        spec = build_spec(args, name)
+        out = args.out if args.out else HERE / name
+        elapsed = generate(spec, out)
+        sizes = {f.name: f.stat().st_size for f in sorted(out.glob("rank*"))}
+        listing = "  ".join(f"{k}={v / 1e6:.2f}MB" for k, v in sizes.items())
+        print(f"[{name}] {elapsed:.1f} s -> {out}  {listing}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
