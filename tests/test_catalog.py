@@ -1,0 +1,303 @@
+"""Tests for tracediag.catalog: the pattern data file and the classifier built on it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from tracediag.catalog import (
+    CATALOG_VERSION,
+    COLLECTIVE_OPS,
+    KLASSES,
+    Classification,
+    classify_cpu_op,
+    classify_kernel,
+    load_patterns,
+    normalize_collective_name,
+)
+
+# External real traces (HolisticTraceAnalysis test data) live in shared/ beside the checkout.
+SHARED = Path(os.environ.get("TRACEDIAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+NCCL_ARGS_TRACE = SHARED / "data" / "kineto" / "hta_a100_rank0of2_nccl_args.json.gz"
+
+REQUIRED_KEYS = {"id", "klass", "family", "applies_to", "regex", "phase_hint", "source", "pos", "neg"}
+OPTIONAL_KEYS = {"collective_op", "note"}
+
+RAW = json.loads(resources.files("tracediag.catalog").joinpath("kernel_patterns.json").read_text("utf-8"))
+PATTERNS = load_patterns()
+BY_ID = {p.id: p for p in PATTERNS}
+
+# Expected collective op of every collective pos name, written by hand from what each name is
+# (NCCL kernel collective, c10d op, PGNCCL/Gloo annotation ...), independently of the classifier.
+OP_OF_PATTERN = {
+    "nccl_kernel_le_2_7": "all_reduce",
+    "rccl_generic_kernel": "unknown",
+    "nccl_dev_kernel_generic": "unknown",
+    "nccl_symmetric_kernel": None,
+    "aiter_custom_ar_kernel": "all_reduce",
+    "vllm_custom_ar_kernel": "all_reduce",
+    "quickreduce_kernel": "all_reduce",
+    "trtllm_ar_kernel": "all_reduce",
+    "mscclpp_collective_kernel": "all_reduce",
+    "mscclpp_execution_kernel": "unknown",
+    "symm_mem_kernel": "all_reduce",
+    "record_param_comms": "unknown",
+    "symm_mem_op": "all_reduce",
+    "vllm_custom_ar_op": "all_reduce",
+    "quickreduce_op": "all_reduce",
+    "trtllm_ar_op": "all_reduce",
+}
+OP_OF_NAME = {
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": "all_reduce",
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)": "all_reduce",
+    "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)": "broadcast",
+    "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)": "send_recv",
+    "ncclKernel_ReduceScatter_RING_LL_Sum___nv_bfloat16(ncclDevComm*, unsigned long, ncclWork*)": (
+        "reduce_scatter"
+    ),
+    "ncclKernel_AllReduce": "all_reduce",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)": "all_reduce",
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)": "all_reduce",
+    "ncclDevKernel_AllGather_RING_LL": "all_gather",
+    "ncclDevKernel_SendRecv": "send_recv",
+    "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "reduce_scatter",
+    "_Z40ncclDevKernel_AllReduce_Sum_bf16_RING_LL24ncclDevKernelArgsStorageILm4096EE": "all_reduce",
+    "ncclSymDevKernel_AllReduce_AGxLLMC_R_sum_bf16": "all_reduce",
+    "ncclSymkDevKernel_AllGather_LLMC": "all_gather",
+    "c10d::allreduce_": "all_reduce",
+    "c10d::allgather_": "all_gather",
+    "c10d::_allgather_base_": "all_gather",
+    "c10d::allgather_into_tensor_coalesced_": "all_gather",
+    "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::_reduce_scatter_base_": "reduce_scatter",
+    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "c10d::alltoall_": "all_to_all",
+    "c10d::alltoall_base_": "all_to_all",
+    "c10d::broadcast_": "broadcast",
+    "c10d::send": "send",
+    "c10d::recv_": "recv",
+    "c10d::barrier": "barrier",
+    "c10d::reduce_": "reduce",
+    "c10d::gather_": "unknown",
+    "nccl:all_reduce": "all_reduce",
+    "nccl:_all_gather_base": "all_gather",
+    "nccl:all_to_all": "all_to_all",
+    "nccl:broadcast": "broadcast",
+    "nccl:_reduce_scatter_base": "reduce_scatter",
+    "nccl:reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "nccl:send 0->1": "send",
+    "nccl:recv 1<-0": "recv",
+    "nccl:coalesced": "unknown",
+    "gloo:all_reduce": "all_reduce",
+    "gloo:all_to_all": "all_to_all",
+    "gloo:barrier": "barrier",
+    "gloo:recv": "recv",
+    "gloo:recvAnySource": "recv",
+    "vllm::all_reduce": "all_reduce",
+    "vllm::reduce_scatter": "reduce_scatter",
+    "vllm::all_gather": "all_gather",
+}
+
+
+def _classify(name: str, kind: str) -> Classification:
+    return classify_kernel(name) if kind == "kernel" else classify_cpu_op(name)
+
+
+def _pos_cases() -> list[tuple[str, str, str]]:
+    return [(p.id, kind, n) for p in PATTERNS for kind in sorted(p.applies_to) for n in p.pos]
+
+
+def _neg_cases() -> list[tuple[str, str]]:
+    return [(p.id, n) for p in PATTERNS for n in p.neg]
+
+
+# ------------------------------------------------------------------ data file structure
+
+
+def test_top_level_structure() -> None:
+    assert set(RAW) >= {"version", "patterns"}
+    assert isinstance(RAW["version"], int) and RAW["version"] == CATALOG_VERSION
+    assert isinstance(RAW["patterns"], list) and len(RAW["patterns"]) == len(PATTERNS) > 0
+
+
+@pytest.mark.parametrize("entry", RAW["patterns"], ids=lambda e: e.get("id", "?"))
+def test_pattern_entry_schema(entry: dict) -> None:
+    assert set(entry) >= REQUIRED_KEYS, REQUIRED_KEYS - set(entry)
+    assert set(entry) <= REQUIRED_KEYS | OPTIONAL_KEYS, set(entry) - REQUIRED_KEYS - OPTIONAL_KEYS
+    assert re.fullmatch(r"[a-z0-9_]+", entry["id"])
+    assert entry["klass"] in KLASSES and entry["klass"] != "other"
+    assert isinstance(entry["family"], str) and entry["family"]
+    assert entry["applies_to"] and set(entry["applies_to"]) <= {"kernel", "cpu_op"}
+    assert entry["phase_hint"] in {"prefill", "decode", "any", "mixed"}
+    assert isinstance(entry["source"], str) and entry["source"].strip()
+    assert entry["pos"], "every pattern needs at least one real name it must match"
+    assert all(isinstance(n, str) and n for n in entry["pos"] + entry["neg"])
+    rx = re.compile(entry["regex"])
+    if entry["klass"] == "collective":
+        # either the regex names the collective or the pattern fixes it
+        assert ("coll" in rx.groupindex) != ("collective_op" in entry)
+        if "collective_op" in entry:
+            assert entry["collective_op"] in COLLECTIVE_OPS
+    else:
+        assert "collective_op" not in entry and "coll" not in rx.groupindex
+
+
+def test_ids_unique() -> None:
+    ids = [e["id"] for e in RAW["patterns"]]
+    assert len(ids) == len(set(ids))
+
+
+# ------------------------------------------------------------------ pos / neg names
+
+
+@pytest.mark.parametrize(("pid", "kind", "name"), _pos_cases(), ids=lambda v: v[:60])
+def test_pos_name_classifies_to_its_pattern(pid: str, kind: str, name: str) -> None:
+    p = BY_ID[pid]
+    got = _classify(name, kind)
+    assert (got.pattern_id, got.klass, got.family, got.phase_hint) == (pid, p.klass, p.family, p.phase_hint)
+    if p.klass == "collective":
+        expected = OP_OF_NAME[name] if name in OP_OF_NAME else OP_OF_PATTERN[pid]
+        assert expected is not None, f"no expected op written down for {name!r}"
+        assert got.collective_op == expected
+    else:
+        assert got.collective_op is None
+
+
+@pytest.mark.parametrize(("pid", "name"), _neg_cases(), ids=lambda v: v[:60])
+def test_neg_name_does_not_match_its_pattern(pid: str, name: str) -> None:
+    assert BY_ID[pid].regex.search(name) is None
+
+
+def test_every_collective_pos_has_an_expected_op() -> None:
+    missing = [
+        (p.id, n)
+        for p in PATTERNS
+        if p.klass == "collective"
+        for n in p.pos
+        if n not in OP_OF_NAME and OP_OF_PATTERN.get(p.id) is None
+    ]
+    assert not missing
+
+
+def test_unknown_names_are_other() -> None:
+    for name in ("", "my_custom_kernel", "void foo::bar<int>(int)", "aten::empty"):
+        assert classify_kernel(name) == Classification("other", None, None, None, None)
+        assert classify_cpu_op(name).klass == "other"
+
+
+def test_kernel_and_cpu_op_namespaces_are_separate() -> None:
+    # nccl:* is a host annotation, ncclKernel_* a GPU kernel
+    assert classify_kernel("nccl:all_reduce").klass == "other"
+    assert classify_cpu_op("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)").klass == "other"
+
+
+def test_first_match_wins_specific_before_generic() -> None:
+    ids = [p.id for p in PATTERNS]
+    for specific, generic in [
+        ("rccl_generic_kernel", "nccl_dev_kernel_generic"),
+        ("inductor_norm", "inductor_pointwise"),
+        ("vllm_elementwise_kernel", "sglang_elementwise_kernel"),
+        ("gptq_reconstruct", "exllamav2_reconstruct"),
+    ]:
+        assert ids.index(specific) < ids.index(generic)
+    # an RCCL-only signature lands on the rccl pattern although the generic one also matches it
+    name = "ncclDevKernel_Generic(ncclDevComm*, channelMasks, ncclWork*)"
+    assert BY_ID["nccl_dev_kernel_generic"].regex.search(name)
+    assert classify_kernel(name).family == "rccl"
+
+
+def test_classifiers_are_cached() -> None:
+    classify_kernel.cache_clear()
+    classify_kernel("ampere_sgemm_128x64_nn")
+    classify_kernel("ampere_sgemm_128x64_nn")
+    assert classify_kernel.cache_info().hits == 1
+    assert load_patterns() is load_patterns()
+
+
+# ------------------------------------------------------------------ collective name normalization
+
+# Values as PyTorch writes them: RECORD_PARAM_COMMS collective names and profilingTitle strings in
+# torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, ProcessGroupGloo.cpp titles, c10d ops (Ops.cpp).
+NORMALIZE_CASES = [
+    ("allreduce", "all_reduce"),
+    ("allreduce_coalesced", "all_reduce"),
+    ("_allgather_base", "all_gather"),
+    ("all_gather", "all_gather"),
+    ("allgather_into_tensor_coalesced", "all_gather"),
+    ("reduce_scatter", "reduce_scatter"),
+    ("_reduce_scatter_base", "reduce_scatter"),
+    ("reduce_scatter_tensor_coalesced", "reduce_scatter"),
+    ("all_to_all", "all_to_all"),
+    ("all_to_allv", "all_to_all"),
+    ("alltoall_base", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("_broadcast_oop", "broadcast"),
+    ("reduce", "reduce"),
+    ("_reduce_oop", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("barrier", "barrier"),
+    ("gather", "unknown"),
+    ("scatter", "unknown"),
+    ("wait", "unknown"),
+    ("nccl:all_reduce", "all_reduce"),
+    ("gloo:all_reduce", "all_reduce"),
+    ("nccl:_all_gather_base", "all_gather"),
+    ("nccl:_reduce_scatter_base", "reduce_scatter"),
+    ("nccl:all_to_all", "all_to_all"),
+    ("nccl:send 0->1", "send"),
+    ("nccl:recv 1<-0", "recv"),
+    ("nccl:coalesced", "unknown"),
+    ("gloo:recvAnySource", "recv"),
+    ("c10d::allreduce_", "all_reduce"),
+    ("c10d::monitored_barrier_", "barrier"),
+    ("SendRecv", "send_recv"),
+    ("Generic", "unknown"),
+    ("", "unknown"),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), NORMALIZE_CASES)
+def test_normalize_collective_name(value: str, expected: str) -> None:
+    assert normalize_collective_name(value) == expected
+
+
+# ------------------------------------------------------------------ real trace
+
+
+def test_real_trace_nccl_kernels_match_collective_name_arg() -> None:
+    with gzip.open(NCCL_ARGS_TRACE, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    nccl = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("nccl")]
+    assert len(nccl) == 21
+    ops = set()
+    for e in nccl:
+        got = classify_kernel(e["name"])
+        assert got.klass == "collective", e["name"]
+        assert got.family == "nccl"
+        want = normalize_collective_name(e["args"]["Collective name"])
+        assert got.collective_op == want, (e["name"], e["args"]["Collective name"])
+        ops.add(want)
+    assert ops == {"all_reduce", "broadcast"}
+    # host side of the same trace: annotations and dispatcher ops are collectives too
+    host_cats = ("cpu_op", "user_annotation", "gpu_user_annotation")
+    host = {e["name"] for e in events if e.get("cat") in host_cats}
+    for name in (
+        "record_param_comms",
+        "c10d::allreduce_",
+        "c10d::broadcast_",
+        "nccl:all_reduce",
+        "nccl:broadcast",
+    ):
+        assert name in host and classify_cpu_op(name).klass == "collective"
+    assert {
+        normalize_collective_name(e["args"]["Collective name"])
+        for e in events
+        if e["name"] == "record_param_comms" and "Collective name" in e.get("args", {})
+    } == {"all_reduce", "broadcast", "unknown"}  # "wait" records normalize to unknown
