@@ -62,9 +62,7 @@ def summarize(trace: dict) -> list[dict]:
                 "T": int(m.group(2)) + int(m.group(4)),
                 "c10d_allreduce": [e for e in main if e["name"] == "c10d::allreduce_"],
                 "c10d_allgather": [e for e in main if e["name"] == "c10d::_allgather_base_"],
-                "gloo_allreduce_bytes": [
-                    _prod(a["Input Dims"][0]) * DTYPE_BYTES[a["Input type"][0]] for a in gloo_ar
-                ],
+                "gloo_allreduce_bytes": [_prod(a["Input Dims"][0]) * DTYPE_BYTES[a["Input type"][0]] for a in gloo_ar],
                 "gloo_allgather": [e for e in inside if e["name"] == "gloo:all_gather"],
             }
         )
@@ -120,11 +118,7 @@ def test_kv_heads_are_replicated_in_tp4_trace() -> None:
     assert config["num_key_value_heads"] < p
     q_local, kv_local = config["num_attention_heads"] // p, 1  # ceil(H_kv / p)
     trace = _load(directory / "rank0.pt.trace.json.gz")
-    weights = {
-        tuple(e["args"]["Input Dims"][1])
-        for e in trace["traceEvents"]
-        if e.get("name") == "aten::linear"
-    }
+    weights = {tuple(e["args"]["Input Dims"][1]) for e in trace["traceEvents"] if e.get("name") == "aten::linear"}
     assert ((q_local + 2 * kv_local) * d, hidden) in weights  # fused QKV shard holds a whole KV head
     kv_dims = {
         e["args"]["Input Dims"][1][1]
@@ -137,9 +131,16 @@ def test_kv_heads_are_replicated_in_tp4_trace() -> None:
 def test_generator_small_run(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     cmd = [
-        sys.executable, str(SAMPLES / "generate.py"),
-        "--scenario", "fault_extra_allreduce_tp2", "--out", str(tmp_path),
-        "--layers", "1", "--decode-steps", "1",
+        sys.executable,
+        str(SAMPLES / "generate.py"),
+        "--scenario",
+        "fault_extra_allreduce_tp2",
+        "--out",
+        str(tmp_path),
+        "--layers",
+        "1",
+        "--decode-steps",
+        "1",
     ]
     subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     config = json.loads((tmp_path / "config.json").read_text())

@@ -1,0 +1,19 @@
+"""The RULEBOOK's worked example for the TP communication account (seed, "TP article")."""
+
+from tracediag import tpmath
+
+
+def test_worked_example_h8192_l80_t32_bf16_p4():
+    S = tpmath.allreduce_payload_bytes(T=32, H=8192, e_a=2)
+    assert S == 524_288 == 512 * 1024
+    assert tpmath.allreduce_calls_per_step(80) == 160
+    assert tpmath.step_bus_bytes(L=80, p=4, T=32, H=8192, e_a=2) == 120 * 1024**2
+    # bus bytes per call: 2(p-1)/p * S
+    assert tpmath.allreduce_bus_bytes(S, 4) == 786_432
+    assert tpmath.allreduce_bus_bytes(S, 4) * 160 == 120 * 1024**2
+
+
+def test_allreduce_time_alpha_beta():
+    # τ = α + 2(p−1)S/(p·B): 8 µs + 786432 B / 150 GB/s
+    t = tpmath.allreduce_time_s(524_288, 4, alpha_s=8e-6, bus_bw_bytes_per_s=150e9)
+    assert abs(t - (8e-6 + 786_432 / 150e9)) < 1e-15

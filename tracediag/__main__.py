@@ -1,0 +1,3 @@
+from tracediag.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""Command line: parses options, calls the library, picks a renderer. Errors users can fix are one line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracediag import __version__
+from tracediag.errors import TracediagError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Why is this LLM inference deployment slow? Evidence from profiler traces.",
+    pretty_exceptions_enable=False,
+)
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+@app.command()
+def analyze(
+    inputs: Annotated[
+        list[Path], typer.Argument(help="Kineto traces (.json, .json.gz) or directories of them, one file per rank.")
+    ],
+    model: Annotated[
+        Path | None, typer.Option("--model", "-m", help="Hugging Face config.json of the served model.")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", help="Tensor-parallel degree; overrides what the trace says.")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output folder for report.html, findings.json, trace.duckdb.")
+    ] = Path("tracediag-out"),
+    keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", help="Parallel parser processes (default: one per rank file, up to the cores)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Ingest traces into DuckDB, run the rules, write report.html, findings.json and trace.duckdb."""
+    from tracediag.analysis import analyze as run_analysis
+    from tracediag.reports import staged_outputs
+    from tracediag.reports.terminal import print_summary
+
+    def produce(staging: Path):
+        return run_analysis(
+            inputs, model=model, tp=tp, db_path=staging / "trace.duckdb", keep_python=keep_python, jobs=jobs
+        )
+
+    report = _guard(lambda: staged_outputs(out, produce), debug)
+    if not quiet:
+        print_summary(report, out)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"tracediag {__version__}")
+
+
+def _guard(fn, debug: bool):
+    try:
+        return fn()
+    except TracediagError as exc:
+        if debug:
+            raise
+        typer.echo(f"tracediag: error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except Exception as exc:  # a bug in tracediag, not in the input: say so in one line
+        if debug:
+            raise
+        typer.echo(
+            f"tracediag: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+            "traceback and report it)",
+            err=True,
+        )
+        raise typer.Exit(3) from None
+    except KeyboardInterrupt:
+        typer.echo("tracediag: interrupted; no output written", err=True)
+        raise typer.Exit(130) from None
+
+
+def main() -> None:
+    try:
+        app()
+    except MemoryError:
+        print("tracediag: error: out of memory while analysing; pass fewer rank files at once", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+if __name__ == "__main__":
+    main()

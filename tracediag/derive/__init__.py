@@ -1,0 +1,161 @@
+"""Derived tables built once after ingest: steps, gemm_shapes, collectives (+ step_collectives view).
+
+Each step is SQL in a `.sql` file beside this module; Python only does what SQL says badly
+(shape-list arithmetic on JSON dims, dtype spellings).
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from tracediag.catalog import normalize_collective_name
+from tracediag.dtypes import canonical_dtype, element_size
+from tracediag.store import query_dicts, run_sql_file
+
+COLLECTIVES_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),  # global rank
+        ("call_id", pa.int64()),  # per-rank ordinal of the call, by host start
+        ("step_id", pa.int32()),  # engine step (steps.step_id), NULL when outside every step
+        ("op", pa.string()),  # all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send, recv, ...
+        ("call_name", pa.string()),  # outermost event of the call (c10d::allreduce_, kernel name, ...)
+        ("kernel_name", pa.string()),  # GPU kernel of the call, NULL on CPU-only (gloo) traces
+        ("evidence", pa.string()),  # where the payload came from
+        ("dtype", pa.string()),  # canonical element type (bf16, fp32, ...)
+        ("element_bytes", pa.int32()),  # bytes per element
+        ("elements", pa.int64()),  # elements in this rank's input buffer
+        ("payload_bytes", pa.int64()),  # elements x element_bytes: this rank's input bytes
+        ("out_elements", pa.int64()),  # elements in the output buffer (all_gather: p x input)
+        ("group_size", pa.int32()),  # ranks in the process group
+        ("pg_name", pa.string()),
+        ("pg_desc", pa.string()),
+        ("pg_ranks", pa.string()),
+        ("seq", pa.int64()),  # per-process-group sequence number when the profiler recorded it
+        ("cpu_ts_ns", pa.int64()),  # host start of the call, ns
+        ("cpu_dur_ns", pa.int64()),  # host duration of the call, ns
+        ("gpu_ts_ns", pa.int64()),  # first kernel start, ns
+        ("gpu_dur_ns", pa.int64()),  # first kernel start to last kernel end, ns
+        ("exec_name", pa.string()),  # backend worker range that did the work (gloo:all_reduce), if any
+        ("exec_ts_ns", pa.int64()),  # its start, ns (host clock)
+        ("exec_dur_ns", pa.int64()),  # its duration, ns
+        ("ts_ns", pa.int64()),  # start of the work: kernel, else backend worker range, else host call
+        ("dur_ns", pa.int64()),  # duration of the work, same precedence
+        ("anchor_ts_ns", pa.int64()),  # host time used to place the call in a step
+    ]
+)
+
+
+def _first_tensor_elements(dims_json: str | None) -> int | None:
+    """Elements of the first tensor (or tensor list) argument in Kineto 'Input Dims'."""
+    if not dims_json:
+        return None
+    try:
+        dims = orjson.loads(dims_json)
+    except orjson.JSONDecodeError:
+        return None
+    for arg in dims if isinstance(dims, list) else []:
+        if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
+            return math.prod(arg)
+        if isinstance(arg, list) and arg and all(isinstance(x, list) for x in arg):  # TensorList
+            tensors = [t for t in arg if t and all(isinstance(x, int) for x in t)]
+            if tensors:
+                return sum(math.prod(t) for t in tensors)
+    return None
+
+
+def _first_tensor_type(types_json: str | None) -> str | None:
+    if not types_json:
+        return None
+    try:
+        types = orjson.loads(types_json)
+    except orjson.JSONDecodeError:
+        return None
+    for t in types if isinstance(types, list) else []:
+        if isinstance(t, str) and canonical_dtype(t):
+            return t
+    return None
+
+
+def _evidence(row: dict) -> str:
+    if row["in_nelems"] is not None and row["has_param_comms"]:
+        return "record_param_comms args"
+    if row["in_nelems"] is not None:
+        return "collective kernel args"
+    if row["input_dims"]:
+        return "op input shapes"
+    return "name only (no size recorded)"
+
+
+def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
+    run_sql_file(con, "tracediag.derive", "collective_calls.sql")
+    rows = query_dicts(con, "SELECT * FROM coll_calls ORDER BY rank, anchor_ts_ns")
+    out: dict[str, list] = {f.name: [] for f in COLLECTIVES_SCHEMA}
+    call_no: dict[int, int] = {}
+    for r in rows:
+        dtype_raw = r["dtype"] or _first_tensor_type(r["input_types"])
+        esize = element_size(dtype_raw)
+        elements = r["in_nelems"] if r["in_nelems"] is not None else _first_tensor_elements(r["input_dims"])
+        op = r["op"]
+        if (op is None or op == "unknown") and r["coll_name"]:
+            op = normalize_collective_name(r["coll_name"])
+        if r["gpu_ts_ns"] is not None:
+            ts, dur = r["gpu_ts_ns"], r["gpu_dur_ns"]
+        elif r["exec_ts_ns"] is not None:
+            ts, dur = r["exec_ts_ns"], r["exec_dur_ns"]
+        else:
+            ts, dur = r["cpu_ts_ns"], r["cpu_dur_ns"]
+        rank = r["rank"]
+        call_no[rank] = call_no.get(rank, -1) + 1
+        rec = {
+            "rank": rank,
+            "call_id": call_no[rank],
+            "step_id": None,
+            "op": op or "unknown",
+            "call_name": r["call_name"],
+            "kernel_name": r["kernel_name"],
+            "evidence": _evidence(r),
+            "dtype": canonical_dtype(dtype_raw),
+            "element_bytes": esize,
+            "elements": elements,
+            "payload_bytes": elements * esize if elements is not None and esize else None,
+            "out_elements": r["out_nelems"],
+            "group_size": r["group_size"],
+            "pg_name": r["pg_name"],
+            "pg_desc": r["pg_desc"],
+            "pg_ranks": r["pg_ranks"],
+            "seq": r["seq"],
+            "cpu_ts_ns": r["cpu_ts_ns"],
+            "cpu_dur_ns": r["cpu_dur_ns"],
+            "gpu_ts_ns": r["gpu_ts_ns"],
+            "gpu_dur_ns": r["gpu_dur_ns"],
+            "exec_name": r["exec_name"],
+            "exec_ts_ns": r["exec_ts_ns"],
+            "exec_dur_ns": r["exec_dur_ns"],
+            "ts_ns": ts,
+            "dur_ns": dur,
+            "anchor_ts_ns": r["anchor_ts_ns"],
+        }
+        for k, v in rec.items():
+            out[k].append(v)
+    table = pa.table(out, schema=COLLECTIVES_SCHEMA)
+    con.register("_collectives_in", table)
+    con.execute("CREATE OR REPLACE TABLE collectives AS SELECT * FROM _collectives_in")
+    con.unregister("_collectives_in")
+    run_sql_file(con, "tracediag.derive", "collectives_finish.sql")
+
+
+def build_all(con: duckdb.DuckDBPyConnection) -> None:
+    """Build every derived table, in dependency order."""
+    for name in ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql"):
+        run_sql_file(con, "tracediag.derive", name)
+    build_collectives(con)
+    con.execute(
+        "DROP TABLE IF EXISTS step_markers; DROP TABLE IF EXISTS coll_cand; DROP TABLE IF EXISTS coll_outer;"
+        "DROP TABLE IF EXISTS coll_kern; DROP TABLE IF EXISTS coll_calls; DROP TABLE IF EXISTS coll_meta;"
+        "DROP TABLE IF EXISTS coll_gpu; DROP TABLE IF EXISTS coll_dispatch; DROP TABLE IF EXISTS coll_detached;"
+        "DROP TABLE IF EXISTS coll_pair"
+    )

@@ -1,0 +1,95 @@
+"""Runs rules: checks each rule's declared inputs, then calls it; orders and links the results."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field, replace
+from importlib.metadata import entry_points
+from types import ModuleType
+from typing import Any
+
+import duckdb
+
+from tracediag.findings import Check, RuleMeta, not_applicable, rank_key
+from tracediag.model import ModelConfig
+from tracediag.store import query_dicts
+
+
+@dataclass(frozen=True)
+class TPDegree:
+    p: int
+    source: str  # where p came from, in words
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Tolerances; later read from tracediag.toml (defaults documented in docs/rules.md)."""
+
+    collective_count_slack: int = 2  # COL001: calls beyond 2L still "≈ 2L" (embedding AR, logits AG)
+    payload_tolerance: float = 0.10  # COL002: |ratio − 1| within this is a match
+    max_evidence: int = 5  # example events per finding
+
+
+@dataclass
+class Context:
+    """What a rule sees: the store, the model, p, settings. Rules must not mutate it."""
+
+    con: duckdb.DuckDBPyConnection
+    model: ModelConfig | None
+    tp: TPDegree | None
+    settings: Settings = field(default_factory=Settings)
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return query_dicts(self.con, sql, params)
+
+    def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+        row = self.con.execute(sql, params or []).fetchone()
+        return row[0] if row else None
+
+
+BUILTIN_RULES = (
+    "tracediag.rules.shp001_tp_divisibility",
+    "tracediag.rules.shp002_config_trace_consistency",
+    "tracediag.rules.col001_collective_count",
+    "tracediag.rules.col002_payload_per_call",
+)
+
+
+def load_rules() -> list[ModuleType]:
+    """Built-in rules in order, then third-party modules from the `tracediag.rules` entry-point group."""
+    mods = [importlib.import_module(name) for name in BUILTIN_RULES]
+    for ep in entry_points(group="tracediag.rules"):
+        mods.append(ep.load())
+    return mods
+
+
+def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
+    for table in meta.requires_tables:
+        if not ctx.scalar(f"SELECT count(*) FROM {table}"):  # table names come from rule metadata
+            return f"missing {table}: none in the trace"
+    if meta.requires_model:
+        if ctx.model is None:
+            fields = ", ".join(meta.requires_model)
+            return f"missing model config ({fields}); pass --model config.json"
+        absent = ctx.model.missing(*meta.requires_model)
+        if absent:
+            return f"missing {', '.join(absent)} in {ctx.model.path}"
+    if meta.requires_tp and ctx.tp is None:
+        return "missing tensor-parallel degree: not in the trace; pass --tp N"
+    return None
+
+
+def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
+    """One Check per rule, in walk order; findings get `downstream_of` from earlier findings."""
+    mods = rules if rules is not None else load_rules()
+    checks: list[Check] = []
+    for mod in mods:
+        meta: RuleMeta = mod.RULE
+        reason = _missing_input(ctx, meta)
+        checks.append(not_applicable(meta, reason) if reason else mod.check(ctx))
+    found = {c.rule for c in checks if c.status == "finding"}
+    linked = []
+    for c, mod in zip(checks, mods):
+        ups = tuple(r for r in mod.RULE.may_be_downstream_of if r in found)
+        linked.append(replace(c, downstream_of=ups) if c.status == "finding" and ups else c)
+    return sorted(linked, key=rank_key)

@@ -1,0 +1,228 @@
+"""COL002 Payload per call.
+
+Hypothesis: each TP all-reduce sums the [T, H] activation, so its payload is S = T·H·e_a bytes with
+e_a the element size of the *communicated activation* (read from the trace, never from the weight
+format: 4-bit weights do not shrink e_a). A ratio of 2 with fp32 means activations are upcast for
+communication; ≈ p or ≈ 1/p means a wrong split; anything else means the payload is not the
+[T, H] activation and the simple cost model does not apply.
+
+Formula: ratio = payload_bytes / (T·H·e_a), payload_bytes = elements × element size of the call.
+
+Evidence: per rank and step, T (from the step), the expected and observed bytes, the ratio, the
+dtype, and example calls with where their size came from (record_param_comms args, kernel args, op
+input shapes).
+
+What to do: on an fp32 ratio, find the upcast before the all-reduce (a .float() in the model code,
+an fp32 reduce option, a custom op that upcasts); on a p or 1/p ratio, check the sharding.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tracediag.dtypes import element_size
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.rules._tp_collectives import tp_allreduce_where
+
+RULE = RuleMeta(
+    id="COL002",
+    step=3,
+    title="All-reduce payload = T·H·e_a",
+    requires_tables=("collectives", "steps"),
+    requires_model=("H",),
+    requires_tp=True,
+    may_be_downstream_of=("SHP001", "SHP002", "COL001"),
+)
+MATCH_SHARE = 0.9  # share of calls within tolerance for a pass
+
+
+def activation_element_bytes(ctx: Context) -> tuple[int | None, str]:
+    """e_a from the GEMM activations in the trace; the config dtype only as a labelled fallback."""
+    row = ctx.rows(
+        "SELECT act_type, count(*) AS n FROM gemm_shapes WHERE act_type IS NOT NULL "
+        "GROUP BY act_type ORDER BY n DESC LIMIT 1"
+    )
+    if row and element_size(row[0]["act_type"]):
+        t = row[0]["act_type"]
+        return element_size(t), f"GEMM activation type in the trace ({t})"
+    m = ctx.model
+    if m.dtype_bytes:
+        return m.dtype_bytes, f"config torch_dtype ({m.dtype}); the trace recorded no GEMM input types"
+    return None, "unknown"
+
+
+def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> str:
+    def near(x: float) -> bool:
+        return abs(ratio / x - 1) <= tol
+
+    if near(1):
+        return "match"
+    if dtype == "fp32" and e_a == 2 and near(2):
+        return "fp32 upcast (2×)"
+    if near(2):
+        return "2× (larger element type)"
+    if p > 1 and near(p):
+        return f"p× ({p}×: unsharded or gathered)"
+    if p > 1 and near(1 / p):
+        return f"1/p (1/{p}: sharded activation)"
+    return "other"
+
+
+def check(ctx: Context) -> Check:
+    m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
+    e_a, e_a_source = activation_element_bytes(ctx)
+    if e_a is None:
+        return not_applicable(
+            RULE, f"missing activation element type: no GEMM input types in the trace and no torch_dtype in {m.path}"
+        )
+    calls = ctx.rows(
+        f"SELECT c.rank, c.step_id, c.ts_ns, c.call_name, c.kernel_name, c.dtype, c.elements, c.payload_bytes,"
+        f" c.evidence, s.T, s.phase FROM collectives c JOIN steps s USING (rank, step_id) "
+        f"WHERE {tp_allreduce_where('c')} ORDER BY c.rank, c.ts_ns",
+        [p],
+    )
+    if not calls:
+        return not_applicable(RULE, "missing TP all-reduce calls inside engine steps")
+    sized = [c for c in calls if c["payload_bytes"] is not None and c["T"]]
+    if not sized:
+        why = (
+            "no step has T"
+            if all(c["T"] is None for c in calls)
+            else "no call recorded its size (no record_param_comms args, kernel args or input shapes)"
+        )
+        return not_applicable(RULE, f"missing payload or T: {why}")
+    for c in sized:
+        c["expected_bytes"] = c["T"] * m.H * e_a
+        c["ratio"] = c["payload_bytes"] / c["expected_bytes"]
+        c["category"] = _category(c["ratio"], c["dtype"], e_a, p, tol)
+    cats = Counter(c["category"] for c in sized)
+    matched = cats.get("match", 0)
+    share = matched / len(sized)
+    steps: dict[tuple, dict] = {}
+    for c in sized:
+        s = steps.setdefault(
+            (c["rank"], c["step_id"]),
+            {
+                "rank": c["rank"],
+                "step": c["step_id"],
+                "phase": c["phase"],
+                "T": c["T"],
+                "expected_bytes": c["expected_bytes"],
+                "calls": 0,
+                "payload_bytes": set(),
+                "dtypes": set(),
+                "categories": Counter(),
+            },
+        )
+        s["calls"] += 1
+        s["payload_bytes"].add(c["payload_bytes"])
+        s["dtypes"].add(c["dtype"])
+        s["categories"][c["category"]] += 1
+    table = [
+        s
+        | {
+            "payload_bytes": sorted(s["payload_bytes"]),
+            "dtypes": sorted(d or "?" for d in s["dtypes"]),
+            "ratio": round(max(s["payload_bytes"]) / s["expected_bytes"], 3),
+            "categories": dict(s["categories"]),
+        }
+        for s in steps.values()
+    ]
+    ex = sized[0]
+    values = {
+        "H": m.H,
+        "e_a": e_a,
+        "e_a_source": e_a_source,
+        "p": p,
+        "tolerance": tol,
+        "calls_checked": len(sized),
+        "calls_without_size_or_T": len(calls) - len(sized),
+        "calls_matching": matched,
+        "matching_share": share,
+        "categories": dict(cats),
+        "example_T": ex["T"],
+        "example_expected_bytes": ex["expected_bytes"],
+        "example_payload_bytes": ex["payload_bytes"],
+        "example_ratio": ex["ratio"],
+    }
+    if m.weight_bits and m.weight_bits < 16:
+        values["note"] = (
+            f"the config quantizes weights to {m.weight_bits} bits; that does not shrink e_a — "
+            "the all-reduce sums activations"
+        )
+    formula = "ratio = payload_bytes / (T·H·e_a)"
+    substituted = (
+        f"e.g. rank {ex['rank']} step {ex['step_id']}: {ex['payload_bytes']:,} / "
+        f"({ex['T']}×{m.H}×{e_a} = {ex['expected_bytes']:,}) = {ex['ratio']:.3f}"
+    )
+
+    def evid(rows):
+        return [
+            {
+                "rank": c["rank"],
+                "step": c["step_id"],
+                "ts_ns": c["ts_ns"],
+                "name": c["call_name"],
+                "kernel_name": c["kernel_name"],
+                "dtype": c["dtype"],
+                "elements": c["elements"],
+                "payload_bytes": c["payload_bytes"],
+                "T": c["T"],
+                "ratio": round(c["ratio"], 4),
+                "size_from": c["evidence"],
+            }
+            for c in rows[: ctx.settings.max_evidence]
+        ]
+
+    if share >= MATCH_SHARE:
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="pass",
+            confidence="high",
+            title=f"{matched} of {len(sized)} all-reduce payloads = T·H·e_a (e_a = {e_a} B)",
+            formula=formula,
+            substituted=substituted,
+            values=values,
+            table=table,
+            evidence=evid(sized),
+            cost_model_applies=True,
+        )
+    worst = next(k for k, _ in cats.most_common() if k != "match")
+    bad = [c for c in sized if c["category"] == worst]
+    b = bad[0]
+    substituted = (
+        f"rank {b['rank']} step {b['step_id']}: {b['payload_bytes']:,} / "
+        f"({b['T']}×{m.H}×{e_a} = {b['expected_bytes']:,}) = {b['ratio']:.3f}"
+    )
+    if worst.startswith("fp32 upcast"):
+        title = (
+            f"All-reduce runs in fp32: payload is 2× T·H·e_a in {len(bad)} of {len(sized)} calls "
+            "(activations upcast for communication)"
+        )
+        nxt = (
+            "Find the .float()/fp32 upcast before the all-reduce (model code, custom op, reduce option): "
+            "it doubles bus bytes and time per call."
+        )
+        severity = "warning"
+    else:
+        title = f"All-reduce payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls"
+        nxt = "Check the sharding and what tensor is reduced; compare with the GEMM shapes (SHP002)."
+        severity = "warning"
+    return Check(
+        rule=RULE.id,
+        step=RULE.step,
+        status="finding",
+        severity=severity,
+        confidence="high",
+        impact=len(bad) / len(sized),
+        title=title,
+        formula=formula,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=evid(bad),
+        next_check=nxt + " The 2L·τ_AR(T·H·e_a) cost model does not apply until the payload is T·H·e_a.",
+        cost_model_applies=False,
+    )

@@ -1,0 +1,64 @@
+"""The DuckDB store: one database file per analysis, canonical tables from schema.sql."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+TABLES = ("inputs", "process_groups", "kernels", "memops", "runtime", "cpu_ops", "annotations", "flows")
+
+
+def _sql(package: str, name: str) -> str:
+    return resources.files(package).joinpath(name).read_text(encoding="utf-8")
+
+
+def open_store(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+    """Open a new store (file or in-memory) with the canonical schema created."""
+    con = duckdb.connect(str(path) if path else ":memory:")
+    con.execute(_sql("tracediag.store", "schema.sql"))
+    return con
+
+
+def column_names(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]  # table names are ours, not input
+
+
+def append_arrow(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
+    """Bulk-append an Arrow table; columns are matched by name, missing ones become NULL."""
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table}")
+    cols = column_names(con, table)
+    present = [c for c in cols if c in data.column_names]
+    view = f"_incoming_{table}"
+    con.register(view, data)
+    try:
+        select = ", ".join(f'"{c}"' if c in present else "NULL" for c in cols)
+        con.execute(f"INSERT INTO {table} SELECT {select} FROM {view}")
+    finally:
+        con.unregister(view)
+
+
+def append_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """Append a handful of metadata rows (one per input file), still as one bulk insert."""
+    if rows:
+        cols = column_names(con, table)
+        append_arrow(con, table, pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows]))
+
+
+def run_sql_file(con: duckdb.DuckDBPyConnection, package: str, name: str) -> None:
+    con.execute(_sql(package, name))
+
+
+def table_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
+    return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def query_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    """Rows as dicts (column name -> value), parameters bound."""
+    cur = con.execute(sql, params or [])
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
