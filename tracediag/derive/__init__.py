@@ -80,14 +80,14 @@ def _first_tensor_type(types_json: str | None) -> str | None:
     return None
 
 
-def _evidence(row: dict) -> str:
+def _evidence(row: dict, elements: int | None) -> str:
     if row["in_nelems"] is not None and row["has_param_comms"]:
         return "record_param_comms args"
     if row["in_nelems"] is not None:
         return "collective kernel args"
-    if row["input_dims"]:
+    if elements is not None:
         return "op input shapes"
-    return "name only (no size recorded)"
+    return "not recorded"
 
 
 def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
@@ -117,7 +117,7 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
             "op": op or "unknown",
             "call_name": r["call_name"],
             "kernel_name": r["kernel_name"],
-            "evidence": _evidence(r),
+            "evidence": _evidence(r, elements),
             "dtype": canonical_dtype(dtype_raw),
             "element_bytes": esize,
             "elements": elements,

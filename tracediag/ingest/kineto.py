@@ -19,6 +19,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,21 @@ class _Event(msgspec.Struct):
     dur: Any = None
     id: Any = None
     args: _Args | None = None
+    # Not a Chrome-trace key: filled from the raw JSON text when float64 cannot hold ns (see _exact_ts).
+    ts_ns: int | None = None
+
+
+class _RawTs(msgspec.Struct):
+    ts: msgspec.Raw = _EMPTY
+
+
+class _RawTsTrace(msgspec.Struct):
+    traceEvents: list[_RawTs] | None = None
+
+
+# Above 2**43 µs (~8.8e12, i.e. epoch-based µs clocks) a float64 has a spacing of ≥ 2 ns, so the
+# nanosecond digits Kineto writes ("1712195495505582.988") cannot survive a float parse.
+_FLOAT_NS_EXACT_LIMIT_US = 2.0**43
 
 
 class _Trace(msgspec.Struct):
@@ -163,6 +179,42 @@ def _raw_text(r: msgspec.Raw) -> str | None:
     return bytes(r).decode("utf-8", "replace") if len(r) else None
 
 
+def _exact_ts_ns(raw: msgspec.Raw) -> int | None:
+    """Decimal µs text -> integer ns, exactly (half-up on the 4th decimal)."""
+    b = bytes(raw)
+    if not b or b in (b"null",):
+        return None
+    try:
+        if b"e" in b or b"E" in b:
+            return int((Decimal(b.decode()) * 1000).to_integral_value(rounding=ROUND_HALF_UP))
+        whole, _, frac = b.partition(b".")
+        ns = abs(int(whole)) * 1000 + int((frac + b"000")[:3])
+        if len(frac) > 3 and frac[3:4] >= b"5":
+            ns += 1
+        return -ns if whole.startswith(b"-") else ns
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
+    """Second, narrow decode of only `ts` as raw text, for traces whose clock float64 cannot resolve."""
+    doc = msgspec.json.decode(data, type=_RawTsTrace | list[_RawTs])
+    raws = doc if isinstance(doc, list) else (doc.traceEvents or [])
+    for e, r in zip(events, raws, strict=True):
+        e.ts_ns = _exact_ts_ns(r.ts)
+
+
+def _needs_exact_ts(events: list[_Event]) -> bool:
+    limit = _FLOAT_NS_EXACT_LIMIT_US
+    return any(isinstance(e.ts, float) and (e.ts >= limit or e.ts <= -limit) for e in events)
+
+
+def _ns_of(evs: list[_Event]) -> np.ndarray:
+    if evs and evs[0].ts_ns is not None:
+        return np.array([e.ts_ns if e.ts_ns is not None else 0 for e in evs], dtype=np.int64)
+    return _ns([e.ts for e in evs])
+
+
 def _ns(values: list[Any]) -> np.ndarray:
     """Microsecond timestamps (int or float) -> int64 ns, without float64 rounding of the integer part.
 
@@ -219,7 +271,7 @@ def _classified(names: list[str], classify) -> dict[str, pa.Array]:
 
 
 def _base(evs: list[_Event], rank: int) -> dict[str, Any]:
-    ts = _ns([e.ts for e in evs])
+    ts = _ns_of(evs)
     return {
         "rank": pa.array(np.full(len(evs), rank, dtype=np.int32)),
         "name": pa.array([_to_str(e.name) or "" for e in evs], pa.string()),
@@ -257,6 +309,8 @@ def parse_kineto(path: str | Path, order: int = 0, keep_python: bool = False) ->
     data = read_bytes(p)
     try:
         events, top = _decode(p, data)
+        if _needs_exact_ts(events):
+            _attach_exact_ts(data, events)
         return _build(p, order, events, top, keep_python)
     finally:
         if isinstance(data, mmap.mmap):
@@ -352,7 +406,7 @@ def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_
                 "flow_id": pa.array([_to_int(e.id) for e in flows], pa.int64()),
                 "cat": pa.array([_to_str(e.cat) for e in flows], pa.string()),
                 "phase": pa.array([e.ph for e in flows], pa.string()),
-                "ts_ns": pa.array(_ns([e.ts for e in flows])),
+                "ts_ns": pa.array(_ns_of(flows)),
                 "pid": pa.array([_to_str(e.pid) for e in flows], pa.string()),
                 "tid": pa.array([_to_str(e.tid) for e in flows], pa.string()),
             }
