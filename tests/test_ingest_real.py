@@ -82,7 +82,9 @@ def test_a100_nccl_kernels_become_collectives_with_payload_bytes():
 
 def test_vllm_step_annotations_give_tokens_and_phase():
     con = _store("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")
-    rows = con.execute("SELECT T, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, phase, kernel_count FROM steps").fetchall()
+    rows = con.execute(
+        "SELECT T, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, phase, kernel_count FROM steps"
+    ).fetchall()
     # execute_8192_context_9(sq8155sk8430...)_generation_37(sq37sk34489...)
     assert rows == [(8192, 9, 8155, 37, 37, "mixed", 413)]
 

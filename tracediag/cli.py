@@ -30,7 +30,7 @@ def analyze(
         Path | None, typer.Option("--model", "-m", help="Hugging Face config.json of the served model.")
     ] = None,
     tp: Annotated[
-        int | None, typer.Option("--tp", help="Tensor-parallel degree; overrides what the trace says.")
+        int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree; overrides what the trace says.")
     ] = None,
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Output folder for report.html, findings.json, trace.duckdb.")

@@ -63,10 +63,19 @@ def load_rules() -> list[ModuleType]:
     return mods
 
 
+# What each table holds, in words, for "not applicable: missing ..." reasons.
+TABLE_MEANING = {
+    "steps": "engine steps",
+    "collectives": "collective calls",
+    "gemm_shapes": "GEMM input shapes (aten::linear/mm recorded with record_shapes=True)",
+    "kernels": "GPU kernels",
+}
+
+
 def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     for table in meta.requires_tables:
         if not ctx.scalar(f"SELECT count(*) FROM {table}"):  # table names come from rule metadata
-            return f"missing {table}: none in the trace"
+            return f"missing {TABLE_MEANING.get(table, table)}: none in the trace"
     if meta.requires_model:
         if ctx.model is None:
             fields = ", ".join(meta.requires_model)

@@ -22,7 +22,8 @@ def marked_steps(ctx: Context) -> list[dict]:
 
 def example_calls(ctx: Context, where: str, params: list, limit: int) -> list[dict]:
     return ctx.rows(
-        f"SELECT rank, step_id AS step, ts_ns, call_name AS name, kernel_name, op, dtype, elements, "
+        f"SELECT rank, step_id AS step, ts_ns, call_name AS name, coalesce(kernel_name, exec_name) AS work_event, "
+        f"op, dtype, elements, "
         f"payload_bytes, group_size, evidence FROM collectives WHERE {where} ORDER BY rank, ts_ns LIMIT ?",
         [*params, limit],
     )

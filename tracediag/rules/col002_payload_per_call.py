@@ -77,7 +77,8 @@ def check(ctx: Context) -> Check:
             RULE, f"missing activation element type: no GEMM input types in the trace and no torch_dtype in {m.path}"
         )
     calls = ctx.rows(
-        f"SELECT c.rank, c.step_id, c.ts_ns, c.call_name, c.kernel_name, c.dtype, c.elements, c.payload_bytes,"
+        f"SELECT c.rank, c.step_id, c.ts_ns, c.call_name, coalesce(c.kernel_name, c.exec_name) AS work_event, "
+        f"c.dtype, c.elements, c.payload_bytes,"
         f" c.evidence, s.T, s.phase FROM collectives c JOIN steps s USING (rank, step_id) "
         f"WHERE {tp_allreduce_where('c')} ORDER BY c.rank, c.ts_ns",
         [p],
@@ -164,7 +165,7 @@ def check(ctx: Context) -> Check:
                 "step": c["step_id"],
                 "ts_ns": c["ts_ns"],
                 "name": c["call_name"],
-                "kernel_name": c["kernel_name"],
+                "work_event": c["work_event"],
                 "dtype": c["dtype"],
                 "elements": c["elements"],
                 "payload_bytes": c["payload_bytes"],

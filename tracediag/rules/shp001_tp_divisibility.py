@@ -69,7 +69,7 @@ def check(ctx: Context) -> Check:
     if inter % p:
         problems.append(f"p={p} does not divide I={inter}: the MLP shards are padded or uneven")
         severity = severity or "warning"
-    common = {"formula": formula, "substituted": substituted, "values": values}
+    common = {"formula": formula, "substituted": substituted, "values": values, "evidence": _evidence(ctx)}
     if not problems:
         return Check(
             rule=RULE.id,
@@ -93,3 +93,47 @@ def check(ctx: Context) -> Check:
         ),
         **common,
     )
+
+
+def _evidence(ctx: Context) -> list[dict]:
+    """Where p comes from on each rank, and the per-rank QKV GEMM whose width shows the KV heads held."""
+    m, p = ctx.model, ctx.tp.p
+    ev = [
+        {
+            "rank": r["rank"],
+            "step": None,
+            "ts_ns": r["trace_start_ns"],
+            "name": "distributedInfo",
+            "world_size": r["world_size"],
+            "p": p,
+            "p_source": ctx.tp.source,
+        }
+        for r in ctx.rows("SELECT rank, world_size, trace_start_ns FROM inputs ORDER BY rank")
+    ][: ctx.settings.max_evidence]
+    if m.D and m.h and m.h % p == 0:
+        q_width = m.h // p * m.D
+        rows = ctx.rows(
+            "SELECT rank, step_id, ts_ns, name, act_dims, w_dims FROM gemm_shapes "
+            "WHERE name = 'aten::linear' AND try_cast(json_extract(act_dims, '$[#-1]') AS BIGINT) = ? "
+            "ORDER BY rank, ts_ns",
+            [m.H],
+        )
+        seen: set[int] = set()
+        for r in rows:
+            w = r["w_dims"]
+            n = int(w.strip("[]").split(",")[0]) if w else None
+            if r["rank"] in seen or not n or n <= q_width or (n - q_width) % (2 * m.D):
+                continue
+            seen.add(r["rank"])
+            ev.append(
+                {
+                    "rank": r["rank"],
+                    "step": r["step_id"],
+                    "ts_ns": r["ts_ns"],
+                    "name": r["name"],
+                    "weight_dims": w,
+                    "kv_heads_held": (n - q_width) // (2 * m.D),
+                    "note": f"fused QKV width {n} = ({m.h // p} q heads + 2 × kv heads) × D={m.D}",
+                }
+            )
+    return ev
