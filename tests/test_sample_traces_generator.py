@@ -11,8 +11,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -126,23 +124,3 @@ def test_kv_heads_are_replicated_in_tp4_trace() -> None:
         if e.get("name") == "aten::_scaled_dot_product_flash_attention_for_cpu"
     }
     assert kv_dims == {kv_local}
-
-
-def test_generator_small_run(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    cmd = [
-        sys.executable,
-        str(SAMPLES / "generate.py"),
-        "--scenario",
-        "fault_extra_allreduce_tp2",
-        "--out",
-        str(tmp_path),
-        "--layers",
-        "1",
-        "--decode-steps",
-        "1",
-    ]
-    subprocess.run(cmd, check=True, timeout=300, capture_output=True)
-    config = json.loads((tmp_path / "config.json").read_text())
-    assert config["num_hidden_layers"] == 1
-    check_scenario(tmp_path, per_layer=3, layer_bytes=None)
