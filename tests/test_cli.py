@@ -77,7 +77,7 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list[str | Path], str]]:
         "not JSON": ([not_json, "-m", model], "not valid JSON"),
         "truncated gzip": ([trunc_gz, "-m", model], "gzip"),
         "truncated JSON": ([trunc_json, "-m", model], "truncated JSON"),
-        "JSON that is not a trace": ([model, "-m", model], "not a Chrome/Kineto trace"),
+        "JSON that is not a trace": ([model, "-m", model], "unrecognised input: not a Kineto trace"),
         "empty trace": ([empty, "-m", model], "no events"),
         "config without hidden_size": ([RANK0, "-m", bad_cfg], "hidden_size"),
         "missing file": ([tmp / "nope.json"], "no such file"),

@@ -24,6 +24,15 @@ def test_every_rule_has_docstring_sections_and_metadata():
 
 def test_readme_documents_every_command_and_output():
     readme = (REPO / "README.md").read_text()
-    for needle in ("tracediag analyze", "findings.json", "report.html", "trace.duckdb", "tracediag/findings-v1",
-                   "--model", "--tp", "--out", ".ci/run"):
+    for needle in (
+        "tracediag analyze",
+        "findings.json",
+        "report.html",
+        "trace.duckdb",
+        "tracediag/findings-v1",
+        "--model",
+        "--tp",
+        "--out",
+        ".ci/run",
+    ):
         assert needle in readme, needle

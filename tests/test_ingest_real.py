@@ -103,9 +103,9 @@ def test_hf_generate_profiler_step_gets_t_and_phase_from_shapes():
 
 def test_rank_from_distributed_info_file_name_or_order():
     pt = parse_kineto(shared_file("hta_rank_not_found.json.gz"), order=3)
-    assert (pt.meta["rank"], pt.meta["rank_source"]) == (3, "input order")
+    assert (pt.inputs_rows[0]["rank"], pt.inputs_rows[0]["rank_source"]) == (3, "input order")
     pt = parse_kineto(shared_file("hta_sampled_rank-1.json.gz"), order=0)
-    assert pt.meta["rank_source"] in ("distributedInfo", "file name") and pt.meta["rank"] == 1
+    assert pt.inputs_rows[0]["rank_source"] in ("distributedInfo", "file name") and pt.ranks == [1]
 
 
 def test_sampled_ranks_together_are_two_ranks():

@@ -11,10 +11,11 @@ import duckdb
 from tracediag import __version__
 from tracediag.derive import build_all
 from tracediag.engine import Context, Settings, TPDegree, run_rules
-from tracediag.errors import UsageError
+from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import ModelConfig, load_model_config
+from tracediag.reports.sections import Section, build_sections
 from tracediag.store import open_store, query_dicts
 
 SCHEMA_ID = "tracediag/findings-v1"
@@ -28,8 +29,7 @@ class Report:
     model: ModelConfig | None
     tp: TPDegree | None
     checks: list[Check]
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    collectives_by_rank: list[dict[str, Any]] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Check]:
@@ -57,8 +57,7 @@ class Report:
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
             "checks": [c.to_dict() for c in self.checks],
             "findings": [c.to_dict() for c in self.findings],
-            "steps": self.steps,
-            "collectives_by_rank": self.collectives_by_rank,
+            "sections": {s.id: s.to_dict() for s in self.sections},
         }
 
 
@@ -91,52 +90,32 @@ def detect_tp(con: duckdb.DuckDBPyConnection, override: int | None) -> TPDegree 
 
 
 def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
-    rows = con.execute("""
-        SELECT i.path, i.format, i.profiler, i.rank, i.rank_source, i.world_size, i.backend, i.device_name,
-            i.events_total, i.events_python_skipped,
-            (SELECT count(*) FROM kernels k WHERE k.rank = i.rank) AS kernels,
-            (SELECT count(*) FROM cpu_ops o WHERE o.rank = i.rank) AS cpu_ops,
-            (SELECT count(*) FROM collectives c WHERE c.rank = i.rank) AS collectives,
-            (SELECT count(*) FROM steps s WHERE s.rank = i.rank) AS steps
-        FROM inputs i ORDER BY i.input_id""").fetchall()
+    """One entry per input file, with its ranks and what was ingested/derived from it."""
+    rows = query_dicts(
+        con,
+        """
+        SELECT i.input_id, any_value(i.path) AS path, any_value(i.format) AS format,
+            any_value(i.profiler) AS profiler, list(i.rank ORDER BY i.rank) FILTER (WHERE i.rank IS NOT NULL) AS ranks,
+            any_value(i.rank_source) AS rank_source, max(i.world_size) AS world_size,
+            any_value(i.backend) AS backend, any_value(i.device_name) AS device,
+            sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped
+        FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
+    )
+    counts = {
+        table: dict(
+            con.execute(
+                f"SELECT i.input_id, count(*) FROM {table} t JOIN inputs i USING (rank) GROUP BY i.input_id"
+            ).fetchall()
+        )
+        for table in ("kernels", "cpu_ops", "collectives", "steps")
+    }
     out = []
     for r in rows:
-        (
-            path,
-            fmt,
-            profiler,
-            rank,
-            rank_source,
-            world,
-            backend,
-            device,
-            total,
-            skipped,
-            kernels,
-            cpu_ops,
-            colls,
-            steps,
-        ) = r
-        out.append(
-            {
-                "path": path,
-                "format": fmt,
-                "profiler": profiler,
-                "ranks": [rank],
-                "rank_source": rank_source,
-                "world_size": world,
-                "backend": backend,
-                "device": device,
-                "counts": {
-                    "kernels": kernels,
-                    "cpu_ops": cpu_ops,
-                    "collectives": colls,
-                    "steps": steps,
-                    "events_total": total,
-                    "python_events_skipped": skipped,
-                },
-            }
-        )
+        c = {t: counts[t].get(r["input_id"], 0) for t in counts}
+        c |= {"events_total": r.pop("events_total"), "python_events_skipped": r.pop("python_events_skipped")}
+        r.pop("input_id")
+        r["ranks"] = r["ranks"] or []
+        out.append(r | {"counts": c})
     return out
 
 
@@ -148,9 +127,20 @@ def analyze(
     keep_python: bool = False,
     jobs: int | None = None,
     settings: Settings | None = None,
+    extra_inputs: list[tuple[str | Path, str]] = (),
 ) -> Report:
-    """Ingest the traces into a DuckDB store (file `db_path` or in memory), derive, run the rules."""
-    files = discover_inputs(paths)
+    """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
+
+    `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
+    (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
+    """
+    files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
+    files += [(Path(p), fmt) for p, fmt in extra_inputs]
+    if not files:
+        raise UsageError("no inputs given: pass traces, or --metrics/--log/--bench files")
+    for p, _ in files:
+        if not p.exists():
+            raise InputError(p, "no such file or directory")
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
     parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
     con = open_store(db_path)
@@ -161,27 +151,6 @@ def analyze(
         tpd = detect_tp(con, tp)
         ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings())
         checks = run_rules(ctx)
-        steps = query_dicts(
-            con,
-            """
-            SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.T, s.t_source, s.ts_ns, s.dur_ns,
-                   s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
-                   count(c.op) FILTER (WHERE c.op = 'all_reduce') AS all_reduces,
-                   count(c.op) AS collectives, sum(c.dur_ns) AS collective_ns
-            FROM steps s LEFT JOIN collectives c USING (rank, step_id)
-            GROUP BY ALL ORDER BY s.rank, s.step_id""",
-        )
-        colls = query_dicts(
-            con,
-            """
-            SELECT rank, op, dtype, group_size, count(*) AS calls, count(payload_bytes) AS sized_calls,
-                   min(payload_bytes) AS min_payload_bytes, max(payload_bytes) AS max_payload_bytes,
-                   sum(payload_bytes) AS total_payload_bytes, sum(dur_ns) AS total_ns,
-                   any_value(evidence) AS size_from, count(kernel_name) AS with_kernel
-            FROM collectives GROUP BY ALL ORDER BY rank, calls DESC""",
-        )
-        return Report(
-            inputs=_input_rows(con), model=model_cfg, tp=tpd, checks=checks, steps=steps, collectives_by_rank=colls
-        )
+        return Report(inputs=_input_rows(con), model=model_cfg, tp=tpd, checks=checks, sections=build_sections(ctx))
     finally:
         con.close()

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from tracediag import __version__
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, UsageError
 
 app = typer.Typer(
     add_completion=False,
@@ -24,8 +24,9 @@ EXIT_OK, EXIT_USAGE = 0, 2
 @app.command()
 def analyze(
     inputs: Annotated[
-        list[Path], typer.Argument(help="Kineto traces (.json, .json.gz) or directories of them, one file per rank.")
-    ],
+        list[Path] | None,
+        typer.Argument(help="Profiler traces (Kineto .json/.json.gz, nsys .sqlite) or folders of them, one per rank."),
+    ] = None,
     model: Annotated[
         Path | None, typer.Option("--model", "-m", help="Hugging Face config.json of the served model.")
     ] = None,
@@ -40,12 +41,29 @@ def analyze(
         int | None,
         typer.Option("--jobs", "-j", help="Parallel parser processes (default: one per rank file, up to the cores)."),
     ] = None,
+    metrics: Annotated[
+        list[Path] | None, typer.Option("--metrics", help="vLLM /metrics scrapes (Prometheus text).")
+    ] = None,
+    log: Annotated[list[Path] | None, typer.Option("--log", help="vLLM engine/server logs.")] = None,
+    bench: Annotated[list[Path] | None, typer.Option("--bench", help="`vllm bench serve` result JSON.")] = None,
+    nccl_tests: Annotated[list[Path] | None, typer.Option("--nccl-tests", help="nccl-tests output.")] = None,
+    topology: Annotated[list[Path] | None, typer.Option("--topology", help="`tracediag env` snapshot JSON.")] = None,
+    hbm_bandwidth: Annotated[
+        float | None, typer.Option("--hbm-bandwidth", min=0.001, help="GPU memory bandwidth, GB/s.")
+    ] = None,
+    peak_tflops: Annotated[
+        float | None, typer.Option("--peak-tflops", min=0.001, help="GPU dense peak, TFLOP/s.")
+    ] = None,
+    slo: Annotated[
+        str | None, typer.Option("--slo", help="Latency budgets in ms, e.g. ttft=500,tpot=50,e2el=10000.")
+    ] = None,
+    tp1_baseline: Annotated[Path | None, typer.Option("--tp1-baseline", help="A TP=1 trace of the same model.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
-    """Ingest traces into DuckDB, run the rules, write report.html, findings.json and trace.duckdb."""
+    """Ingest traces and telemetry into DuckDB, run the rules, write report.html, findings.json, trace.duckdb."""
     from tracediag.analysis import analyze as run_analysis
-    from tracediag.reports import staged_outputs
+    from tracediag.output import staged_outputs
     from tracediag.reports.terminal import print_summary
 
     def produce(staging: Path):
@@ -62,6 +80,27 @@ def analyze(
 def version() -> None:
     """Print the version."""
     typer.echo(f"tracediag {__version__}")
+
+
+SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
+
+
+def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
+    """'ttft=500,tpot=50' -> (("ttft", 500.0), ("tpot", 50.0)); milliseconds."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        try:
+            ms = float(value.strip().removesuffix("ms"))
+        except ValueError:
+            ms = -1.0
+        if not sep or key not in SLO_KEYS or ms <= 0:
+            raise UsageError(f"--slo: '{part}' is not KEY=MS with KEY one of {', '.join(SLO_KEYS)} and MS > 0")
+        out.append((key, ms))
+    return tuple(out)
 
 
 def _guard(fn, debug: bool):

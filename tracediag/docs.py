@@ -1,6 +1,6 @@
 """Generate docs/rules.md from the rule modules, so the reference cannot drift from the code.
 
-    python -m tracediag.docs > docs/rules.md
+python -m tracediag.docs > docs/rules.md
 """
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ def rules_markdown() -> str:
     ]
     src = inspect.getsource(Settings)
     for f in dataclasses.fields(Settings):
-        comment = next((line.split("#", 1)[1].strip() for line in src.splitlines()
-                        if line.strip().startswith(f"{f.name}:") and "#" in line), "")
+        comment = next(
+            (
+                line.split("#", 1)[1].strip()
+                for line in src.splitlines()
+                if line.strip().startswith(f"{f.name}:") and "#" in line
+            ),
+            "",
+        )
         out.append(f"| `{f.name}` | `{f.default}` | {comment.replace('|', chr(92) + '|')} |")
     for step, name in WALK_STEPS.items():
         mods = [m for m in load_rules() if m.RULE.step == step]

@@ -12,6 +12,7 @@ import duckdb
 
 from tracediag.findings import Check, RuleMeta, not_applicable, rank_key
 from tracediag.model import ModelConfig
+from tracediag.rules import RULE_MODULES
 from tracediag.store import query_dicts
 
 
@@ -28,6 +29,11 @@ class Settings:
     collective_count_slack: int = 2  # COL001: calls beyond 2L still "≈ 2L" (embedding AR, logits AG)
     payload_tolerance: float = 0.10  # COL002: |ratio − 1| within this is a match
     max_evidence: int = 5  # example events per finding
+    # Facts the user supplies on the command line (None: take them from the inputs, or not applicable).
+    hbm_bandwidth_gbs: float | None = None  # GPU memory bandwidth, GB/s (--hbm-bandwidth)
+    peak_tflops: float | None = None  # dense peak of the GPU for the activation dtype, TFLOP/s (--peak-tflops)
+    slo_ms: tuple[tuple[str, float], ...] = ()  # latency budgets, e.g. (("ttft", 500.0),) ms (--slo)
+    tp1_baseline: str | None = None  # a TP=1 trace of the same model for the projection slope (--tp1-baseline)
 
 
 @dataclass
@@ -47,12 +53,7 @@ class Context:
         return row[0] if row else None
 
 
-BUILTIN_RULES = (
-    "tracediag.rules.shp001_tp_divisibility",
-    "tracediag.rules.shp002_config_trace_consistency",
-    "tracediag.rules.col001_collective_count",
-    "tracediag.rules.col002_payload_per_call",
-)
+BUILTIN_RULES = RULE_MODULES
 
 
 def load_rules() -> list[ModuleType]:

@@ -14,7 +14,8 @@ fallback AS (
            i.trace_end_ns - i.trace_start_ns AS dur_ns, NULL AS tid, 9 AS precedence,
            'whole trace (no step markers)' AS marker_source,
            NULL::INTEGER AS ctx_reqs, NULL::INTEGER AS ctx_tokens, NULL::INTEGER AS gen_reqs, NULL::INTEGER AS gen_tokens
-    FROM inputs i WHERE i.rank NOT IN (SELECT rank FROM best)
+    FROM inputs i
+    WHERE i.rank IS NOT NULL AND i.trace_start_ns IS NOT NULL AND i.rank NOT IN (SELECT rank FROM best)
 ),
 all_steps AS (
     SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM chosen

@@ -1,12 +1,20 @@
-"""Input discovery and ingest orchestration: files -> canonical tables in the store."""
+"""Input discovery, format detection and ingest orchestration: files -> canonical tables in the store.
+
+Each format has one parser module with one function `parse(path, order, options) -> Parsed`, named in
+FORMATS and imported only when a file of that format is given. Formats are detected from content
+(magic bytes, the first lines), not from file names; an explicit format (CLI flag) skips detection.
+"""
 
 from __future__ import annotations
 
 import gzip
+import importlib
 import multiprocessing as mp
 import os
+import re
 import sys
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -14,41 +22,73 @@ import duckdb
 import pyarrow as pa
 
 from tracediag.errors import InputError, UsageError
-from tracediag.ingest.kineto import ParsedTrace, parse_kineto
+from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.store import append_arrow, append_rows
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+# format -> (module, function). Profiler traces first: they hold ranks.
+FORMATS: dict[str, tuple[str, str]] = {
+    "kineto": ("tracediag.ingest.kineto", "parse_kineto"),
+    "nsys-sqlite": ("tracediag.ingest.nsys", "parse_nsys_sqlite"),
+    "nsys-rep": ("tracediag.ingest.nsys", "parse_nsys_rep"),
+    "prometheus": ("tracediag.ingest.prometheus", "parse_prometheus"),
+    "vllm-log": ("tracediag.ingest.vllm_log", "parse_vllm_log"),
+    "vllm-bench": ("tracediag.ingest.vllm_bench", "parse_vllm_bench"),
+    "nccl-tests": ("tracediag.ingest.nccl_tests", "parse_nccl_tests"),
+    "topology": ("tracediag.ingest.topology", "parse_topology"),
+}
+TRACE_FORMATS = frozenset({"kineto", "nsys-sqlite", "nsys-rep"})
 _SNIFF_BYTES = 1 << 16
 
 
-def looks_like_other_json(path: Path) -> bool:
-    """True for a readable JSON file whose head has no trace keys (a config.json beside the traces).
-
-    Used only when expanding a directory; unreadable or corrupt files are kept so that they fail
-    loudly with their own error instead of being skipped.
-    """
+def _head(path: Path, n: int = _SNIFF_BYTES) -> bytes | None:
+    """First n bytes of the (decompressed) file; None when it cannot be read as such."""
     try:
         with open(path, "rb") as f:
-            head = f.read(2)
+            magic = f.read(2)
             f.seek(0)
-            if head == b"\x1f\x8b":
+            if magic == b"\x1f\x8b":
                 with gzip.open(f) as g:
-                    text = g.read(_SNIFF_BYTES)
-            else:
-                text = f.read(_SNIFF_BYTES)
+                    return g.read(n)
+            return f.read(n)
     except (OSError, EOFError, zlib.error):
-        return False
-    stripped = text.lstrip()
-    if not stripped.startswith((b"{", b"[")):
-        return False
-    return b'"traceEvents"' not in text and b'"ph"' not in text and len(text) < _SNIFF_BYTES
+        return None
+
+
+def detect_format(path: Path) -> str | None:
+    """The input format from content; None when no ingester recognises it."""
+    if path.suffix == ".nsys-rep":
+        return "nsys-rep"
+    head = _head(path)
+    if head is None:
+        # unreadable or corrupt: let the trace parser report the exact problem
+        return "kineto" if path.name.endswith((".json", ".json.gz", ".gz")) else None
+    if head.startswith(b"SQLite format 3\x00"):
+        return "nsys-sqlite"
+    text = head.lstrip()
+    if text.startswith((b"{", b"[")):
+        if b'"traceEvents"' in head or b'"ph"' in head or text.startswith(b"["):
+            return "kineto"
+        if re.search(rb'"(?:request_throughput|completed|ttfts|mean_ttft_ms|output_throughput)"', head):
+            return "vllm-bench"
+        if b'"nvml' in head or b'"tracediag/topology' in head:
+            return "topology"
+        if len(head) < _SNIFF_BYTES:  # a whole small JSON file that is none of the above
+            return None
+        return "kineto"
+    if re.search(rb"(?m)^# (?:HELP|TYPE) \w|^vllm:\w+[{ ]", head):
+        return "prometheus"
+    if re.search(rb"(?m)^#\s+(?:size\s+count\s+type|Collective test starting|nThread)", head):
+        return "nccl-tests"
+    if re.search(rb"(?:INFO|WARNING|DEBUG)\s.*(?:vllm|Engine \d{3}|Avg prompt throughput|llm_engine)", head):
+        return "vllm-log"
+    return "kineto" if path.name.endswith((".json", ".json.gz")) else None
 
 
 def discover_inputs(paths: list[str | Path]) -> list[Path]:
     """Expand directories to the trace files inside them (sorted), keep files as given.
 
-    In a directory, JSON files that are plainly not traces (config.json, notes) are passed over;
-    a file named explicitly is always parsed, so a wrong file fails with its own error.
+    In a directory, only files some ingester recognises are taken (so a config.json beside the traces
+    is passed over); a file named explicitly is always parsed, so a wrong file fails with its own error.
     """
     found: list[Path] = []
     for raw in paths:
@@ -57,10 +97,10 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
             files = sorted(
                 f
                 for f in p.iterdir()
-                if f.is_file() and f.name.endswith(TRACE_SUFFIXES) and not looks_like_other_json(f)
+                if f.is_file() and not f.name.startswith(".") and detect_format(f) in TRACE_FORMATS
             )
             if not files:
-                raise InputError(p, "directory holds no trace files (*.json, *.json.gz with traceEvents)")
+                raise InputError(p, "directory holds no profiler traces (Kineto .json/.json.gz, nsys .sqlite)")
             found.extend(files)
         elif p.exists():
             found.append(p)
@@ -71,35 +111,66 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-def _parse_job(args: tuple[str, int, bool]) -> ParsedTrace:
-    path, order, keep_python = args
-    return parse_kineto(path, order=order, keep_python=keep_python)
+def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown input format '{fmt}' (known: {', '.join(FORMATS)})")
+    module, func = FORMATS[fmt]
+    try:
+        return getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError):
+        raise UsageError(f"input format '{fmt}' is not supported by this version of tracediag") from None
 
 
-def parse_all(files: list[Path], keep_python: bool = False, jobs: int | None = None) -> list[ParsedTrace]:
-    """Parse rank files, one process per file when there are several (bounded by the cores)."""
-    work = [(str(f), i, keep_python) for i, f in enumerate(files)]
-    jobs = jobs or min(len(files), os.cpu_count() or 1)
-    if len(files) == 1 or jobs <= 1:
+def _parse_job(args: tuple[str, str | None, int, IngestOptions]) -> Parsed:
+    path, fmt, order, options = args
+    p = Path(path)
+    fmt = fmt or detect_format(p)
+    if fmt is None:
+        raise InputError(
+            p,
+            "unrecognised input: not a Kineto trace, nsys export, vLLM log/metrics/benchmark "
+            "result or nccl-tests output",
+        )
+    return parser_for(fmt)(p, order, options)
+
+
+def parse_all(
+    files: list[Path] | list[tuple[Path, str | None]],
+    keep_python: bool = False,
+    jobs: int | None = None,
+    options: IngestOptions | None = None,
+) -> list[Parsed]:
+    """Parse inputs, one process per file when there are several (bounded by the cores).
+
+    `files` holds paths (format detected) or (path, format) pairs.
+    """
+    options = options or IngestOptions(keep_python=keep_python)
+    pairs = [f if isinstance(f, tuple) else (f, None) for f in files]
+    work = [(str(p), fmt, i, options) for i, (p, fmt) in enumerate(pairs)]
+    jobs = jobs or min(len(work), os.cpu_count() or 1)
+    if len(work) == 1 or jobs <= 1:
         return [_parse_job(w) for w in work]
+    # fork: workers inherit the imported modules (no re-import cost); nothing here holds threads yet.
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
         return list(pool.map(_parse_job, work))
 
 
-def load(con: duckdb.DuckDBPyConnection, parsed: list[ParsedTrace]) -> None:
-    """Write parsed traces into the store; two files claiming the same rank is an input error."""
+def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
+    """Write parsed inputs into the store; two trace files claiming the same rank is an input error."""
     seen: dict[int, str] = {}
-    for pt in parsed:
-        rank = pt.meta["rank"]
-        if rank in seen:
-            raise InputError(
-                pt.path,
-                f"rank {rank} ({pt.meta['rank_source']}) was already given by {seen[rank]}; "
-                "pass the traces of one run, one file per rank",
-            )
-        seen[rank] = pt.path
-    append_rows(con, "inputs", [pt.meta for pt in parsed])
+    rows = []
+    for input_id, pt in enumerate(parsed):
+        if pt.format in TRACE_FORMATS:
+            for rank in pt.ranks:
+                if rank in seen:
+                    raise InputError(
+                        pt.path,
+                        f"rank {rank} was already given by {seen[rank]}; pass the traces of one run, one file per rank",
+                    )
+                seen[rank] = pt.path
+        rows += [{**r, "input_id": input_id, "path": pt.path, "format": pt.format} for r in pt.inputs_rows]
+    append_rows(con, "inputs", rows)
     append_rows(con, "process_groups", [pg for pt in parsed for pg in pt.process_groups])
     by_table: dict[str, list[pa.Table]] = {}
     for pt in parsed:

@@ -18,7 +18,6 @@ import mmap
 import os
 import re
 import zlib
-from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import pyarrow as pa
 
 from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
+from tracediag.ingest.base import IngestOptions, Parsed
 
 _EMPTY = msgspec.Raw(b"")
 
@@ -99,16 +99,6 @@ _TraceOrArray = _Trace | list[_Event]
 # show their per-step `execute_model` only as a Python frame (CATALOG.md section 4).
 _PY_STEP_MARKER = re.compile(r"(?:^|\s|/)\w*model_runner\w*\.py\(\d+\): execute_model$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
-
-
-@dataclass
-class ParsedTrace:
-    """One input file as canonical tables (Arrow) plus its metadata row."""
-
-    path: str
-    meta: dict[str, Any]
-    tables: dict[str, pa.Table] = field(default_factory=dict)
-    process_groups: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_bytes(path: Path) -> bytes | mmap.mmap:
@@ -303,9 +293,10 @@ def _host_columns(evs: list[_Event]) -> dict[str, pa.Array]:
     }
 
 
-def parse_kineto(path: str | Path, order: int = 0, keep_python: bool = False) -> ParsedTrace:
+def parse_kineto(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
     """Parse one Kineto trace file. Raises InputError naming the file on any problem."""
     p = Path(path)
+    keep_python = (options or IngestOptions()).keep_python
     data = read_bytes(p)
     try:
         events, top = _decode(p, data)
@@ -319,7 +310,7 @@ def parse_kineto(path: str | Path, order: int = 0, keep_python: bool = False) ->
                 data.close()
 
 
-def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_python: bool) -> ParsedTrace:
+def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_python: bool) -> Parsed:
     if not events:
         raise InputError(p, "trace has no events (empty traceEvents)")
     by_cat: dict[str, list[_Event]] = {}
@@ -441,7 +432,7 @@ def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_
                         "ranks": _int_list(pg.get("ranks")),
                     }
                 )
-    return ParsedTrace(path=str(p), meta=meta, tables=tables, process_groups=pgs)
+    return Parsed(path=str(p), format="kineto", inputs_rows=[meta], tables=tables, process_groups=pgs)
 
 
 def _meta(

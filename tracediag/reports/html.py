@@ -10,6 +10,7 @@ from typing import Any
 
 import jinja2
 import orjson
+from markupsafe import Markup
 
 from tracediag.findings import WALK_STEPS
 
@@ -48,16 +49,20 @@ def _ts_us(ns: Any) -> str:
     return f"{ns / 1000:.3f}" if isinstance(ns, int) else "—"
 
 
-def _table(rows: list[dict[str, Any]], ts_keys: tuple[str, ...] = ("ts_ns",)) -> dict[str, Any]:
+def _table(rows: list[dict[str, Any]], ts_keys: tuple[str, ...] = ("ts_ns",), limit: int = 500) -> dict[str, Any]:
     if not rows:
-        return {"cols": [], "rows": []}
+        return {"cols": [], "rows": [], "truncated": False}
     cols = list(rows[0].keys())
     shown = []
-    for r in rows:
+    for r in rows[:limit]:
         shown.append(
             [(_ts_us(r.get(c)) + " µs") if c in ts_keys and r.get(c) is not None else fmt(r.get(c)) for c in cols]
         )
-    return {"cols": [("ts (µs, as in trace)" if c in ts_keys else c) for c in cols], "rows": shown}
+    return {
+        "cols": [("ts (µs, as in trace)" if c in ts_keys else c) for c in cols],
+        "rows": shown,
+        "truncated": len(rows) > limit,
+    }
 
 
 def _check_view(c: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +73,7 @@ def _check_view(c: dict[str, Any]) -> dict[str, Any]:
         "impact_pct": f"{c['impact'] * 100:.0f}%" if c.get("impact") is not None else None,
         "values_view": [(k, fmt(v)) for k, v in c.get("values", {}).items()],
         "evidence_view": _table(c.get("evidence", [])),
-        "table_view": _table(c.get("table", [])[:200]),
-        "table_truncated": len(c.get("table", [])) > 200,
+        "table_view": _table(c.get("table", []), limit=200),
         "downstream_of": c.get("downstream_of", []),
         "step_name": WALK_STEPS.get(c["step"], str(c["step"])),
     }
@@ -78,9 +82,30 @@ def _check_view(c: dict[str, Any]) -> dict[str, Any]:
 def render_html(report) -> str:
     d = report.to_dict()
     checks = [_check_view(c) for c in d["checks"]]
+    sections = [
+        {
+            "id": s.id,
+            "step": s.step,
+            "title": s.title,
+            "notes": s.notes,
+            "template": s.template or "_generic.html",
+            "svgs": [Markup(svg) for svg in s.svgs],  # built by tracediag with every label XML-escaped
+            "tables_view": [
+                (caption, _table(rows, ts_keys=("ts_ns", "gpu_ts_ns"))) for caption, rows in s.tables.items()
+            ],
+        }
+        for s in report.sections
+    ]
     walk = []
     for step, name in WALK_STEPS.items():
-        walk.append({"step": step, "name": name, "checks": [c for c in checks if c["step"] == step]})
+        walk.append(
+            {
+                "step": step,
+                "name": name,
+                "checks": [c for c in checks if c["step"] == step],
+                "sections": [s for s in sections if s["step"] == step],
+            }
+        )
     model = d["model"]
     return _ENV.get_template("report.html").render(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -93,7 +118,4 @@ def render_html(report) -> str:
         findings=[c for c in checks if c["status"] == "finding"],
         counts={s: sum(1 for c in checks if c["status"] == s) for s in ("finding", "pass", "not_applicable")},
         walk=walk,
-        collectives=_table(d["collectives_by_rank"]),
-        steps=_table(d["steps"][:500]),
-        steps_truncated=len(d["steps"]) > 500,
     )

@@ -9,18 +9,33 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-TABLES = ("inputs", "process_groups", "kernels", "memops", "runtime", "cpu_ops", "annotations", "flows")
-
 
 def _sql(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
+def schema_files() -> list[str]:
+    """schema.sql (profiler tables) first, then the other schema_*.sql files (telemetry, topology...)."""
+    names = sorted(
+        f.name
+        for f in resources.files("tracediag.store").iterdir()
+        if f.name.startswith("schema") and f.name.endswith(".sql")
+    )
+    return sorted(names, key=lambda n: n != "schema.sql")
+
+
 def open_store(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     """Open a new store (file or in-memory) with the canonical schema created."""
     con = duckdb.connect(str(path) if path else ":memory:")
-    con.execute(_sql("tracediag.store", "schema.sql"))
+    for name in schema_files():
+        con.execute(_sql("tracediag.store", name))
     return con
+
+
+def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(
+        con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
+    )
 
 
 def column_names(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
@@ -29,8 +44,8 @@ def column_names(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
 
 def append_arrow(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
     """Bulk-append an Arrow table; columns are matched by name, missing ones become NULL."""
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table}")
+    if not has_table(con, table):
+        raise ValueError(f"unknown table {table}: add it to a tracediag/store/schema*.sql file")
     cols = column_names(con, table)
     present = [c for c in cols if c in data.column_names]
     view = f"_incoming_{table}"

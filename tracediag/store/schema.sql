@@ -4,12 +4,12 @@
 -- `rank` is the global rank of the process that wrote the input file.
 
 CREATE TABLE inputs (
-    input_id INTEGER,              -- ordinal of the input in this analysis (0-based)
+    input_id INTEGER,              -- ordinal of the input file in this analysis (0-based); one row per rank it holds
     path VARCHAR,                  -- the path as the user gave it
-    format VARCHAR,                -- input format: 'kineto'
-    profiler VARCHAR,              -- what wrote it: 'pytorch-profiler (kineto)'
+    format VARCHAR,                -- input format: 'kineto', 'nsys-sqlite', 'prometheus', 'vllm-log', ...
+    profiler VARCHAR,              -- what wrote it: 'pytorch-profiler (kineto)', 'nsys 2026.2.1', ...
     file_bytes BIGINT,             -- size of the file on disk, bytes
-    rank INTEGER,                  -- global rank of this input's process
+    rank INTEGER,                  -- global rank of this input's process (NULL for telemetry inputs)
     rank_source VARCHAR,           -- where rank came from: 'distributedInfo', 'file name', 'input order'
     world_size INTEGER,            -- distributedInfo.world_size (NULL when absent)
     backend VARCHAR,               -- distributedInfo.backend ('nccl', 'gloo', ...)
@@ -23,7 +23,8 @@ CREATE TABLE inputs (
     events_total BIGINT,           -- traceEvents entries in the file
     events_python_skipped BIGINT,  -- python_function events not stored (kept only with --keep-python)
     distributed_info_json VARCHAR, -- distributedInfo verbatim, JSON
-    device_properties_json VARCHAR -- deviceProperties verbatim, JSON
+    device_properties_json VARCHAR, -- deviceProperties verbatim, JSON
+    meta_json VARCHAR              -- format-specific facts of the input (versions, capture settings), JSON
 );
 
 CREATE TABLE process_groups (

@@ -1,0 +1,33 @@
+"""What every ingester returns: rows for `inputs`, and Arrow tables shaped like the store's schema."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    keep_python: bool = False  # Kineto: also store python_function events
+
+
+@dataclass
+class Parsed:
+    """One input file, parsed.
+
+    `inputs_rows` has one row per rank (or process) the file holds — one for a Kineto trace, several for
+    an Nsight export of a multi-GPU run, one with rank None for telemetry (metrics, logs, benchmarks).
+    Each row's keys are `inputs` columns; format-specific facts go into `meta_json`.
+    """
+
+    path: str
+    format: str
+    inputs_rows: list[dict[str, Any]]
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    process_groups: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        return [r["rank"] for r in self.inputs_rows if r.get("rank") is not None]

@@ -1,0 +1,17 @@
+"""Collective calls per rank, op and dtype: counts, payload bytes, time."""
+
+from __future__ import annotations
+
+from tracediag.reports.sections import Section
+
+
+def build(ctx) -> Section | None:
+    rows = ctx.rows("""
+        SELECT rank, op, dtype, group_size, count(*) AS calls, count(payload_bytes) AS sized_calls,
+               min(payload_bytes) AS min_payload_bytes, max(payload_bytes) AS max_payload_bytes,
+               sum(payload_bytes) AS total_payload_bytes, sum(dur_ns) AS total_ns,
+               any_value(evidence) AS size_from, count(kernel_name) AS with_kernel
+        FROM collectives GROUP BY ALL ORDER BY rank, calls DESC""")
+    if not rows:
+        return None
+    return Section(id="collectives", step=3, title="Collectives per rank", tables={"per rank, op and dtype": rows})
