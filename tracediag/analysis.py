@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,12 +11,13 @@ import duckdb
 
 from tracediag import __version__
 from tracediag.derive import build_all
-from tracediag.engine import Context, Settings, TPDegree, run_rules
+from tracediag.engine import Context, Settings, TPDegree, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
+from tracediag.rules import RULE_MODULES
 from tracediag.store import open_store, query_dicts
 
 SCHEMA_ID = "tracediag/findings-v1"
@@ -128,11 +130,14 @@ def analyze(
     jobs: int | None = None,
     settings: Settings | None = None,
     extra_inputs: list[tuple[str | Path, str]] = (),
+    extra_rules: list[str] = (),
+    extra_sections: list[str] = (),
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
     `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
     (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
+    `extra_rules` / `extra_sections` are module names run after the registered ones (development, plugins).
     """
     files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
     files += [(Path(p), fmt) for p, fmt in extra_inputs]
@@ -150,7 +155,14 @@ def analyze(
         build_all(con)
         tpd = detect_tp(con, tp)
         ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings())
-        checks = run_rules(ctx)
-        return Report(inputs=_input_rows(con), model=model_cfg, tp=tpd, checks=checks, sections=build_sections(ctx))
+        rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+        checks = run_rules(ctx, rules)
+        return Report(
+            inputs=_input_rows(con),
+            model=model_cfg,
+            tp=tpd,
+            checks=checks,
+            sections=build_sections(ctx, extra=extra_sections),
+        )
     finally:
         con.close()

@@ -125,6 +125,18 @@ def _guard(fn, debug: bool):
         raise typer.Exit(130) from None
 
 
+def _register_commands() -> None:
+    import importlib
+
+    from tracediag.commands import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_commands()
+
+
 def main() -> None:
     try:
         app()

@@ -6,6 +6,7 @@ Each step is SQL in a `.sql` file beside this module; Python only does what SQL 
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import duckdb
@@ -148,11 +149,22 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     run_sql_file(con, "tracediag.derive", "collectives_finish.sql")
 
 
+CORE_SQL = ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
+# Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
+# a `.sql` file is executed; a Python module name is imported and its build(con) called.
+POST_DERIVATIONS: tuple[str, ...] = ()
+
+
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
     """Build every derived table, in dependency order."""
-    for name in ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql"):
+    for name in CORE_SQL:
         run_sql_file(con, "tracediag.derive", name)
     build_collectives(con)
+    for step in POST_DERIVATIONS:
+        if step.endswith(".sql"):
+            run_sql_file(con, "tracediag.derive", step)
+        else:
+            importlib.import_module(step).build(con)
     con.execute(
         "DROP TABLE IF EXISTS step_markers; DROP TABLE IF EXISTS coll_cand; DROP TABLE IF EXISTS coll_outer;"
         "DROP TABLE IF EXISTS coll_kern; DROP TABLE IF EXISTS coll_calls; DROP TABLE IF EXISTS coll_meta;"

@@ -31,9 +31,9 @@ class Section:
         return {"title": self.title, "step": self.step, "notes": list(self.notes), "tables": self.tables}
 
 
-def build_sections(ctx) -> list[Section]:
+def build_sections(ctx, extra: tuple[str, ...] | list[str] = ()) -> list[Section]:
     out = []
-    for name in SECTION_BUILDERS:
+    for name in (*SECTION_BUILDERS, *(e for e in extra if e not in SECTION_BUILDERS)):
         section = importlib.import_module(name).build(ctx)
         if section is not None:
             out.append(section)

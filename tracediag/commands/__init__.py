@@ -1,0 +1,3 @@
+"""Sub-commands beyond `analyze`, one module each with `register(app: typer.Typer)`; the CLI adds them in order."""
+
+COMMAND_MODULES: tuple[str, ...] = ()
