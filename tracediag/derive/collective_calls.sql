@@ -23,12 +23,14 @@ SELECT row_number() OVER (ORDER BY rank, ts_ns, src, name) AS cid, * FROM (
 );
 
 CREATE OR REPLACE TEMP TABLE coll_outer AS
-SELECT c.* FROM coll_cand c WHERE NOT EXISTS (
-    SELECT 1 FROM coll_cand o
-    WHERE o.rank = c.rank AND o.tid = c.tid AND o.cid <> c.cid
-      AND o.ts_ns <= c.ts_ns AND o.end_ns >= c.end_ns
-      AND (o.ts_ns < c.ts_ns OR o.end_ns > c.end_ns OR o.cid < c.cid)
-);
+-- outermost candidates per thread: sorted by start (longer first on ties, then cid), a candidate is
+-- nested when an earlier one on the same thread ends at or after it ends.
+SELECT * EXCLUDE (enclosing_end_ns) FROM (
+    SELECT *, max(end_ns) OVER (
+        PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC, cid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS enclosing_end_ns
+    FROM coll_cand
+) WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < end_ns;
 
 CREATE OR REPLACE TEMP TABLE coll_meta AS
 SELECT c.cid,

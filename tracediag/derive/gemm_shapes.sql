@@ -8,13 +8,16 @@ WITH g AS (
     WHERE name IN ('aten::linear', 'aten::mm', 'aten::addmm', 'aten::matmul')
       AND input_dims IS NOT NULL AND input_dims <> '[]'
 ),
+nesting AS (
+    -- ops on one thread nest like a stack: sorted by start (parents first on ties), an op is inside an
+    -- earlier one exactly when some earlier op on the thread ends at or after it ends. O(n log n).
+    SELECT *, max(ts_ns + dur_ns) OVER (
+        PARTITION BY rank, tid ORDER BY ts_ns, dur_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    ) AS enclosing_end_ns
+    FROM g
+),
 outermost AS (
-    SELECT * FROM g WHERE NOT EXISTS (
-        SELECT 1 FROM g o
-        WHERE o.rank = g.rank AND o.tid = g.tid
-          AND o.ts_ns <= g.ts_ns AND o.ts_ns + o.dur_ns >= g.ts_ns + g.dur_ns
-          AND (o.ts_ns < g.ts_ns OR o.dur_ns > g.dur_ns)
-    )
+    SELECT * FROM nesting WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < ts_ns + dur_ns
 )
 SELECT o.rank, s.step_id, o.name, o.ts_ns, o.dur_ns,
     CASE WHEN o.name = 'aten::addmm' THEN json_extract(o.input_dims, '$[1]')
