@@ -165,10 +165,6 @@ def _int_list(v: Any) -> list[int] | None:
     return None
 
 
-def _raw_text(r: msgspec.Raw) -> str | None:
-    return bytes(r).decode("utf-8", "replace") if len(r) else None
-
-
 def _exact_ts_ns(raw: msgspec.Raw) -> int | None:
     """Decimal µs text -> integer ns, exactly (half-up on the 4th decimal)."""
     b = bytes(raw)
@@ -233,9 +229,36 @@ def _pick_rank(path: Path, dist: Any, order: int) -> tuple[int, str]:
     return order, "input order"
 
 
+def _has_comm(a: _Args) -> bool:
+    # spelled out: this runs once per CPU op (hundreds of thousands), a getattr loop costs 10x more
+    return (
+        a.coll_name is not None
+        or a.in_nelems is not None
+        or a.in_size_old is not None
+        or a.dtype is not None
+        or a.group_size is not None
+        or a.pg_name is not None
+        or a.pg_id_old is not None
+        or a.seq is not None
+        or a.out_nelems is not None
+        or a.out_size_old is not None
+        or a.pg_desc is not None
+        or a.pg_ranks is not None
+    )
+
+
 def _comm_columns(args: list[_Args | None]) -> dict[str, pa.Array]:
+    """Collective metadata columns; only the few events that carry any of it are visited per field."""
+    n = len(args)
+    idx = [i for i, a in enumerate(args) if a is not None and _has_comm(a)]
+
     def col(getter, typ):
-        return pa.array([getter(a) if a is not None else None for a in args], type=typ)
+        if not idx:
+            return pa.nulls(n, typ)
+        values = [None] * n
+        for i in idx:
+            values[i] = getter(args[i])
+        return pa.array(values, type=typ)
 
     return {
         "coll_name": col(lambda a: _to_str(a.coll_name), pa.string()),
@@ -248,6 +271,20 @@ def _comm_columns(args: list[_Args | None]) -> dict[str, pa.Array]:
         "pg_ranks": col(lambda a: _to_str(a.pg_ranks), pa.string()),
         "seq": col(lambda a: _to_int(a.seq), pa.int64()),
     }
+
+
+def _str_column(values: list[Any]) -> pa.Array:
+    """Strings (or ints, e.g. pid/tid) -> Arrow string column; Arrow converts homogeneous lists in C."""
+    try:
+        arr = pa.array(values)
+        return arr if arr.type == pa.string() else arr.cast(pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return pa.array([_to_str(v) for v in values], pa.string())
+
+
+def _raw_column(raws: list[msgspec.Raw | None]) -> pa.Array:
+    """Verbatim JSON fragments (Input Dims, Input type) -> string column, UTF-8 checked by Arrow."""
+    return pa.array([bytes(r) if r is not None and len(r) else None for r in raws], pa.binary()).cast(pa.string())
 
 
 def _classified(names: list[str], classify) -> dict[str, pa.Array]:
@@ -264,7 +301,7 @@ def _base(evs: list[_Event], rank: int) -> dict[str, Any]:
     ts = _ns_of(evs)
     return {
         "rank": pa.array(np.full(len(evs), rank, dtype=np.int32)),
-        "name": pa.array([_to_str(e.name) or "" for e in evs], pa.string()),
+        "name": _str_column([e.name if e.name is not None else "" for e in evs]),
         "ts_ns": pa.array(ts),
         "dur_ns": pa.array(_dur_ns([e.dur for e in evs])),
     }
@@ -288,8 +325,8 @@ def _gpu_columns(evs: list[_Event]) -> dict[str, pa.Array]:
 
 def _host_columns(evs: list[_Event]) -> dict[str, pa.Array]:
     return {
-        "pid": pa.array([_to_str(e.pid) for e in evs], pa.string()),
-        "tid": pa.array([_to_str(e.tid) for e in evs], pa.string()),
+        "pid": _str_column([e.pid for e in evs]),
+        "tid": _str_column([e.tid for e in evs]),
     }
 
 
@@ -368,8 +405,8 @@ def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_
         cols = _base(ops, rank) | _host_columns(ops)
         args = [e.args for e in ops]
         cols["external_id"] = pa.array([_to_int(a.external_id) if a else None for a in args], pa.int64())
-        cols["input_dims"] = pa.array([_raw_text(a.input_dims) if a else None for a in args], pa.string())
-        cols["input_types"] = pa.array([_raw_text(a.input_types) if a else None for a in args], pa.string())
+        cols["input_dims"] = _raw_column([a.input_dims if a else None for a in args])
+        cols["input_types"] = _raw_column([a.input_types if a else None for a in args])
         cols |= _classified(cols["name"].to_pylist(), classify_cpu_op) | _comm_columns(args)
         tables["cpu_ops"] = pa.table(cols)
 
@@ -383,8 +420,8 @@ def _build(p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_
         cols = _base(evs, rank) | _host_columns(evs)
         cols["source"] = pa.array(["python_function" if s == "python_step_marker" else s for s, _ in ann], pa.string())
         cols["external_id"] = pa.array([_to_int(e.args.external_id) if e.args else None for e in evs], pa.int64())
-        cols["input_dims"] = pa.array([_raw_text(e.args.input_dims) if e.args else None for e in evs], pa.string())
-        cols["input_types"] = pa.array([_raw_text(e.args.input_types) if e.args else None for e in evs], pa.string())
+        cols["input_dims"] = _raw_column([e.args.input_dims if e.args else None for e in evs])
+        cols["input_types"] = _raw_column([e.args.input_types if e.args else None for e in evs])
         cls = _classified(cols["name"].to_pylist(), classify_cpu_op)
         cols["klass"] = cls["klass"]
         cols["collective_op"] = cls["collective_op"]
