@@ -20,6 +20,7 @@ from the same parameters that drove the run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +99,17 @@ class RunSpec:
     seed: int = 1234
     threads: int = 1
     gzip: bool = True
+    # Fault: decode-step attention forced onto the MATH SDPA backend (prefill keeps the flash CPU kernel).
+    decode_attn_math: bool = False
+    # 4-bit weight-only checkpoint: None (bf16 checkpoint), "dense" (config says AWQ W4 but the projections
+    # run dense bf16 full-size weights: quantization not applied) or "int4mm" (projections run
+    # aten::_weight_int4pack_mm_for_cpu on weights packed at load time).
+    w4: str | None = None
+    w4_group_size: int = 32
+    # Fault: this rank sleeps ``delay_ms`` before each decoder-layer all-reduce of every decode step.
+    delay_rank: int | None = None
+    delay_ms: float = 0.0
+    expected_findings: tuple[tuple[str, str, str], ...] = ()  # (rule, status, what) for scenario.json
 
 
 SCENARIOS: dict[str, RunSpec] = {
@@ -130,7 +143,84 @@ SCENARIOS: dict[str, RunSpec] = {
         description="TP=4 with only 2 KV heads (H_kv < p): each rank holds ceil(2/4) = 1 KV head, KV heads "
         "replicated on 2 ranks each; collectives as healthy.",
     ),
+    "math_decode_tp2": RunSpec(
+        name="math_decode_tp2",
+        tp=2,
+        shape=ModelShape(),
+        decode_attn_math=True,
+        description="As healthy_tp2, but decode-step attention runs inside "
+        "sdpa_kernel(SDPBackend.MATH): aten::_scaled_dot_product_attention_math (bmm, softmax, bmm) in "
+        "decode, aten::_scaled_dot_product_flash_attention_for_cpu in prefill.",
+        expected_findings=(
+            ("KRN001", "finding", "decode phase runs the math SDPA fallback (L per step); prefill runs flash"),
+            ("COL001", "pass", "2L + 1 all-reduces per step"),
+        ),
+    ),
+    "w4_dense_tp2": RunSpec(
+        name="w4_dense_tp2",
+        tp=2,
+        shape=ModelShape(),
+        w4="dense",
+        description="config.json declares a 4-bit AWQ checkpoint (group size 32), but the projections run "
+        "dense bf16 aten::linear/aten::mm on full-size [out/p, in] weights; no int4 kernel runs "
+        "(quantization not applied).",
+        expected_findings=(
+            ("SHP003", "finding", "4-bit config but dense bf16 GEMMs with full-size weights, no W4A16 kernel"),
+            ("KRN003", "finding", "no W4A16 kernel in any step"),
+        ),
+    ),
+    "w4_int4mm_tp2": RunSpec(
+        name="w4_int4mm_tp2",
+        tp=2,
+        shape=ModelShape(),
+        w4="int4mm",
+        description="config.json declares a 4-bit AWQ checkpoint (group size 32); the qkv/o/gate_up/down "
+        "projections run aten::_weight_int4pack_mm_for_cpu (bf16 activations) on weights packed at load time "
+        "with aten::_convert_weight_to_int4pack_for_cpu; lm_head stays bf16 (as AWQ leaves it).",
+        expected_findings=(
+            ("SHP003", "pass", "4-bit config and the projections run the int4 packed mm"),
+            ("KRN003", "pass", "fused W4A16 (int4 packed mm) kernel, no separate dequantize before a dense GEMM"),
+        ),
+    ),
+    "delayed_rank_tp2": RunSpec(
+        name="delayed_rank_tp2",
+        tp=2,
+        shape=ModelShape(),
+        delay_rank=1,
+        delay_ms=3.0,
+        description="As healthy_tp2, but in every decode step rank 1 sleeps 3 ms (time.sleep) before each "
+        "decoder-layer all-reduce: it arrives late at every layer collective and rank 0's gloo:all_reduce "
+        "time is mostly waiting for it.",
+        expected_findings=(
+            ("COL005", "finding", "straggler rank 1: starts each decode layer all-reduce ~3 ms after rank 0"),
+            ("COL001", "pass", "2L + 1 all-reduces per step"),
+        ),
+    ),
+    "healthy_tp1": RunSpec(
+        name="healthy_tp1",
+        tp=1,
+        shape=ModelShape(),
+        description="The healthy model at p = 1 (one process, gloo group of 1): no collectives (as vLLM skips "
+        "them at TP=1), full-size weights; the TP=1 baseline for the projection slope.",
+        expected_findings=(("COL001", "not_applicable", "p = 1: no collectives"),),
+    ),
 }
+
+
+# The 4-bit weight-only quantization_config written into config.json, with the key names Hugging Face
+# writes for AutoAWQ checkpoints (e.g. TheBloke/Yarn-Mistral-7B-64k-AWQ config.json: quant_method,
+# zero_point, group_size, bits, version). Group size 32 so that every per-rank input dimension K
+# (H = 256, q_local*D = 128, I/p = 352) is a multiple of it, as vLLM's AWQ requires under TP.
+def awq_quantization_config(group_size: int) -> dict:
+    return {"quant_method": "awq", "zero_point": True, "group_size": group_size, "bits": 4, "version": "gemm"}
+
+
+def hf_config(spec: RunSpec) -> dict:
+    config = spec.shape.hf_config()
+    if spec.w4 is not None:
+        config["quantization_config"] = awq_quantization_config(spec.w4_group_size)
+    return config
+
 
 # --large: enough recorded steps that one rank's uncompressed trace is well over 200 MB.
 LARGE_OVERRIDES = {"num_hidden_layers": 32, "rounds": 4, "decode_steps": 19}
@@ -178,6 +268,16 @@ def validate(spec: RunSpec) -> None:
         raise ValueError("prompt_len + decode_steps exceeds max_position_embeddings")
     if s.torch_dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {s.torch_dtype}")
+    if spec.w4 not in (None, "dense", "int4mm"):
+        raise ValueError(f"unknown w4 mode {spec.w4!r}")
+    if spec.w4 is not None:
+        for k in (s.hidden_size, (s.num_attention_heads // p) * s.head_dim, s.intermediate_size // p):
+            if k % spec.w4_group_size:
+                raise ValueError(f"per-rank input size {k} is not a multiple of group_size {spec.w4_group_size}")
+    if spec.w4 == "int4mm" and s.torch_dtype != "bfloat16":
+        raise ValueError("the int4 packed mm scenario is made with bfloat16 activations")
+    if spec.delay_rank is not None and not 0 <= spec.delay_rank < p:
+        raise ValueError(f"delay_rank={spec.delay_rank} is not a rank of tp={p}")
 
 
 def step_annotation(ctx_reqs: int, ctx_tokens: int, gen_reqs: int, gen_tokens: int) -> str:
@@ -201,22 +301,43 @@ def planned_steps(spec: RunSpec) -> list[dict]:
             else:
                 name = step_annotation(0, 0, spec.num_seqs, t)
             layer_ar_bytes = t * s.hidden_size * e_layer
-            steps.append(
-                {
-                    "annotation": name,
-                    "phase": phase,
-                    "T": t,
-                    "all_reduce_calls": per_layer * s.num_hidden_layers + 1,
-                    "all_reduce_layer_calls": per_layer * s.num_hidden_layers,
-                    "all_reduce_layer_payload_bytes": layer_ar_bytes,
-                    "all_reduce_layer_dtype": "float32" if spec.comm_fp32 else s.torch_dtype,
-                    "all_reduce_embedding_payload_bytes": t * s.hidden_size * e_act,
-                    "all_gather_calls": 1,
-                    "all_gather_input_bytes": spec.num_seqs * (s.vocab_size // p) * e_act,
-                    "all_gather_output_bytes": spec.num_seqs * s.vocab_size * e_act,
-                }
-            )
+            collectives = p > 1
+            step = {
+                "annotation": name,
+                "phase": phase,
+                "T": t,
+                "all_reduce_calls": per_layer * s.num_hidden_layers + 1 if collectives else 0,
+                "all_reduce_layer_calls": per_layer * s.num_hidden_layers if collectives else 0,
+                "all_reduce_layer_payload_bytes": layer_ar_bytes,
+                "all_reduce_layer_dtype": "float32" if spec.comm_fp32 else s.torch_dtype,
+                "all_reduce_embedding_payload_bytes": t * s.hidden_size * e_act,
+                "all_gather_calls": 1 if collectives else 0,
+                "all_gather_input_bytes": spec.num_seqs * (s.vocab_size // p) * e_act,
+                "all_gather_output_bytes": spec.num_seqs * s.vocab_size * e_act,
+            }
+            step.update(_extra_step_facts(spec, phase))
+            steps.append(step)
     return steps
+
+
+def _extra_step_facts(spec: RunSpec, phase: str) -> dict:
+    """Per-step expectations of the later scenarios (empty for the first four, whose scenario.json is fixed)."""
+    s = spec.shape
+    layers = s.num_hidden_layers
+    out: dict = {}
+    if spec.decode_attn_math or spec.w4 is not None or spec.delay_rank is not None or spec.tp == 1:
+        math = spec.decode_attn_math and phase == "decode"
+        out["sdpa_math_calls"] = layers if math else 0
+        out["sdpa_flash_cpu_calls"] = 0 if math else layers
+        int4 = spec.w4 == "int4mm"
+        out["int4pack_mm_calls"] = 4 * layers if int4 else 0  # qkv, o, gate_up, down per layer
+        out["linear_calls"] = 1 if int4 else 4 * layers + 1  # + lm_head (never quantized)
+    if spec.delay_rank is not None:
+        delayed = phase == "decode"
+        out["delayed_rank"] = spec.delay_rank
+        out["injected_delay_ms_per_layer_all_reduce"] = spec.delay_ms if delayed else 0.0
+        out["delayed_all_reduce_calls"] = 2 * layers if delayed else 0
+    return out
 
 
 def scenario_record(spec: RunSpec) -> dict:
@@ -249,8 +370,65 @@ def scenario_record(spec: RunSpec) -> dict:
             "down_proj": [s.hidden_size, s.intermediate_size // p],
             "lm_head": [s.vocab_size // p, s.hidden_size],
         },
+        **_extra_record(spec),
         "steps": planned_steps(spec),
     }
+
+
+def _extra_record(spec: RunSpec) -> dict:
+    """scenario.json keys of the later scenarios (absent for the first four)."""
+    out: dict = {}
+    if spec.decode_attn_math:
+        out["decode_attention"] = {
+            "backend": "math",
+            "cause": "decode-step F.scaled_dot_product_attention called inside "
+            "torch.nn.attention.sdpa_kernel(SDPBackend.MATH); prefill is not",
+            "cpu_dispatch_notes": "torch 2.13.0+cpu, bf16 [B, h/p, S, D] with enable_gqa: a float or bool "
+            "attn_mask, float32 inputs and head_dim 33 all still dispatch to "
+            "aten::_scaled_dot_product_flash_attention_for_cpu; only dropout_p > 0 or an explicit "
+            "sdpa_kernel(SDPBackend.MATH) selects aten::_scaled_dot_product_attention_math",
+            "prefill_op": "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "decode_op": "aten::_scaled_dot_product_attention_math",
+        }
+    if spec.w4 is not None:
+        s, p = spec.shape, spec.tp
+        g = spec.w4_group_size
+        q_local = s.num_attention_heads // p
+        kv_local = kv_heads_per_rank(s.num_key_value_heads, p)
+        d = s.head_dim
+        shards = {
+            "qkv_proj": [(q_local + 2 * kv_local) * d, s.hidden_size],
+            "o_proj": [s.hidden_size, q_local * d],
+            "gate_up_proj": [2 * s.intermediate_size // p, s.hidden_size],
+            "down_proj": [s.hidden_size, s.intermediate_size // p],
+        }
+        record = {"mode": spec.w4, "quantization_config": awq_quantization_config(g)}
+        if spec.w4 == "dense":
+            record["applied"] = False
+            record["what_runs"] = "aten::linear -> aten::mm on bf16 weights of the full per-rank size"
+        else:
+            record["applied"] = True
+            record["what_runs"] = (
+                "aten::_weight_int4pack_mm_for_cpu(x bf16 [T, K], packed uint8 [N, K/2], group_size, "
+                "scales_and_zeros bf16 [K/group_size, N, 2]); packed at load time (outside the profiled "
+                "window) by aten::_convert_weight_to_int4pack_for_cpu(int32 [N, K] in 0..15, innerKTiles)"
+            )
+            record["dequant_convention"] = "w = (q - 8) * scale + zero, per group of group_size along K"
+            record["packed_weights"] = {name: [n, k // 2] for name, (n, k) in shards.items()}
+            record["scales_and_zeros"] = {name: [k // g, n, 2] for name, (n, k) in shards.items()}
+        out["w4"] = record
+    if spec.delay_rank is not None:
+        out["injected_delay"] = {
+            "rank": spec.delay_rank,
+            "ms": spec.delay_ms,
+            "how": "time.sleep before each decoder-layer all-reduce (o_proj and down_proj) of every decode "
+            "step; none in prefill, none before the embedding all-reduce or the logits all-gather",
+        }
+    if spec.expected_findings:
+        out["expected_findings"] = [
+            {"rule": rule, "status": status, "what": what} for rule, status, what in spec.expected_findings
+        ]
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -267,6 +445,8 @@ class LayerWeights:
     gate_up: torch.Tensor  # [2 I/p, H]                    column-parallel, fused
     down: torch.Tensor  # [H, I/p]                         row-parallel
     down_bias_share: torch.Tensor | None = None  # [H] = bias / p (extra_allreduce fault only)
+    # w4 == "int4mm": projection name -> (packed uint8 [N, K/2], scales_and_zeros [K/G, N, 2]); packed at load
+    int4: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 @dataclass
@@ -286,6 +466,26 @@ class RankModel:
 
 def _randn(gen: torch.Generator, *shape: int, std: float) -> torch.Tensor:
     return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
+
+
+def quantize_int4_packed(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit per-group quantization of ``w`` [N, K], packed for aten::_weight_int4pack_mm_for_cpu.
+
+    The op's convention (tinygemm layout, torch 2.13 schema
+    ``_weight_int4pack_mm_for_cpu(Tensor self, Tensor mat2, int qGroupSize, Tensor qScaleAndZeros)``):
+    ``w = (q - 8) * scale + zero`` with ``q`` in 0..15, ``qScaleAndZeros`` [K/G, N, 2] in the activation
+    dtype; ``_convert_weight_to_int4pack_for_cpu(int32 [N, K], innerKTiles)`` packs to uint8 [N, K/2].
+    """
+    n, k = w.shape
+    wg = w.to(torch.float32).view(n, k // group_size, group_size)
+    lo = wg.amin(dim=-1, keepdim=True)
+    hi = wg.amax(dim=-1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-6)
+    q = ((wg - lo) / scale).round().clamp(0, 15).to(torch.int32).view(n, k)
+    zero = lo + 8 * scale
+    scales_and_zeros = torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous().to(w.dtype)  # [K/G, N, 2]
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 8)
+    return packed, scales_and_zeros
 
 
 def build_rank_model(spec: RunSpec, rank: int) -> RankModel:
@@ -328,6 +528,13 @@ def build_rank_model(spec: RunSpec, rank: int) -> RankModel:
                 down_bias_share=cast(bias / p) if spec.extra_allreduce else None,
             )
         )
+    if spec.w4 == "int4mm":
+        # Load time (outside the profiled window), as engines repack checkpoint weights once.
+        for lw in layers:
+            lw.int4 = {
+                name: quantize_int4_packed(getattr(lw, name), spec.w4_group_size)
+                for name in ("qkv", "o", "gate_up", "down")
+            }
     final_norm = cast(1.0 + _randn(gen, hdim, std=0.02))
     lm_head = _randn(gen, vocab, hdim, std=hdim**-0.5)
     inv_freq = 1.0 / (s.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
@@ -376,8 +583,28 @@ def tp_all_reduce(x: torch.Tensor, fp32: bool) -> torch.Tensor:
     return x
 
 
+def layer_all_reduce(model: RankModel, x: torch.Tensor, decode: bool) -> torch.Tensor:
+    """A decoder layer's row-parallel all-reduce; none at p = 1 (vLLM returns the input when TP size is 1)."""
+    spec = model.spec
+    if spec.tp == 1:
+        return x
+    if decode and model.rank == spec.delay_rank:
+        time.sleep(spec.delay_ms / 1000.0)  # fault: this rank arrives late at the collective
+    return tp_all_reduce(x, spec.comm_fp32)
+
+
+def project(x: torch.Tensor, lw: LayerWeights, name: str, group_size: int) -> torch.Tensor:
+    """A projection GEMM: dense ``F.linear`` on the bf16 shard, or the int4 packed mm when packed at load."""
+    if lw.int4 is not None:
+        packed, scales_and_zeros = lw.int4[name]
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_and_zeros)
+    return F.linear(x, getattr(lw, name))
+
+
 def vocab_parallel_embedding(model: RankModel, ids: torch.Tensor) -> torch.Tensor:
     """Megatron VocabParallelEmbedding: look up the local vocab slice, zero the rest, all-reduce."""
+    if model.spec.tp == 1:
+        return F.embedding(ids, model.embed)
     rows = model.embed.shape[0]
     start, end = model.rank * rows, (model.rank + 1) * rows
     outside = (ids < start) | (ids >= end)
@@ -396,6 +623,14 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
     d = s.head_dim
     q_w, kv_w = model.q_local * d, model.kv_local * d
     dtype = DTYPES[s.torch_dtype]
+    g = spec.w4_group_size
+    decode = seq == 1
+    if spec.decode_attn_math and decode:
+        # Fault: decode attention forced onto the MATH backend (prefill keeps the flash CPU kernel).
+        def math_ctx():
+            return sdpa_kernel(SDPBackend.MATH)
+    else:
+        math_ctx = contextlib.nullcontext
 
     positions = torch.arange(start_pos, start_pos + seq, dtype=torch.float32)
     freqs = torch.outer(positions, model.inv_freq)
@@ -407,7 +642,7 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
     for i, lw in enumerate(model.layers):
         # --- attention block
         x = rms_norm(hidden, lw.input_norm, s.rms_norm_eps)
-        qkv = F.linear(x, lw.qkv)  # column-parallel: [T, (q_local + 2 kv_local) D]
+        qkv = project(x, lw, "qkv", g)  # column-parallel: [T, (q_local + 2 kv_local) D]
         q, k, v = qkv.split([q_w, kv_w, kv_w], dim=-1)
         q = q.view(num_seqs, seq, model.q_local, d)
         k = k.view(num_seqs, seq, model.kv_local, d)
@@ -417,23 +652,24 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
         end = start_pos + seq
         model.k_cache[i][:, :, start_pos:end] = k.transpose(1, 2)
         model.v_cache[i][:, :, start_pos:end] = v.transpose(1, 2)
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            model.k_cache[i][:, :, :end],
-            model.v_cache[i][:, :, :end],
-            is_causal=seq > 1,
-            enable_gqa=model.q_local != model.kv_local,
-        )  # [B, q_local, S, D]
+        with math_ctx():
+            attn = F.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                model.k_cache[i][:, :, :end],
+                model.v_cache[i][:, :, :end],
+                is_causal=seq > 1,
+                enable_gqa=model.q_local != model.kv_local,
+            )  # [B, q_local, S, D]
         attn = attn.transpose(1, 2).reshape(t, q_w)
-        o = F.linear(attn, lw.o)  # row-parallel partial sum: [T, H]
-        o = tp_all_reduce(o, spec.comm_fp32)
+        o = project(attn, lw, "o", g)  # row-parallel partial sum: [T, H]
+        o = layer_all_reduce(model, o, decode)
         hidden = hidden + o
         # --- MLP block
         x = rms_norm(hidden, lw.post_norm, s.rms_norm_eps)
-        gate_up = F.linear(x, lw.gate_up)  # column-parallel: [T, 2 I/p]
+        gate_up = project(x, lw, "gate_up", g)  # column-parallel: [T, 2 I/p]
         gate, up = gate_up.chunk(2, dim=-1)
-        mlp = F.linear(F.silu(gate) * up, lw.down)  # row-parallel partial sum: [T, H]
-        mlp = tp_all_reduce(mlp, spec.comm_fp32)
+        mlp = project(F.silu(gate) * up, lw, "down", g)  # row-parallel partial sum: [T, H]
+        mlp = layer_all_reduce(model, mlp, decode)
         if lw.down_bias_share is not None:
             # Fault: the bias is split across ranks and reduced on its own instead of being added once
             # after the down_proj all-reduce.
@@ -446,6 +682,8 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
     last = hidden.view(num_seqs, seq, -1)[:, -1]  # logits only for the sampled position of each request
     logits_shard = F.linear(last, model.lm_head)  # vocab-parallel: [B, V/p]
     p = spec.tp
+    if p == 1:
+        return logits_shard.argmax(dim=-1)
     gathered = torch.empty((p * num_seqs, logits_shard.shape[1]), dtype=logits_shard.dtype)
     dist.all_gather_into_tensor(gathered, logits_shard.contiguous())
     logits = gathered.view(p, num_seqs, -1).permute(1, 0, 2).reshape(num_seqs, -1)  # [B, V]
@@ -489,9 +727,7 @@ def _worker(rank: int, spec: RunSpec, port: int, out_dir: str) -> None:
     warnings.filterwarnings("ignore", message=".*all_gather_into_tensor.*", category=FutureWarning)
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=spec.tp
-    )
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=spec.tp)
     try:
         model = build_rank_model(spec, rank)
         # Engine warm-up (vLLM's dummy run): a short prefill + decode, not profiled.
@@ -533,7 +769,7 @@ def generate(spec: RunSpec, out_dir: Path) -> float:
     t0 = time.perf_counter()
     mp.spawn(_worker, args=(spec, _free_port(), str(out_dir)), nprocs=spec.tp, join=True)
     elapsed = time.perf_counter() - t0
-    (out_dir / "config.json").write_text(json.dumps(spec.shape.hf_config(), indent=2) + "\n")
+    (out_dir / "config.json").write_text(json.dumps(hf_config(spec), indent=2) + "\n")
     (out_dir / "scenario.json").write_text(json.dumps(scenario_record(spec), indent=2) + "\n")
     return elapsed
 
@@ -584,6 +820,16 @@ def build_spec(args: argparse.Namespace, name: str) -> RunSpec:
         run_over["extra_allreduce"] = True
     if args.no_gzip:
         run_over["gzip"] = False
+    if args.decode_attn_math:
+        run_over["decode_attn_math"] = True
+    if args.w4 is not None:
+        run_over["w4"] = None if args.w4 == "none" else args.w4
+    if args.w4_group_size is not None:
+        run_over["w4_group_size"] = args.w4_group_size
+    if args.delay_rank is not None:
+        run_over["delay_rank"] = args.delay_rank
+    if args.delay_ms is not None:
+        run_over["delay_ms"] = args.delay_ms
     return dataclasses.replace(base, shape=shape, **run_over)
 
 
@@ -592,8 +838,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", choices=sorted(SCENARIOS), help="scenario to run")
     ap.add_argument("--out", type=Path, help="output directory (default: sample_traces/<scenario>)")
     ap.add_argument("--all", action="store_true", help="regenerate every committed scenario in place")
-    ap.add_argument("--large", action="store_true",
-                    help=f"long run for ingest benchmarks (>=200 MB JSON per rank): {LARGE_OVERRIDES}")
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help=f"long run for ingest benchmarks (>=200 MB JSON per rank): {LARGE_OVERRIDES}",
+    )
     ap.add_argument("--tp", type=int)
     ap.add_argument("--decode-steps", type=int)
     ap.add_argument("--rounds", type=int, help="prefill+decode rounds recorded")
@@ -612,6 +861,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int)
     ap.add_argument("--threads", type=int, help="intra-op threads per rank (default 1)")
     ap.add_argument("--no-gzip", action="store_true", help="write plain .json traces")
+    ap.add_argument("--decode-attn-math", action="store_true", help="force decode attention onto SDPA MATH")
+    ap.add_argument("--w4", choices=["none", "dense", "int4mm"], help="4-bit AWQ config: not applied / int4 mm")
+    ap.add_argument("--w4-group-size", type=int, help="AWQ group size (32/64/128; must divide per-rank K)")
+    ap.add_argument("--delay-rank", type=int, help="rank that sleeps before each decode layer all-reduce")
+    ap.add_argument("--delay-ms", type=float, help="that rank's delay in ms")
     args = ap.parse_args(argv)
 
     if args.all == bool(args.scenario):
