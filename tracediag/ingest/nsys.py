@@ -1,0 +1,897 @@
+"""Nsight Systems input: an `nsys export --type sqlite` database (or a .nsys-rep through `nsys export`).
+
+One export holds every process of the capture. Each process with GPU work (kernels, memory copies or
+memsets) on one CUDA device becomes one rank; runtime calls and NVTX ranges of that process go with it
+(a process driving several GPUs has one rank per GPU: runtime calls follow their kernels by correlation
+id, host-only events go to the process's busiest GPU). Host events of processes without GPU work (a
+launcher, an API server) are not stored; the input's meta_json counts them.
+
+What lands where (canonical tables, `store/schema.sql`; Nsight-only detail in `store/schema_nsys.sql`):
+- CUPTI_ACTIVITY_KIND_KERNEL -> kernels (demangled name from StringIds, device, stream, grid/block,
+  correlation; klass/family/collective_op from the catalog, as for Kineto).
+- CUPTI_ACTIVITY_KIND_MEMCPY / _MEMSET -> memops, named as Kineto names them
+  ("Memcpy HtoD (Pageable -> Device)", "Memset (Device)").
+- CUPTI_ACTIVITY_KIND_RUNTIME -> runtime (cat cuda_runtime / cuda_driver from eventClass; the CUPTI
+  version suffix `_v7000` is dropped so names read as in Kineto: cudaLaunchKernel).
+- CUPTI_ACTIVITY_KIND_SYNCHRONIZATION -> gpu_sync.
+- NVTX_EVENTS: every range and mark -> nvtx_events (domain, push/pop vs start/end, decoded payload);
+  PyTorch `emit_nvtx` ranges ("aten::mm, seq = 3, op_id = 7, sizes = [[..]]") -> cpu_ops (input_dims from
+  `sizes`), every other range -> annotations with source 'nvtx'. Runtime calls get external_id = the
+  innermost PyTorch range open on their thread (its op_id), and kernels/memops the external_id of their
+  runtime call, so ops link to kernels the way Kineto's 'External id' does.
+- TARGET_INFO_GPU (else TARGET_INFO_CUDA_DEVICE) -> the inputs row's device columns.
+
+Tables an export lacks are absent (nsys creates them lazily), so every table and column is probed in
+sqlite_master / table_info first. Timestamps are integer ns on the capture's clock, as exported.
+Schema sources: the NVIDIA Nsight Systems SQLite export schema (table comments in the exports
+themselves) and the stats scripts shipped with nsys (reports/nvtx_kern_sum.py: pid = (globalTid >> 24) &
+0xFFFFFF, tid = globalTid & 0xFFFFFF, NVTX range event types 59/60/70/71, domain create 75).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tracediag.catalog import classify_cpu_op, classify_kernel
+from tracediag.errors import InputError
+from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.nsys_nvtx import (
+    SchemaEntry,
+    blob_bytes,
+    decode_payload,
+    innermost_open,
+    parse_torch_range,
+    split_blob,
+)
+
+# ENUM_NSYS_EVENT_TYPE ids (same in the 2023.2 and 2026.x exports)
+NVTX_RANGE_TYPES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange, NvtxtPushPopRange, NvtxtStartEndRange
+NVTX_MARK_TYPES = (34, 65)  # NvtxMark, NvtxtMark
+_PUSH_POP = frozenset({59, 70})
+_THREAD_NAME = 39  # NvtxThread: nsys's MPI trace names each rank's thread "MPI Rank N"
+_DOMAIN_CREATE = 75
+_MPI_THREAD = re.compile(r"^MPI Rank (\d+)$")
+_CUPTI_VERSION_SUFFIX = re.compile(r"_v\d{4,}$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel
+
+# Kineto's names (libkineto cupti_strings.cpp memcpyKindString; CUPTI copyKind ids, = ENUM_CUDA_MEMCPY_OPER;
+# 11-13 are nsys's unified-memory copies, which CUPTI's memcpy records do not have)
+_MEMCPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+                10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}  # fmt: skip
+# ENUM_CUDA_MEM_KIND of the 2023.2 and 2026 exports (used when the export lacks the enum table); the labels
+# are the strings Kineto writes for the same kinds.
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+             6: "Managed Static", 7: "Unknown"}  # fmt: skip
+# CUpti_ActivitySynchronizationType (= ENUM_CUPTI_SYNC_TYPE) -> Kineto cuda_sync names
+_SYNC_KIND = {0: "Unknown", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+_NVTX_COLUMNS = ("rank", "name", "kind", "domain_id", "domain", "ts_ns", "dur_ns", "gtid", "end_gtid", "category",
+                 "color", "stored_as", "torch_seq", "torch_op_id", "nccl_comm_id", "message_bytes", "reduction_op",
+                 "peer", "root", "nranks", "nccl_rank", "cuda_device", "payload_json")  # fmt: skip
+# columns each table stores (the store's schema; store/schema.sql and store/schema_nsys.sql)
+_KEEP = {
+    "kernels": {"rank", "name", "ts_ns", "dur_ns", "device", "stream", "correlation", "external_id", "grid", "block",
+                "klass", "family", "collective_op"},
+    "memops": {"rank", "kind", "name", "ts_ns", "dur_ns", "device", "stream", "correlation", "external_id", "bytes"},
+    "gpu_sync": {"rank", "name", "ts_ns", "dur_ns", "device", "stream", "correlation", "event_id"},
+    "runtime": {"rank", "cat", "name", "ts_ns", "dur_ns", "correlation", "external_id"},
+    "cpu_ops": {"rank", "name", "ts_ns", "dur_ns", "external_id", "input_dims", "klass", "family", "collective_op"},
+    "annotations": {"rank", "name", "source", "ts_ns", "dur_ns", "klass", "collective_op"},
+    "nvtx_events": set(_NVTX_COLUMNS),
+}  # fmt: skip
+_SYNTHETIC_OP_ID = 1 << 56  # external ids for PyTorch ranges recorded without op_id (older PyTorch)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def pid_of(global_id: int | None) -> int | None:
+    """Process id from a serialized GlobalId (nsys reports: (globalTid >> 24) & 0x00FFFFFF)."""
+    return None if global_id is None else (global_id >> 24) & 0xFFFFFF
+
+
+def tid_of(global_tid: int | None) -> int | None:
+    """Thread id from a serialized GlobalId (nsys reports: globalTid & 0x00FFFFFF)."""
+    return None if global_tid is None else global_tid & 0xFFFFFF
+
+
+# --- file checks -------------------------------------------------------------------------------------------
+
+
+def _check_file(p: Path) -> int:
+    """Size of a readable, complete SQLite file; InputError naming the problem otherwise."""
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(100)
+    except OSError as exc:
+        raise InputError(p, f"cannot read file ({exc.strerror or exc})") from None
+    if size == 0:
+        raise InputError(p, "file is empty")
+    if not head.startswith(_SQLITE_MAGIC):
+        raise InputError(p, "not an SQLite database (Nsight Systems exports are made by `nsys export --type=sqlite`)")
+    if len(head) < 100:
+        raise InputError(p, f"truncated SQLite file ({size} bytes, less than its 100-byte header)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_size_valid = head[24:28] == head[92:96]  # "in-header database size" is valid (SQLite file format §1.3)
+    if page_size and header_size_valid and pages and size < pages * page_size:
+        raise InputError(
+            p,
+            f"truncated SQLite file: its header says {pages} pages of {page_size} bytes "
+            f"({pages * page_size} bytes) but the file has {size}; was the export or the copy interrupted?",
+        )
+    if page_size and size % page_size:
+        raise InputError(p, f"truncated SQLite file: {size} bytes is not a whole number of {page_size}-byte pages")
+    return size
+
+
+def _connect(p: Path) -> sqlite3.Connection:
+    # read-only and immutable: works on read-only media, never writes a journal next to the export
+    uri = f"file:{urllib.parse.quote(str(p.resolve()))}?mode=ro&immutable=1"
+    return sqlite3.connect(uri, uri=True)
+
+
+# --- the export --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Unit:
+    """One rank: a process on one CUDA device."""
+
+    pid: int | None
+    device: int | None
+    rank: int = -1
+    gpu_events: int = 0
+
+
+class _Export:
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path = path
+        self.con = con
+        self.tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._cols: dict[str, set[str]] = {}
+        self.notes: list[str] = []
+
+    def cols(self, table: str) -> set[str]:
+        if table not in self._cols:
+            self._cols[table] = (
+                {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')} if table in self.tables else set()
+            )
+        return self._cols[table]
+
+    def col(self, table: str, alias: str, name: str, default: str = "NULL") -> str:
+        return f"{alias}.{name}" if name in self.cols(table) else default
+
+    def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        return self.con.execute(sql, params).fetchall()
+
+    # --- metadata ---
+
+    def metadata(self) -> tuple[str, dict[str, str]]:
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # 2024+ / 2023.2 and older
+            if table in self.tables and {"name", "value"} <= self.cols(table):
+                return table, {k: v for k, v in self.rows(f"SELECT name, value FROM {table}") if k is not None}
+        return "", {}
+
+    def check_is_nsys(self) -> None:
+        markers = {"META_DATA_EXPORT", "EXPORT_META_DATA", "NVTX_EVENTS"}
+        if "StringIds" not in self.tables or not (
+            self.tables & markers or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+        ):
+            shown = ", ".join(sorted(self.tables)[:6]) or "none"
+            raise InputError(
+                self.path,
+                "SQLite database, but not an Nsight Systems export: it has no StringIds and no "
+                f"META_DATA_EXPORT/EXPORT_META_DATA, CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS table (tables: {shown})",
+            )
+
+    def enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
+        if table in self.tables and {"id", "label"} <= self.cols(table):
+            got = {i: lab for i, lab in self.rows(f"SELECT id, label FROM {table}") if lab is not None}
+            return got or fallback
+        return fallback
+
+
+def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
+    """Parse one Nsight Systems SQLite export. Raises InputError naming the file on any problem."""
+    p = Path(path)
+    size = _check_file(p)
+    try:
+        con = _connect(p)
+    except sqlite3.Error as exc:
+        raise InputError(p, f"cannot open SQLite file ({exc})") from None
+    try:
+        ex = _Export(p, con)
+        ex.check_is_nsys()
+        return _build(ex, order, size)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(p, f"corrupt or truncated SQLite file ({exc}); re-export it with `nsys export`") from None
+    finally:
+        con.close()
+
+
+def parse_nsys_rep(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
+    """A .nsys-rep report: converted with `nsys export --type=sqlite` into a temporary file when `nsys` is
+    on the PATH, else an InputError with the command to run."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "no such file")
+    out_name = p.with_suffix(".sqlite").name
+    hint = f"nsys export --type=sqlite --include-blobs=true --output={shlex.quote(out_name)} {shlex.quote(p.name)}"
+    exe = shutil.which("nsys")
+    if exe is None:
+        raise InputError(
+            p,
+            f"an Nsight Systems report must be exported to SQLite first and `nsys` is not on the PATH: run `{hint}` "
+            "(drop --include-blobs=true on nsys versions without it) and pass the .sqlite file",
+        )
+    with tempfile.TemporaryDirectory(prefix="tracediag-nsys-") as tmp:
+        out = Path(tmp) / out_name
+        base = [exe, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out}"]
+        # --include-blobs keeps the NVTX binary payloads (NCCL message sizes); older nsys lacks the option.
+        for extra in (["--include-blobs=true"], []):
+            res = subprocess.run([*base, *extra, str(p)], capture_output=True, text=True, check=False)
+            if res.returncode == 0 and out.is_file():
+                break
+        else:
+            last = (res.stderr or res.stdout).strip().splitlines()
+            raise InputError(
+                p, f"`nsys export` failed (exit {res.returncode}): {last[-1] if last else 'no output'}; run `{hint}`"
+            )
+        parsed = parse_nsys_sqlite(out, order, options)
+    size = p.stat().st_size
+    for row in parsed.inputs_rows:
+        row |= {"path": str(p), "format": "nsys-rep", "file_bytes": size}
+    parsed.path, parsed.format = str(p), "nsys-rep"
+    return parsed
+
+
+# --- building the tables -----------------------------------------------------------------------------------
+
+
+def _pid_sql(alias: str, col: str) -> str:
+    return f"(({alias}.{col} >> 24) & 16777215)"  # see pid_of
+
+
+def _columns(ex: _Export, sql: str, names: tuple[str, ...]) -> dict[str, list]:
+    rows = ex.rows(sql)
+    cols = list(zip(*rows)) if rows else [() for _ in names]
+    return {n: list(c) for n, c in zip(names, cols, strict=True)}
+
+
+def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
+    """Kernels, memcpys and memsets as columns; pid decoded and duration computed in SQL."""
+    k, m, s = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+    dims = ("gx", "gy", "gz", "bx", "by", "bz")
+    knames = ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "dname", "sname", *dims)
+    kern = {n: [] for n in knames}
+    if k in ex.tables:
+        c = ex.cols(k)
+        join = (" LEFT JOIN StringIds d ON d.id = k.demangledName" if "demangledName" in c else "") + (
+            " LEFT JOIN StringIds s ON s.id = k.shortName" if "shortName" in c else ""
+        )
+        cols = ", ".join(ex.col(k, "k", n) for n in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
+        kern = _columns(
+            ex,
+            f"SELECT {_pid_sql('k', 'globalPid')}, k.deviceId, k.start, max(k.end - k.start, 0), "
+            f"{ex.col(k, 'k', 'streamId')}, {ex.col(k, 'k', 'correlationId')}, "
+            f"{'d.value' if 'demangledName' in c else 'NULL'}, {'s.value' if 'shortName' in c else 'NULL'}, {cols} "
+            f"FROM {k} k{join} ORDER BY k.start",
+            knames,
+        )
+    mnames = ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "bytes", "copy_kind", "src", "dst")
+    mcpy = {n: [] for n in mnames}
+    if m in ex.tables:
+        mcpy = _columns(
+            ex,
+            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, max(m.end - m.start, 0), "
+            f"{ex.col(m, 'm', 'streamId')}, {ex.col(m, 'm', 'correlationId')}, {ex.col(m, 'm', 'bytes')}, "
+            f"{ex.col(m, 'm', 'copyKind')}, {ex.col(m, 'm', 'srcKind')}, {ex.col(m, 'm', 'dstKind')} "
+            f"FROM {m} m ORDER BY m.start",
+            mnames,
+        )
+    snames = ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "bytes", "mem_kind")
+    mset = {n: [] for n in snames}
+    if s in ex.tables:
+        mset = _columns(
+            ex,
+            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, max(m.end - m.start, 0), "
+            f"{ex.col(s, 'm', 'streamId')}, {ex.col(s, 'm', 'correlationId')}, {ex.col(s, 'm', 'bytes')}, "
+            f"{ex.col(s, 'm', 'memKind')} FROM {s} m ORDER BY m.start",
+            snames,
+        )
+    return kern, mcpy, mset
+
+
+def _classified(names: list[str], classify) -> dict[str, list]:
+    # Same as the Kineto ingester: classify each distinct name once.
+    table = {n: classify(n) for n in set(names)}
+    return {
+        "klass": [table[n].klass for n in names],
+        "family": [table[n].family for n in names],
+        "collective_op": [table[n].collective_op for n in names],
+    }
+
+
+def _keep(cols: dict[str, list], rank: list[int | None]) -> dict[str, list]:
+    """The columns with a rank column added, rows without a rank removed."""
+    if None not in rank:
+        return cols | {"rank": rank}
+    idx = [i for i, r in enumerate(rank) if r is not None]
+    return {k: [v[i] for i in idx] for k, v in cols.items()} | {"rank": [rank[i] for i in idx]}
+
+
+def _payload_schemas(ex: _Export) -> tuple[dict[tuple[int, int], list[SchemaEntry]], dict[int, dict[int, str]]]:
+    t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
+    schemas: dict[tuple[int, int], dict[int, SchemaEntry]] = {}
+    if t in ex.tables and {"domainId", "schemaId", "idx", "type", "name"} <= ex.cols(t):
+        for dom, sid, idx, typ, name, off in ex.rows(
+            f"SELECT domainId, schemaId, idx, type, name, {ex.col(t, 't', 'offset')} FROM {t} t"
+        ):
+            if typ is not None and name is not None:
+                schemas.setdefault((dom, sid), {}).setdefault(idx, SchemaEntry(idx, name, typ, off))
+    enums: dict[int, dict[int, str]] = {}
+    e = "NVTX_PAYLOAD_ENUM_ENTRIES"
+    if e in ex.tables and {"schemaId", "name", "value"} <= ex.cols(e):
+        for sid, name, value in ex.rows(f"SELECT schemaId, name, value FROM {e}"):
+            if value is not None:
+                enums.setdefault(sid, {}).setdefault(int(value), name)
+    return {k: list(v.values()) for k, v in schemas.items()}, enums
+
+
+def _runtime_cat(name: str, ecls: int | None, classes: dict[int, str], has_class: bool) -> str:
+    if not has_class:
+        return "cuda_runtime" if name.startswith("cuda") else "cuda_driver"
+    label = (classes.get(ecls) or "").upper()  # ENUM_NSYS_EVENT_CLASS: TRACE_PROCESS_EVENT_CUDA_DRIVER = 1
+    return "cuda_driver" if "DRIVER" in label or (not label and ecls == 1) else "cuda_runtime"
+
+
+def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
+    p = ex.path
+    meta_table, md = ex.metadata()
+    kern, mcpy, mset = _read_gpu(ex)
+
+    # --- ranks: one per (process, device) with GPU work ---
+    work: Counter[tuple[int | None, int | None]] = Counter()
+    for cols in (kern, mcpy, mset):
+        work.update(zip(cols["pid"], cols["device"]))
+    if not work:
+        present = sorted(t for t in ex.tables if t.startswith(("CUPTI_", "NVTX_")))
+        raise InputError(
+            p,
+            "Nsight Systems export without GPU work (no CUDA kernels, memory copies or memsets; tables: "
+            f"{', '.join(present) or 'none'}); capture with `nsys profile --trace=cuda,nvtx`",
+        )
+    units = {key: _Unit(pid=key[0], device=key[1], gpu_events=n) for key, n in work.items()}
+    primary: dict[int | None, _Unit] = {}
+    for u in sorted(units.values(), key=lambda u: (-u.gpu_events, u.device if u.device is not None else -1)):
+        primary.setdefault(u.pid, u)
+    nvtx = _read_nvtx(ex)
+    schemas, enums = _payload_schemas(ex)
+    payloads = _decode_payloads(nvtx, schemas, enums)
+    rank_source, world_size = _assign_ranks(ex, units, primary, nvtx, payloads)
+    urank = {key: u.rank for key, u in units.items()}
+    prank = {pid: u.rank for pid, u in primary.items()}
+
+    out: dict[str, dict[str, list]] = {}
+    dropped: Counter[int | None] = Counter()  # host events of processes without GPU work, by pid
+    corr_rank: dict[tuple[int | None, int], int] = {}  # (pid, correlation) -> rank of its GPU work
+
+    # --- GPU activity ---
+    mem_kind = ex.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND)
+    memops: list[dict[str, list]] = []
+    if kern["ts_ns"]:
+        rank = [urank[key] for key in zip(kern["pid"], kern["device"])]
+        dims = [kern[n] for n in ("gx", "gy", "gz", "bx", "by", "bz")]
+        out["kernels"] = {
+            "rank": rank,
+            "name": [d or s or "" for d, s in zip(kern["dname"], kern["sname"])],
+            "grid": [[x, y, z] if None not in (x, y, z) else None for x, y, z in zip(*dims[:3])],
+            "block": [[x, y, z] if None not in (x, y, z) else None for x, y, z in zip(*dims[3:])],
+        } | {n: kern[n] for n in ("ts_ns", "dur_ns", "device", "stream", "correlation")}
+    if mcpy["ts_ns"]:
+        triples = list(zip(mcpy["copy_kind"], mcpy["src"], mcpy["dst"]))
+        label = {
+            t: f"Memcpy {_MEMCPY_KIND.get(t[0], 'Unknown')} ({mem_kind.get(t[1], 'Unknown')} -> "
+            f"{mem_kind.get(t[2], 'Unknown')})"
+            for t in set(triples)
+        }
+        memops.append({"kind": ["memcpy"] * len(triples), "name": [label[t] for t in triples]} | mcpy)
+    if mset["ts_ns"]:
+        n = len(mset["ts_ns"])
+        memops.append(
+            {"kind": ["memset"] * n, "name": [f"Memset ({mem_kind.get(k, 'Unknown')})" for k in mset["mem_kind"]]}
+            | mset
+        )
+    if memops:
+        cols = {
+            c: [v for m in memops for v in m[c]]
+            for c in ("kind", "name", "pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "bytes")
+        }
+        out["memops"] = cols | {"rank": [urank[key] for key in zip(cols["pid"], cols["device"])]}
+    for table, pids in (("kernels", kern["pid"]), ("memops", out.get("memops", {}).get("pid", []))):
+        if table in out:
+            cols = out[table]
+            corr_rank.update(((p, c), r) for p, c, r in zip(pids, cols["correlation"], cols["rank"]) if c is not None)
+
+    sync = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+    if sync in ex.tables:
+        cols = _columns(
+            ex,
+            f"SELECT {_pid_sql('s', 'globalPid')}, s.deviceId, s.start, max(s.end - s.start, 0), "
+            f"{ex.col(sync, 's', 'streamId')}, {ex.col(sync, 's', 'correlationId')}, "
+            f"{ex.col(sync, 's', 'syncType')}, {ex.col(sync, 's', 'eventId')} FROM {sync} s ORDER BY s.start",
+            ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "kind", "event_id"),
+        )
+        rank = [
+            r if (r := corr_rank.get((p, c))) is not None else urank.get((p, d), prank.get(p))
+            for p, d, c in zip(cols["pid"], cols["device"], cols["correlation"])
+        ]
+        dropped.update(p for p, r in zip(cols["pid"], rank) if r is None)
+        cols["name"] = [_SYNC_KIND.get(k, "Unknown") for k in cols.pop("kind")]
+        if cols["ts_ns"]:
+            out["gpu_sync"] = _keep(cols, rank)
+
+    # --- CUDA runtime / driver calls ---
+    rt = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    if rt in ex.tables:
+        cols = _columns(
+            ex,
+            f"SELECT r.globalTid, {_pid_sql('r', 'globalTid')}, r.globalTid & 16777215, r.start, "
+            f"max(r.end - r.start, 0), {ex.col(rt, 'r', 'correlationId')}, s.value, {ex.col(rt, 'r', 'eventClass')} "
+            f"FROM {rt} r LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start",
+            ("gtid", "pid", "tid", "ts_ns", "dur_ns", "correlation", "raw_name", "event_class"),
+        )
+        rank = [
+            r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
+            for p, c in zip(cols["pid"], cols["correlation"])
+        ]
+        dropped.update(p for p, r in zip(cols["pid"], rank) if r is None)
+        classes, has_class = ex.enum("ENUM_NSYS_EVENT_CLASS", {}), "eventClass" in ex.cols(rt)
+        pairs = list(zip(cols.pop("raw_name"), cols.pop("event_class")))
+        clean = {pair: _CUPTI_VERSION_SUFFIX.sub("", pair[0] or "") for pair in set(pairs)}
+        cat = {pair: _runtime_cat(clean[pair], pair[1], classes, has_class) for pair in clean}
+        cols["name"] = [clean[x] for x in pairs]
+        cols["cat"] = [cat[x] for x in pairs]
+        if cols["ts_ns"]:
+            out["runtime"] = _keep(cols, rank)
+
+    # --- NVTX ---
+    ends = [max(map(operator.add, c["ts_ns"], c["dur_ns"]), default=0) for c in out.values()]
+    trace_end = max([*ends, nvtx.max_end])
+    ev_rows: list[tuple] = []  # rows of nvtx_events, in _NVTX_COLUMNS order
+    op_rows: list[tuple] = []  # PyTorch ranges -> cpu_ops
+    ann_rows: list[tuple] = []  # other ranges -> annotations
+    nvtx_counts: dict[int, Counter[str]] = {u.rank: Counter() for u in units.values()}
+    open_ranges = 0
+    for i, (start, end, etype, gtid, end_gtid, dom, text, category, color, _) in enumerate(nvtx.events):
+        pid = pid_of(gtid)
+        rank = prank.get(pid)
+        if rank is None:
+            dropped[pid] += 1
+            continue
+        is_mark = etype in NVTX_MARK_TYPES
+        if not is_mark and end is None:
+            end = trace_end  # a range still open when the capture stopped: nsys's reports close it at the end
+            open_ranges += 1
+        text = text or ""
+        torch = parse_torch_range(text) if not is_mark and not dom else None
+        dur = None if is_mark else max(end - start, 0)
+        kind = "mark" if is_mark else ("push_pop" if etype in _PUSH_POP else "start_end")
+        stored = None if is_mark else ("cpu_ops" if torch else "annotations")
+        domain = nvtx.domains.get((pid, dom)) if dom else None
+        other_end = end_gtid if end_gtid is not None and end_gtid != gtid else None
+        row = (rank, text, kind, dom, domain, start, dur, gtid, other_end, category, color, stored)
+        row += (torch.seq, torch.op_id) if torch else (None, None)
+        ev_rows.append(row + _payload_columns(payloads.get(i)))
+        nvtx_counts[rank]["marks" if is_mark else "ranges"] += 1
+        if is_mark:
+            continue
+        if torch:
+            nvtx_counts[rank]["torch_ops"] += 1
+            ext = torch.op_id if torch.op_id is not None else _SYNTHETIC_OP_ID + i
+            op_rows.append((rank, torch.name, start, dur, gtid, ext, torch.input_dims))
+        else:
+            ann_rows.append((rank, text, start, dur, gtid))
+    if ev_rows:
+        out["nvtx_events"] = dict(zip(_NVTX_COLUMNS, map(list, zip(*ev_rows)), strict=True))
+    ops = dict(zip(("rank", "name", "ts_ns", "dur_ns", "gtid", "external_id", "input_dims"), map(list, zip(*op_rows))))
+    if op_rows:
+        out["cpu_ops"] = ops
+    if ann_rows:
+        out["annotations"] = dict(zip(("rank", "name", "ts_ns", "dur_ns", "gtid"), map(list, zip(*ann_rows)))) | {
+            "source": ["nvtx"] * len(ann_rows)
+        }
+
+    # --- link: runtime call -> innermost PyTorch range on its thread; kernels/memops -> their call ---
+    run = out.get("runtime")
+    if run is not None:
+        run["external_id"] = [None] * len(run["rank"])
+    if op_rows and run is not None:
+        open_at = innermost_open(
+            zip(ops["gtid"], ops["ts_ns"], map(operator.add, ops["ts_ns"], ops["dur_ns"]), ops["external_id"]),
+            zip(run["gtid"], run["ts_ns"], range(len(run["rank"]))),
+        )
+        ext_of_corr: dict[tuple[int, int], int] = {}
+        for j, ext in open_at.items():
+            run["external_id"][j] = ext
+            if run["correlation"][j] is not None:
+                ext_of_corr[(run["rank"][j], run["correlation"][j])] = ext
+        for table in ("kernels", "memops"):
+            cols = out.get(table)
+            if cols:
+                cols["external_id"] = [ext_of_corr.get(rc) for rc in zip(cols["rank"], cols["correlation"])]
+
+    tables = {name: _to_arrow(name, cols) for name, cols in out.items()}
+    summary = _per_rank(tables)
+    props = _device_properties(ex, units)
+    nccl_ranks = set()
+    if "kernels" in tables:
+        k = out["kernels"]
+        nccl_ranks = {r for r, fam in zip(k["rank"], tables["kernels"].column("family").to_pylist()) if fam == "nccl"}
+    meta_common = {
+        "nsys_version": md.get("EXPORT_PRODUCT_VERSION"),
+        "export_schema_version": md.get("EXPORT_SCHEMA_VERSION"),
+        "export_metadata_table": meta_table or None,
+        "include_blobs": md.get("EXPORT_PARAM_INCLUDE_BLOBS"),
+        "clock": "integer ns on the capture's clock (TARGET_INFO_SESSION_START_TIME gives its UTC start)",
+        "runtime_names": "CUPTI version suffix (_v7000) removed, as Kineto writes them",
+        "ranks_in_file": len(units),
+        "nccl_payload": _payload_note(nvtx, payloads, md),
+        "nvtx_open_ranges_closed_at_trace_end": open_ranges,
+    }
+    if dropped:
+        meta_common["host_events_not_stored"] = {
+            f"pid {pid} ({nvtx.process_names.get(pid, '?')})": n for pid, n in sorted(dropped.items(), key=str)
+        } | {"why": "process without kernels, memory copies or memsets on any GPU"}
+    version = md.get("EXPORT_PRODUCT_VERSION")
+    inputs_rows = []
+    for u in sorted(units.values(), key=lambda u: u.rank):
+        first, last, events = summary.get(u.rank, (None, None, 0))
+        prop, prop_source = props[(u.pid, u.device)]
+        cc = None
+        if prop and prop.get("computeMajor") is not None:
+            cc = f"{prop['computeMajor']}.{prop.get('computeMinor')}"
+        meta = meta_common | {
+            "pid": u.pid,
+            "process_name": nvtx.process_names.get(u.pid),
+            "cuda_device": u.device,
+            "device_info_source": prop_source,
+            "nvtx": dict(nvtx_counts[u.rank]),
+        }
+        inputs_rows.append(
+            {
+                "input_id": order,
+                "path": str(p),
+                "format": "nsys-sqlite",
+                "profiler": f"nsys {version}" if version else "nsys",
+                "file_bytes": file_bytes,
+                "rank": u.rank,
+                "rank_source": rank_source,
+                "world_size": world_size,
+                "backend": "nccl" if nvtx.nccl_names or u.rank in nccl_ranks else None,
+                "nccl_version": None,
+                "device_name": prop.get("name") if prop else None,
+                "device_total_mem_bytes": prop.get("totalMemory") if prop else None,
+                "device_num_sms": (prop.get("smCount") or prop.get("numMultiprocessors")) if prop else None,
+                "device_compute_capability": cc,
+                "trace_start_ns": first,
+                "trace_end_ns": last,
+                "events_total": events,
+                "events_python_skipped": 0,
+                "distributed_info_json": None,
+                "device_properties_json": orjson.dumps(prop).decode() if prop else None,
+                "meta_json": orjson.dumps(meta).decode(),
+            }
+        )
+    return Parsed(
+        path=str(p),
+        format="nsys-sqlite",
+        inputs_rows=inputs_rows,
+        tables=tables,
+        process_groups=_process_groups(units, payloads, nvtx),
+    )
+
+
+def _payload_columns(pl: dict[str, Any] | None) -> tuple:
+    """nvtx_events' payload columns (nccl_comm_id ... payload_json) from a decoded payload."""
+    if not pl:
+        return (None,) * 9
+    comm, redop = pl.get("NCCL communicator ID"), pl.get("Reduction operation")
+    return (
+        f"0x{comm:016x}" if isinstance(comm, int) else None,
+        pl.get("Message size [bytes]"),
+        str(redop) if redop is not None else None,
+        pl.get("Peer rank"),
+        pl.get("Root"),
+        pl.get("No. of ranks"),
+        pl.get("Rank"),
+        pl.get("CUDA device"),
+        orjson.dumps(pl, default=str).decode(),
+    )
+
+
+def _per_rank(tables: dict[str, pa.Table]) -> dict[int, tuple[int, int, int]]:
+    """rank -> (first start, last end, rows) over every table of the input."""
+    out: dict[int, tuple[int, int, int]] = {}
+    for t in tables.values():
+        ends = pc.add(t.column("ts_ns"), pc.fill_null(t.column("dur_ns"), 0))
+        agg = (
+            pa.table({"rank": t.column("rank"), "ts": t.column("ts_ns"), "end": ends})
+            .group_by("rank")
+            .aggregate([("ts", "min"), ("end", "max"), ("ts", "count")])
+        )
+        for r, lo, hi, n in zip(*(agg.column(c).to_pylist() for c in ("rank", "ts_min", "end_max", "ts_count"))):
+            a, b, m = out.get(r, (lo, hi, 0))
+            out[r] = (min(a, lo), max(b, hi), m + n)
+    return out
+
+
+# --- NVTX reading ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Nvtx:
+    events: list[tuple] = field(default_factory=list)  # ranges and marks, by start
+    domains: dict[tuple[int | None, int], str] = field(default_factory=dict)  # (pid, domainId) -> name
+    mpi_ranks: dict[int | None, int] = field(default_factory=dict)  # pid -> rank from "MPI Rank N" thread names
+    process_names: dict[int | None, str] = field(default_factory=dict)
+    has_binary: bool = False
+    max_end: int = 0
+    nccl_names: set[str] = field(default_factory=set)
+
+
+def _read_nvtx(ex: _Export) -> _Nvtx:
+    out = _Nvtx()
+    if "PROCESSES" in ex.tables and {"pid", "name"} <= ex.cols("PROCESSES"):
+        out.process_names = {pid: name for pid, name in ex.rows("SELECT pid, name FROM PROCESSES")}
+    t = "NVTX_EVENTS"
+    if t not in ex.tables:
+        return out
+    c = ex.cols(t)
+    out.has_binary = "binaryData" in c
+    text = "coalesce(e.text, s.value)" if "textId" in c else "e.text"
+    join = " LEFT JOIN StringIds s ON s.id = e.textId" if "textId" in c else ""
+    sel = (
+        f"e.start, e.end, e.eventType, e.globalTid, {ex.col(t, 'e', 'endGlobalTid')}, {ex.col(t, 'e', 'domainId')}, "
+        f"{text}, {ex.col(t, 'e', 'category')}, {ex.col(t, 'e', 'color')}, {ex.col(t, 'e', 'binaryData')}"
+    )
+    for _start, _end, etype, gtid, _, dom, name, *_ in ex.rows(
+        f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN (?, ?)", (_DOMAIN_CREATE, _THREAD_NAME)
+    ):
+        if etype == _DOMAIN_CREATE and dom is not None and name:
+            out.domains[(pid_of(gtid), dom)] = name
+        elif etype == _THREAD_NAME and name and (m := _MPI_THREAD.match(name)):
+            out.mpi_ranks[pid_of(gtid)] = int(m.group(1))
+    wanted = NVTX_RANGE_TYPES + NVTX_MARK_TYPES
+    out.events = ex.rows(
+        f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN ({', '.join('?' * len(wanted))}) ORDER BY e.start",
+        wanted,
+    )
+    out.max_end = max((e[1] for e in out.events if e[1] is not None), default=0)
+    out.nccl_names = {e[6] for e in out.events if e[5] and e[6] and e[6].startswith("nccl")}
+    return out
+
+
+def _decode_payloads(
+    nvtx: _Nvtx, schemas: dict[tuple[int, int], list[SchemaEntry]], enums: dict[int, dict[int, str]]
+) -> dict[int, dict[str, Any]]:
+    """Event index -> decoded payload entries, for events whose binaryData a payload schema describes."""
+    out: dict[int, dict[str, Any]] = {}
+    if not nvtx.has_binary or not schemas:
+        return out
+    for i, ev in enumerate(nvtx.events):
+        raw = blob_bytes(ev[9])
+        if raw is None:
+            continue
+        parts = split_blob(raw)
+        if parts is None:
+            continue
+        domain_id, schema_id, payload = parts
+        entries = schemas.get((domain_id, schema_id)) or schemas.get((ev[5], schema_id))
+        if entries:
+            decoded = decode_payload(entries, payload, enums)
+            if decoded:
+                out[i] = decoded
+    return out
+
+
+def _payload_note(nvtx: _Nvtx, payloads: dict[int, dict[str, Any]], md: dict[str, str]) -> str:
+    if not nvtx.nccl_names:
+        return "no NCCL NVTX ranges in the export"
+    if payloads:
+        return f"decoded from binaryData for {len(payloads)} NVTX events (see nvtx_events.message_bytes, ...)"
+    blobs = md.get("EXPORT_PARAM_INCLUDE_BLOBS")
+    why = " (exported with --include-blobs=false)" if blobs == "false" else ""
+    return (
+        f"NCCL NVTX ranges present but binaryData is NULL{why}: message size, reduction op and communicator are "
+        "not available; collectives are named from kernel and range names. Re-export with "
+        "`nsys export --type=sqlite --include-blobs=true` to get them"
+    )
+
+
+# --- ranks -------------------------------------------------------------------------------------------------
+
+
+def _assign_ranks(
+    ex: _Export,
+    units: dict[tuple[int | None, int | None], _Unit],
+    primary: dict[int | None, _Unit],
+    nvtx: _Nvtx,
+    payloads: dict[int, dict[str, Any]],
+) -> tuple[str, int | None]:
+    """Set every unit's rank; returns (rank_source, world_size or None)."""
+    one_gpu_per_process = len(primary) == len(units)
+    # 1. MPI: nsys's MPI trace table, else its "MPI Rank N" thread names.
+    mpi: dict[int | None, int] = {}
+    mpi_source = ""
+    if "MPI_RANKS" in ex.tables and {"globalTid", "rank"} <= ex.cols("MPI_RANKS"):
+        mpi = {pid_of(g): r for g, r in ex.rows("SELECT globalTid, rank FROM MPI_RANKS")}
+        mpi_source = "MPI_RANKS table (nsys MPI trace)"
+    if not mpi:
+        mpi = nvtx.mpi_ranks
+        mpi_source = "NVTX thread name 'MPI Rank N' (nsys MPI trace)"
+    if mpi and one_gpu_per_process and all(u.pid in mpi for u in units.values()):
+        ranks = [mpi[u.pid] for u in units.values()]
+        if len(set(ranks)) == len(ranks):
+            for u in units.values():
+                u.rank = mpi[u.pid]
+            return mpi_source, None
+    # 2. NCCL: ncclCommInitRank payloads (Rank, No. of ranks, CUDA device), the largest communicator.
+    nccl: dict[tuple[int | None, int | None], tuple[int, int]] = {}
+    for i, pl in payloads.items():
+        if "Rank" in pl and "No. of ranks" in pl:
+            ev = nvtx.events[i]
+            pid = pid_of(ev[3])
+            dev = pl.get("CUDA device")
+            key = (pid, dev) if (pid, dev) in units else (pid, primary[pid].device) if pid in primary else None
+            if key is not None:
+                nranks, rank = int(pl["No. of ranks"]), int(pl["Rank"])
+                if key not in nccl or nranks > nccl[key][0]:
+                    nccl[key] = (nranks, rank)
+    if nccl and all(k in nccl for k in units):
+        ranks = [nccl[k][1] for k in units]
+        sizes = {nccl[k][0] for k in units}
+        if len(set(ranks)) == len(ranks) and len(sizes) == 1:
+            for k, u in units.items():
+                u.rank = nccl[k][1]
+            return "NCCL NVTX payload (ncclCommInitRank: Rank of the largest communicator)", sizes.pop()
+    # 3. One rank per process (and GPU) with GPU work, by CUDA device then pid.
+    for i, u in enumerate(sorted(units.values(), key=lambda u: (u.device if u.device is not None else -1, u.pid or 0))):
+        u.rank = i
+    return (
+        "process order: one rank per process and GPU with GPU work, by CUDA device then pid "
+        "(no MPI or NCCL rank in the export)",
+        None,
+    )
+
+
+def _process_groups(
+    units: dict[tuple[int | None, int | None], _Unit], payloads: dict[int, dict[str, Any]], nvtx: _Nvtx
+) -> list[dict[str, Any]]:
+    """NCCL communicators from ncclCommInitRank-style payloads (communicator id, No. of ranks, Rank)."""
+    members: dict[int, dict[int, int]] = {}  # comm id -> {rank in comm: global rank}
+    sizes: dict[int, int] = {}
+    seen: dict[int, set[int]] = {}  # global rank -> comm ids
+    primary = {u.pid: u for u in sorted(units.values(), key=lambda u: -u.gpu_events)}
+    for i, pl in payloads.items():
+        comm = pl.get("NCCL communicator ID")
+        if comm is None or "No. of ranks" not in pl or "Rank" not in pl:
+            continue
+        pid = pid_of(nvtx.events[i][3])
+        u = units.get((pid, pl.get("CUDA device"))) or primary.get(pid)
+        if u is None:
+            continue
+        members.setdefault(comm, {})[int(pl["Rank"])] = u.rank
+        sizes[comm] = int(pl["No. of ranks"])
+        seen.setdefault(u.rank, set()).add(comm)
+    out = []
+    for rank, comms in sorted(seen.items()):
+        for comm in sorted(comms):
+            m = members[comm]
+            complete = len(m) == sizes[comm]
+            out.append(
+                {
+                    "rank": rank,
+                    "pg_name": f"0x{comm:016x}",
+                    "pg_desc": "NCCL communicator (NVTX payload)",
+                    "backend_config": "cuda:nccl",
+                    "pg_size": sizes[comm],
+                    "ranks": [m[r] for r in sorted(m)] if complete else None,
+                }
+            )
+    return out
+
+
+# --- device properties -------------------------------------------------------------------------------------
+
+
+def _device_properties(
+    ex: _Export, units: dict[tuple[int | None, int | None], _Unit]
+) -> dict[tuple[int | None, int | None], tuple[dict[str, Any] | None, str]]:
+    """(pid, CUDA device) -> (TARGET_INFO_GPU row as a dict, where it came from).
+
+    CUDA device ordinals are per process: TARGET_INFO_CUDA_DEVICE maps (pid, cudaId) to the GPU's id in
+    TARGET_INFO_GPU; without it, TARGET_INFO_GPU.cuDevice (the CUDA ordinal) is used, then its id.
+    """
+    gpus: list[dict[str, Any]] = []
+    if "TARGET_INFO_GPU" in ex.tables:
+        cur = ex.con.execute("SELECT * FROM TARGET_INFO_GPU")
+        names = [d[0] for d in cur.description]
+        gpus = [dict(zip(names, r)) for r in cur.fetchall()]
+    cuda_dev: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    t = "TARGET_INFO_CUDA_DEVICE"
+    if t in ex.tables and {"pid", "cudaId"} <= ex.cols(t):
+        for pid, cuda_id, gpu_id, sms in ex.rows(
+            f"SELECT pid, cudaId, {ex.col(t, 't', 'gpuId')}, {ex.col(t, 't', 'numMultiprocessors')} FROM {t} t"
+        ):
+            cuda_dev[(pid, cuda_id)] = (gpu_id, sms)
+    out: dict[tuple[int | None, int | None], tuple[dict[str, Any] | None, str]] = {}
+    for key in units:
+        pid, dev = key
+        gpu_id, sms = cuda_dev.get((pid, dev), (None, None)) if pid is not None and dev is not None else (None, None)
+        row = None
+        if gpu_id is not None:
+            row = next((g for g in gpus if g.get("id") == gpu_id), None)
+            source = "TARGET_INFO_CUDA_DEVICE -> TARGET_INFO_GPU"
+        if row is None and gpus:
+            row = next((g for g in gpus if g.get("cuDevice") == dev), None) or next(
+                (g for g in gpus if g.get("id") == dev), None
+            )
+            source = "TARGET_INFO_GPU (by CUDA device ordinal)"
+        if row is None and (gpu_id is not None or sms is not None):
+            row = {"id": gpu_id, "numMultiprocessors": sms}
+            source = "TARGET_INFO_CUDA_DEVICE (SM count only)"
+        out[key] = (row, source) if row is not None else (None, "absent: no TARGET_INFO_GPU or TARGET_INFO_CUDA_DEVICE")
+    return out
+
+
+# --- arrow ---
+
+_INT_COLS = {"ts_ns", "dur_ns", "stream", "correlation", "external_id", "bytes", "event_id", "domain_id", "color",
+             "torch_seq", "torch_op_id", "message_bytes"}  # fmt: skip
+_INT32_COLS = {"rank", "device", "category", "peer", "root", "nranks", "nccl_rank", "cuda_device"}
+_DROP = {"pid", "gtid", "end_gtid"}  # replaced by the pid/tid/end_tid strings below
+
+
+def _to_arrow(table: str, cols: dict[str, list]) -> pa.Table:
+    out: dict[str, pa.Array] = {}
+    for name, values in cols.items():
+        if name in _DROP or name not in _KEEP[table]:
+            continue
+        if name in ("grid", "block"):
+            out[name] = pa.array(values, pa.list_(pa.int32()))
+        elif name in _INT_COLS:
+            out[name] = pa.array(values, pa.int64())
+        elif name in _INT32_COLS:
+            out[name] = pa.array(values, pa.int32())
+        else:
+            out[name] = pa.array(values, pa.string())
+    if "gtid" in cols:  # host events: pid/tid as Kineto writes them (numbers as text)
+        g = pa.array(cols["gtid"], pa.int64())
+        out["pid"] = pc.bit_wise_and(pc.shift_right(g, 24), 0xFFFFFF).cast(pa.string())  # see pid_of
+        out["tid"] = pc.bit_wise_and(g, 0xFFFFFF).cast(pa.string())
+    if "end_gtid" in cols:
+        out["end_tid"] = pc.bit_wise_and(pa.array(cols["end_gtid"], pa.int64()), 0xFFFFFF).cast(pa.string())
+    classify = {"kernels": classify_kernel, "cpu_ops": classify_cpu_op, "annotations": classify_cpu_op}.get(table)
+    if classify is not None:
+        for name, values in _classified(cols["name"], classify).items():
+            if name in _KEEP[table]:
+                out[name] = pa.array(values, pa.string())
+    return pa.table(out)
+
+
+__all__ = ["parse_nsys_rep", "parse_nsys_sqlite", "pid_of", "tid_of"]
