@@ -34,6 +34,9 @@ class Settings:
     peak_tflops: float | None = None  # dense peak of the GPU for the activation dtype, TFLOP/s (--peak-tflops)
     slo_ms: tuple[tuple[str, float], ...] = ()  # latency budgets, e.g. (("ttft", 500.0),) ms (--slo)
     tp1_baseline: str | None = None  # a TP=1 trace of the same model for the projection slope (--tp1-baseline)
+    # Expectations of the deployment (tracediag.toml): checked by `tracediag check`, readable by rules.
+    expected_tp: int | None = None  # tensor-parallel degree the deployment must run with
+    expected_attention_family: tuple[tuple[str, str], ...] = ()  # (phase or "any", catalog family)
 
 
 @dataclass

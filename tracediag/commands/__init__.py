@@ -1,3 +1,3 @@
 """Sub-commands beyond `analyze`, one module each with `register(app: typer.Typer)`; the CLI adds them in order."""
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("tracediag.commands.check", "tracediag.commands.diff")

@@ -1,0 +1,455 @@
+"""`tracediag diff BEFORE AFTER`: what changed between two runs, with numbers (diff.json + diff.html).
+
+Each side is a findings.json (with trace.duckdb beside it when there is one), an analyze output folder,
+or inputs to analyze (a folder of rank traces, a trace, an Nsight export). Compared: step time per phase
+and T bucket, communication and attention share, kernel-family time, collectives per step and payload
+per call (per op and dtype), dispatch per phase (which family runs attention, GEMMs, collectives) and
+findings added, removed or changed (identity: rule id + values.key, never the title).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import orjson
+
+from tracediag import __version__
+from tracediag.checkrun import RunData, finding_id, fmt_measure
+from tracediag.reports.html import fmt
+
+DIFF_SCHEMA_ID = "tracediag/diff-v1"
+PHASE_ORDER = {"prefill": 0, "mixed": 1, "decode": 2, "unphased": 3, "outside steps": 4}
+# Changes worth a headline (the tables hold everything).
+HEADLINE_REL = 0.05  # step time, payload, family time: ±5 %
+HEADLINE_SHARE = 0.02  # communication / attention share: ±2 points
+HEADLINE_MIN_FAMILY_SHARE = 0.01  # families under 1 % of the time on both sides are not headlined
+DISPATCH_MIN_SHARE = 0.05  # a family appearing/disappearing in a phase with less than 5 % is not a dispatch change
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("tracediag.reports", "templates"),
+    autoescape=True,  # kernel names, paths and titles are untrusted text
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _rel(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None:
+        return None
+    if before == 0:
+        return 0.0 if after == 0 else None
+    return after / before - 1
+
+
+def _abs(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else after - before
+
+
+def _phase_key(phase: str) -> tuple:
+    return (PHASE_ORDER.get(phase, 9), phase)
+
+
+def _side(run: RunData) -> dict[str, Any]:
+    d = run.doc
+    model = d.get("model") or {}
+    return {
+        "path": run.label,
+        "kind": run.kind,
+        "measures_source": run.measures.get("source"),
+        "time_basis": run.measures.get("time_basis"),
+        "tp": d.get("tp"),
+        "model": {k: model.get(k) for k in ("path", "L", "H", "H_kv", "dtype")} if model else None,
+        "inputs": [{"path": i.get("path"), "format": i.get("format"), "ranks": i.get("ranks")} for i in d["inputs"]],
+        "device": next((i.get("device") for i in d["inputs"] if i.get("device")), None),
+        "findings": len(d.get("findings", [])),
+    }
+
+
+def _step_time(b: dict, a: dict) -> list[dict[str, Any]]:
+    bs, as_ = b.get("step_time_ns", {}), a.get("step_time_ns", {})
+    rows = []
+    for key in set(bs) | set(as_):
+        x, y = bs.get(key), as_.get(key)
+        m = x or y
+        rows.append(
+            {
+                "phase": m["phase"],
+                "T_bucket": m["T_bucket"],
+                "before_median_ns": x and x["median"],
+                "after_median_ns": y and y["median"],
+                "change": _rel(x and x["median"], y and y["median"]),
+                "before_steps": x and x["steps"],
+                "after_steps": y and y["steps"],
+            }
+        )
+    return sorted(rows, key=lambda r: (_phase_key(r["phase"]), r["T_bucket"]))
+
+
+def _shares(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
+    bs, as_ = b.get(name, {}), a.get(name, {})
+    rows = []
+    for phase in sorted(set(bs) | set(as_), key=_phase_key):
+        x, y = (bs.get(phase) or {}).get("value"), (as_.get(phase) or {}).get("value")
+        rows.append({"phase": phase, "before": x, "after": y, "change": _abs(x, y)})
+    return rows
+
+
+def _collectives(b: dict, a: dict) -> list[dict[str, Any]]:
+    bs, as_ = b.get("collectives_per_step", {}), a.get("collectives_per_step", {})
+    rows = []
+    for key in set(bs) | set(as_):
+        x, y = bs.get(key), as_.get(key)
+        m = x or y
+        rows.append(
+            {
+                "phase": m["phase"],
+                "op": m["op"],
+                "before": x and x["median"],
+                "after": y and y["median"],
+                "change": _abs(x and x["median"], y and y["median"]),
+                "before_range": x and [x["min"], x["max"]],
+                "after_range": y and [y["min"], y["max"]],
+            }
+        )
+    return sorted(rows, key=lambda r: (_phase_key(r["phase"]), r["op"] == "all", r["op"]))
+
+
+def _payloads(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
+    bs, as_ = b.get(name, {}), a.get(name, {})
+    rows = []
+    for key in sorted(set(bs) | set(as_)):
+        x, y = bs.get(key) or {}, as_.get(key) or {}
+        rows.append(
+            {
+                "key": key,
+                "before_calls": x.get("calls", 0),
+                "after_calls": y.get("calls", 0),
+                "before_mean_bytes": x.get("mean_bytes"),
+                "after_mean_bytes": y.get("mean_bytes"),
+                "change": _rel(x.get("mean_bytes"), y.get("mean_bytes")),
+                "before_dtypes": x.get("dtypes", []),
+                "after_dtypes": y.get("dtypes", []),
+            }
+        )
+    return rows
+
+
+def _families(b: dict, a: dict) -> list[dict[str, Any]]:
+    bs, as_ = b.get("kernel_family_time", {}), a.get("kernel_family_time", {})
+    rows = []
+    for key in set(bs) | set(as_):
+        x, y = bs.get(key) or {}, as_.get(key) or {}
+        m = x or y
+        per_step = x.get("per_step_ns") is not None and y.get("per_step_ns") is not None
+        basis = "per_step_ns" if per_step else "total_ns"
+        rows.append(
+            {
+                "klass": m["klass"],
+                "family": m["family"],
+                "before_total_ns": x.get("total_ns"),
+                "after_total_ns": y.get("total_ns"),
+                "before_per_step_ns": x.get("per_step_ns"),
+                "after_per_step_ns": y.get("per_step_ns"),
+                "before_calls": x.get("calls"),
+                "after_calls": y.get("calls"),
+                "before_mean_ns": x.get("mean_ns"),
+                "after_mean_ns": y.get("mean_ns"),
+                "before_share": x.get("share"),
+                "after_share": y.get("share"),
+                "change": _rel(x.get(basis), y.get(basis)) if x and y else None,
+                "change_basis": basis if x and y else ("new" if y else "gone"),
+            }
+        )
+    return sorted(rows, key=lambda r: -max(r["before_total_ns"] or 0, r["after_total_ns"] or 0))
+
+
+def _dispatch(b: dict, a: dict) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    bd, ad = b.get("dispatch", {}), a.get("dispatch", {})
+    rows, changes = [], []
+    for group in sorted(set(bd) | set(ad)):
+        phases = set(bd.get(group, {})) | set(ad.get(group, {}))
+        for phase in sorted(phases, key=_phase_key):
+            x, y = bd.get(group, {}).get(phase), ad.get(group, {}).get(phase)
+            row = {
+                "group": group,
+                "phase": phase,
+                "before": x and x["family"],
+                "after": y and y["family"],
+                "before_share": x and x["share"],
+                "after_share": y and y["share"],
+                "before_families_ns": x and x["families_ns"],
+                "after_families_ns": y and y["families_ns"],
+            }
+            rows.append(row)
+            if x and y and x["family"] != y["family"]:
+                changes.append(row | {"what": f"{group} ({phase}): {x['family']} → {y['family']}"})
+            elif x and y:
+                tb, ta = sum(x["families_ns"].values()) or 1, sum(y["families_ns"].values()) or 1
+                for fam in sorted(set(x["families_ns"]) ^ set(y["families_ns"])):
+                    share = (y["families_ns"].get(fam, 0) / ta) or (x["families_ns"].get(fam, 0) / tb)
+                    if share >= DISPATCH_MIN_SHARE:
+                        verb = "appears" if fam in y["families_ns"] else "disappears"
+                        changes.append(row | {"what": f"{group} ({phase}): {fam} {verb} ({share * 100:.0f}% of time)"})
+    return rows, changes
+
+
+def _findings(before: dict, after: dict) -> dict[str, list[dict[str, Any]]]:
+    def by_id(doc):
+        return {finding_id(c): c for c in doc.get("checks", []) if c.get("status") == "finding"}
+
+    b, a = by_id(before), by_id(after)
+
+    def brief(c):
+        return {k: c.get(k) for k in ("rule", "severity", "title", "impact")} | {"id": finding_id(c)}
+
+    changed = []
+    for fid in sorted(set(a) & set(b)):
+        x, y = b[fid], a[fid]
+        if x.get("severity") != y.get("severity") or x.get("impact") != y.get("impact"):
+            changed.append(
+                brief(y)
+                | {"before_severity": x.get("severity"), "before_impact": x.get("impact"), "before_title": x["title"]}
+            )
+    return {
+        "added": [brief(a[f]) for f in sorted(set(a) - set(b))],
+        "removed": [brief(b[f]) for f in sorted(set(b) - set(a))],
+        "changed": changed,
+        "unchanged": [brief(a[f]) for f in sorted(set(a) & set(b)) if f not in {c["id"] for c in changed}],
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def headlines(d: dict[str, Any]) -> list[str]:
+    """The changes worth reading first, each with its numbers."""
+    out = []
+    for f in d["findings"]["added"]:
+        out.append(f"finding added: {f['id']} ({f['severity']}) {f['title']}")
+    for f in d["findings"]["removed"]:
+        out.append(f"finding removed: {f['id']} ({f['severity']}) {f['title']}")
+    for f in d["findings"]["changed"]:
+        out.append(f"finding changed: {f['id']} {f['before_severity']} → {f['severity']}: {f['title']}")
+    for c in d["dispatch_changes"]:
+        out.append(f"dispatch: {c['what']}")
+    for r in d["collectives_per_step"]:
+        if r["change"]:
+            out.append(f"{r['op']} calls per {r['phase']} step: {r['before']:g} → {r['after']:g} ({r['change']:+g})")
+    for r in d["payload_by_dtype"]:
+        op, dtype = r["key"].split(",", 1)
+        if not r["before_calls"] or not r["after_calls"]:
+            out.append(
+                f"{op} {dtype} calls: {r['before_calls']} → {r['after_calls']}"
+                + (f" (mean {fmt_measure(r['after_mean_bytes'], 'bytes')})" if r["after_calls"] else "")
+            )
+    for r in d["payload_per_call"]:
+        if r["change"] is not None and abs(r["change"]) >= HEADLINE_REL:
+            out.append(
+                f"{r['key']} payload per call: {fmt_measure(r['before_mean_bytes'], 'bytes')} → "
+                f"{fmt_measure(r['after_mean_bytes'], 'bytes')} ({_pct(r['change'])}); dtypes "
+                f"{', '.join(r['before_dtypes'])} → {', '.join(r['after_dtypes'])}"
+            )
+    for r in d["step_time"]:
+        if r["change"] is not None and abs(r["change"]) >= HEADLINE_REL:
+            out.append(
+                f"{r['phase']} step time ({r['T_bucket']}, median): {fmt_measure(r['before_median_ns'], 'ns')} → "
+                f"{fmt_measure(r['after_median_ns'], 'ns')} ({_pct(r['change'])})"
+            )
+    for name, label in (("communication_share", "communication share"), ("attention_share", "attention share")):
+        for r in d[name]:
+            if r["change"] is not None and abs(r["change"]) >= HEADLINE_SHARE:
+                out.append(
+                    f"{label} of {r['phase']} steps: {fmt_measure(r['before'], 'share')} → "
+                    f"{fmt_measure(r['after'], 'share')} ({r['change'] * 100:+.1f} points)"
+                )
+    for r in d["kernel_family_time"]:
+        big = max(r["before_share"] or 0, r["after_share"] or 0) >= HEADLINE_MIN_FAMILY_SHARE
+        if not big:
+            continue
+        name = f"{r['klass']}/{r['family']}"
+        if r["change_basis"] in ("new", "gone"):
+            t = r["after_total_ns"] if r["change_basis"] == "new" else r["before_total_ns"]
+            out.append(f"{name} time: {r['change_basis']} ({fmt_measure(t, 'ns')} in total)")
+        elif r["change"] is not None and abs(r["change"]) >= 2 * HEADLINE_REL:
+            basis = "per step" if r["change_basis"] == "per_step_ns" else "in total"
+            out.append(
+                f"{name} time {basis}: {fmt_measure(r['before_' + r['change_basis']], 'ns')} → "
+                f"{fmt_measure(r['after_' + r['change_basis']], 'ns')} ({_pct(r['change'])}); "
+                f"{fmt(r['before_calls'])} → {fmt(r['after_calls'])} calls, mean "
+                f"{fmt_measure(r['before_mean_ns'], 'ns')} → {fmt_measure(r['after_mean_ns'], 'ns')} per call"
+            )
+    return out
+
+
+STORE_MEASURES = ("kernel_family_time", "dispatch", "attention_share")
+
+
+def diff_runs(before: RunData, after: RunData) -> dict[str, Any]:
+    b, a = dict(before.measures), dict(after.measures)
+    notes = []
+    missing = [r.label for r in (before, after) if "kernel_family_time" not in r.measures]
+    if missing:
+        # Comparing with nothing would call every family "new": leave these out and say why.
+        for m in (a, b):
+            for k in STORE_MEASURES:
+                m.pop(k, None)
+        notes.append(
+            "kernel-family time, dispatch and attention share need the store (trace.duckdb beside "
+            f"findings.json, or the traces): not available for {', '.join(missing)}"
+        )
+    dispatch, dispatch_changes = _dispatch(b, a)
+    d = {
+        "schema": DIFF_SCHEMA_ID,
+        "tool": {"name": "tracediag", "version": __version__},
+        "before": _side(before),
+        "after": _side(after),
+        "step_time": _step_time(b, a),
+        "communication_share": _shares(b, a, "communication_share"),
+        "attention_share": _shares(b, a, "attention_share"),
+        "kernel_family_time": _families(b, a),
+        "collectives_per_step": _collectives(b, a),
+        "payload_per_call": _payloads(b, a, "payload_per_call"),
+        "payload_by_dtype": _payloads(b, a, "payload_by_dtype"),
+        "dispatch": dispatch,
+        "dispatch_changes": dispatch_changes,
+        "findings": _findings(before.doc, after.doc),
+        "notes": notes,
+    }
+    d["headlines"] = headlines(d)
+    return d
+
+
+def diff_json(d: dict[str, Any]) -> bytes:
+    return orjson.dumps(d, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
+
+
+# ---------------------------------------------------------------------------------------------- HTML
+
+
+def _chg(v: float | None, kind: str) -> dict[str, str]:
+    """Display and CSS class of a change: 'rel' (%), 'share' (points), 'count'."""
+    if v is None:
+        return {"text": "—", "cls": ""}
+    if kind == "rel":
+        text = f"{v * 100:+.1f}%"
+    elif kind == "share":
+        text = f"{v * 100:+.1f} pts"
+    else:
+        text = f"{v:+g}"
+    cls = "up" if v > 0 else "down" if v < 0 else ""
+    return {"text": text, "cls": cls}
+
+
+def _table(cols: list[str], rows: list[list[Any]]) -> dict[str, Any]:
+    return {"cols": cols, "rows": rows}
+
+
+def render_diff_html(d: dict[str, Any]) -> str:
+    ms = lambda v: fmt_measure(v, "ns")  # noqa: E731
+    share = lambda v: fmt_measure(v, "share")  # noqa: E731
+    byt = lambda v: fmt_measure(v, "bytes")  # noqa: E731
+    tables = [
+        (
+            "Step time per phase and T bucket (median)",
+            _table(
+                ["phase", "T", "before", "after", "change", "steps before", "steps after"],
+                [
+                    [r["phase"], r["T_bucket"], ms(r["before_median_ns"]), ms(r["after_median_ns"]),
+                     _chg(r["change"], "rel"), fmt(r["before_steps"]), fmt(r["after_steps"])]
+                    for r in d["step_time"]
+                ],
+            ),
+        ),
+        (
+            "Communication share of step time",
+            _table(
+                ["phase", "before", "after", "change"],
+                [[r["phase"], share(r["before"]), share(r["after"]), _chg(r["change"], "share")]
+                 for r in d["communication_share"]],
+            ),
+        ),
+        (
+            "Attention share of step time",
+            _table(
+                ["phase", "before", "after", "change"],
+                [[r["phase"], share(r["before"]), share(r["after"]), _chg(r["change"], "share")]
+                 for r in d["attention_share"]],
+            ),
+        ),
+        (
+            "Collectives per step (median calls)",
+            _table(
+                ["phase", "op", "before", "after", "change", "range before", "range after"],
+                [[r["phase"], r["op"], fmt(r["before"]), fmt(r["after"]), _chg(r["change"], "count"),
+                  fmt(r["before_range"]), fmt(r["after_range"])] for r in d["collectives_per_step"]],
+            ),
+        ),
+        (
+            "Payload per call, per op and dtype (mean bytes of this rank's input buffer)",
+            _table(
+                ["op, dtype", "calls before", "calls after", "before", "after", "change"],
+                [[r["key"], fmt(r["before_calls"]), fmt(r["after_calls"]), byt(r["before_mean_bytes"]),
+                  byt(r["after_mean_bytes"]), _chg(r["change"], "rel")]
+                 for r in d["payload_per_call"] + d["payload_by_dtype"]],
+            ),
+        ),
+        (
+            "Kernel-family time",
+            _table(
+                ["class", "family", "before total", "after total", "before / step", "after / step",
+                 "calls before", "calls after", "mean before", "mean after", "share before", "share after",
+                 "change"],
+                [[r["klass"], r["family"], ms(r["before_total_ns"]), ms(r["after_total_ns"]),
+                  ms(r["before_per_step_ns"]), ms(r["after_per_step_ns"]), fmt(r["before_calls"]),
+                  fmt(r["after_calls"]), ms(r["before_mean_ns"]), ms(r["after_mean_ns"]), share(r["before_share"]),
+                  share(r["after_share"]),
+                  _chg(r["change"], "rel") if r["change"] is not None else {"text": r["change_basis"], "cls": ""}]
+                 for r in d["kernel_family_time"]],
+            ),
+        ),
+        (
+            "Dispatch per phase (family with the most time)",
+            _table(
+                ["group", "phase", "before", "after", "share before", "share after", "families before",
+                 "families after"],
+                [[r["group"], r["phase"], r["before"] or "—", r["after"] or "—", share(r["before_share"]),
+                  share(r["after_share"]), fmt(r["before_families_ns"]), fmt(r["after_families_ns"])]
+                 for r in d["dispatch"]],
+            ),
+        ),
+    ]  # fmt: skip
+    fd = d["findings"]
+    sev = {
+        "added": lambda f: ("—", f["severity"]),
+        "removed": lambda f: (f["severity"], "—"),
+        "changed": lambda f: (f["before_severity"], f["severity"]),
+        "unchanged": lambda f: (f["severity"], f["severity"]),
+    }
+    finding_rows = [[kind, f["id"], *sev[kind](f), f["title"]] for kind in sev for f in fd[kind]]
+    for _, t in tables:
+        t["rows"] = [[c if isinstance(c, dict) else {"text": str(c), "cls": ""} for c in row] for row in t["rows"]]
+    return _ENV.get_template("diff.html").render(
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        tool=d["tool"],
+        before=d["before"],
+        after=d["after"],
+        headlines=d["headlines"],
+        notes=d["notes"],
+        tables=tables,
+        findings=finding_rows,
+    )
+
+
+def write_diff(d: dict[str, Any], out_dir: Path) -> list[Path]:
+    from tracediag.junit import write_atomic
+
+    out_dir = Path(out_dir)
+    paths = [out_dir / "diff.json", out_dir / "diff.html"]
+    write_atomic(paths[0], diff_json(d))
+    write_atomic(paths[1], render_diff_html(d).encode("utf-8"))
+    return paths
