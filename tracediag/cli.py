@@ -63,12 +63,28 @@ def analyze(
 ) -> None:
     """Ingest traces and telemetry into DuckDB, run the rules, write report.html, findings.json, trace.duckdb."""
     from tracediag.analysis import analyze as run_analysis
+    from tracediag.engine import Settings
     from tracediag.output import staged_outputs
     from tracediag.reports.terminal import print_summary
 
+    extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
+
     def produce(staging: Path):
+        settings = Settings(
+            hbm_bandwidth_gbs=hbm_bandwidth,
+            peak_tflops=peak_tflops,
+            slo_ms=parse_slo(slo),
+            tp1_baseline=str(tp1_baseline) if tp1_baseline else None,
+        )
         return run_analysis(
-            inputs, model=model, tp=tp, db_path=staging / "trace.duckdb", keep_python=keep_python, jobs=jobs
+            inputs or [],
+            model=model,
+            tp=tp,
+            db_path=staging / "trace.duckdb",
+            keep_python=keep_python,
+            jobs=jobs,
+            settings=settings,
+            extra_inputs=extra,
         )
 
     report = _guard(lambda: staged_outputs(out, produce), debug)
@@ -83,6 +99,19 @@ def version() -> None:
 
 
 SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
+# CLI flag -> input format, for telemetry and micro-benchmark files given with an explicit kind.
+FLAG_FORMATS = {
+    "metrics": "prometheus",
+    "log": "vllm-log",
+    "bench": "vllm-bench",
+    "nccl_tests": "nccl-tests",
+    "topology": "topology",
+}
+
+
+def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
+    """(path, format) pairs from the --metrics/--log/--bench/--nccl-tests/--topology options."""
+    return [(p, FLAG_FORMATS[flag]) for flag, paths in flags.items() for p in paths or []]
 
 
 def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:

@@ -80,19 +80,9 @@ def check(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline)."""
-    from tracediag.cli import _guard
+    from tracediag.cli import _guard, extra_inputs_from
 
-    extra = [
-        (p, fmt)
-        for paths, fmt in (
-            (metrics, "prometheus"),
-            (log, "vllm-log"),
-            (bench, "vllm-bench"),
-            (nccl_tests, "nccl-tests"),
-            (topology, "topology"),
-        )
-        for p in paths or []
-    ]
+    extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
     result, warnings = _guard(
         lambda: run(
             inputs or [],
