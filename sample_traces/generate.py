@@ -196,6 +196,19 @@ SCENARIOS: dict[str, RunSpec] = {
             ("COL001", "pass", "2L + 1 all-reduces per step"),
         ),
     ),
+    "wide_tp2": RunSpec(
+        name="wide_tp2",
+        tp=2,
+        shape=ModelShape(
+            hidden_size=4096, intermediate_size=11008, num_hidden_layers=2, num_attention_heads=32,
+            num_key_value_heads=8, head_dim=128, vocab_size=8192,
+        ),
+        num_seqs=8,
+        description="A wider Llama-shaped model (H=4096, I=11008, 32 heads, 8 KV heads, 2 layers) at TP=2 with "
+        "8 sequences: the projection compute per token is large enough that splitting it pays for the gloo "
+        "all-reduce latency at the decode T = 8 (TP profitability, COL003 pass).",
+        expected_findings=(("COL003", "pass", "decode T = 8 above the break-even T*"),),
+    ),
     "healthy_tp1": RunSpec(
         name="healthy_tp1",
         tp=1,

@@ -52,7 +52,10 @@ def test_healthy_vs_fp32_comm(tmp_module):
     fault = SAMPLES / "fault_fp32_comm_tp2"
     d, text, out = diffed(tmp_module, str(HEALTHY), str(fault), "-m", str(HEALTHY / "config.json"))
     assert d["schema"] == "tracediag/diff-v1"
-    assert [f["id"] for f in d["findings"]["added"]] == ["COL002"] and not d["findings"]["removed"]
+    assert [f["id"] for f in d["findings"]["added"]] == ["COL002"]
+    # COL003 judged the healthy CPU run (TP=2 slower than TP=1 at decode); on the fault it is not applicable
+    # because COL002 broke the cost model — so it leaves the findings list.
+    assert {f["id"] for f in d["findings"]["removed"]} <= {"COL003"}
     (ar,) = rows(d, "payload_per_call", key="all_reduce")
     assert ar["before_mean_bytes"] == pytest.approx((9 * 24576 + 6 * 9 * 1024) / 63)
     assert ar["after_mean_bytes"] == pytest.approx((8 * 49152 + 24576 + 6 * (8 * 2048 + 1024)) / 63)

@@ -7,6 +7,10 @@ bandwidth factor) and per step V_step = 4L·(p−1)/p·T·H·e_a.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 
 def allreduce_payload_bytes(T: int, H: int, e_a: int) -> int:
     """S = T·H·e_a: bytes of the [T, H] activation one all-reduce sums."""
@@ -31,3 +35,181 @@ def step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
 def allreduce_time_s(S: float, p: int, alpha_s: float, bus_bw_bytes_per_s: float) -> float:
     """τ_AR(S, p) ≈ α_p + 2(p−1)S/(p·B_p)."""
     return alpha_s + allreduce_bus_bytes(S, p) / bus_bw_bytes_per_s
+
+
+# --- Projection compute and TP profitability (seed, "TP article": 加速成立需要满足什么不等式) ---------------
+
+
+def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa: E741 (the RULEBOOK's symbol)
+    """F_proj = 4T(H² + H·H_KV) + 6T·H·I: Q/K/V/O and the three SwiGLU projections, 2 FLOPs per multiply-add.
+
+    H_KV is the *width* of the K/V projection (H_kv·D), not the KV head count.
+    """
+    return 4 * T * (H * H + H * H_KV) + 6 * T * H * I
+
+
+def seconds_per_token_tp1(L: int, H: int, I: int, H_KV: int, flops_per_s: float) -> float:  # noqa: E741
+    """a = L·F_proj/(T·peak): projection compute time per token at TP=1 with an effective FLOP rate."""
+    return L * proj_flops_per_layer(1, H, I, H_KV) / flops_per_s
+
+
+def tp_speedup(
+    T: float,
+    p: int,
+    *,
+    L: int,
+    H: int,
+    I: int,  # noqa: E741
+    H_KV: int,
+    e_a: int,
+    flops_per_s: float,
+    alpha_s: float,
+    bus_bw_bytes_per_s: float,
+) -> float:
+    """t_1/t_p with t_p = t_1/p + 2L·τ_AR(T·H·e_a, p): the seed's cost-model enumeration (ideal 1/p compute,
+    t_other ignored). It is a model for choosing what to measure, not a measurement."""
+    t1 = L * proj_flops_per_layer(T, H, I, H_KV) / flops_per_s
+    if p == 1:
+        return 1.0
+    tp = t1 / p + allreduce_calls_per_step(L) * allreduce_time_s(T * H * e_a, p, alpha_s, bus_bw_bytes_per_s)
+    return t1 / tp
+
+
+def breakeven_denominator(a_s: float, p: int, L: int, H: int, e_a: int, bus_bw_bytes_per_s: float | None) -> float:
+    """a(1 − 1/p) − 4L·(p−1)/p·H·e_a/B_p: compute saved per token minus bus time added per token.
+
+    B_p = None means the bandwidth term was not resolved (latency-bound data): it is taken as 0, which
+    makes T* a lower bound.
+    """
+    bw_term = 0.0 if bus_bw_bytes_per_s is None else 4 * L * (p - 1) / p * H * e_a / bus_bw_bytes_per_s
+    return a_s * (1 - 1 / p) - bw_term
+
+
+def breakeven_tokens(
+    L: int, alpha_s: float, a_s: float, p: int, H: int, e_a: int, bus_bw_bytes_per_s: float | None
+) -> float | None:
+    """T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); None when the denominator is not positive
+    (the bandwidth term alone eats the ideal compute saving: no T benefits from TP=p)."""
+    den = breakeven_denominator(a_s, p, L, H, e_a, bus_bw_bytes_per_s)
+    if den <= 0:
+        return None
+    return allreduce_calls_per_step(L) * alpha_s / den
+
+
+# --- Robust straight-line fits (numpy only) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """y ≈ intercept + slope·x, fitted robustly (Theil–Sen slope, median intercept)."""
+
+    intercept: float
+    slope: float
+    n: int  # points used
+    distinct_x: int  # distinct x values among them
+    r2: float | None  # 1 − SS_res/SS_tot of the robust line on all points (None when y is constant)
+    median_abs_rel_residual: float  # median |y − ŷ| / y: typical relative error of the line
+    method: str = "Theil–Sen"
+
+
+MAX_PAIRWISE_POINTS = 2000  # Theil–Sen is O(n²) pairs; larger inputs are sub-sampled deterministically
+
+
+def theil_sen(x, y) -> LineFit | None:
+    """Theil–Sen line: slope = median of pairwise slopes over pairs with different x, intercept = median of
+    y − slope·x. Robust to up to ~29% outliers (e.g. calls that waited for a late rank). None with fewer
+    than two distinct x values."""
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    xa, ya = xa[ok], ya[ok]
+    distinct = int(np.unique(xa).size)
+    if distinct < 2:
+        return None
+    xs, ys = xa, ya
+    if xs.size > MAX_PAIRWISE_POINTS:
+        idx = np.random.default_rng(0).choice(xs.size, MAX_PAIRWISE_POINTS, replace=False)
+        xs, ys = xs[idx], ys[idx]
+    i, j = np.triu_indices(xs.size, k=1)
+    dx = xs[j] - xs[i]
+    keep = dx != 0
+    if not keep.any():  # the sub-sample lost the second x value: fall back to all points by group medians
+        ux = np.unique(xa)
+        xs = ux
+        ys = np.array([np.median(ya[xa == u]) for u in ux])
+        i, j = np.triu_indices(xs.size, k=1)
+        dx = xs[j] - xs[i]
+        keep = dx != 0
+    slope = float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+    intercept = float(np.median(ya - slope * xa))
+    pred = intercept + slope * xa
+    ss_tot = float(np.sum((ya - ya.mean()) ** 2))
+    r2 = 1 - float(np.sum((ya - pred) ** 2)) / ss_tot if ss_tot > 0 else None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(ya - pred) / np.abs(ya)
+    rel = rel[np.isfinite(rel)]
+    return LineFit(
+        intercept=intercept,
+        slope=slope,
+        n=int(xa.size),
+        distinct_x=distinct,
+        r2=r2,
+        median_abs_rel_residual=float(np.median(rel)) if rel.size else float("nan"),
+    )
+
+
+MIN_R2_FOR_BANDWIDTH = 0.25  # below this the per-byte term explains too little of the call times to report B
+
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    """τ = α + V_AR/B over all-reduce calls of one group size p."""
+
+    p: int
+    alpha_s: float  # fixed latency per call, seconds
+    bus_bw_bytes_per_s: float | None  # B_p; None when the per-byte cost is not resolved (latency-bound data)
+    line: LineFit  # the robust fit of τ (s) against V_AR (bytes), before the latency-only fallback
+    min_payload_bytes: int
+    max_payload_bytes: int
+    latency_only: bool = False  # True: B unresolved, α = median call time
+    alpha_clamped: bool = False  # True: the robust intercept was negative (unphysical); α = 0, B through the origin
+    raw_intercept_s: float | None = None  # the fitted intercept before clamping, seconds
+
+    def time_s(self, S: float) -> float:
+        """τ_AR(S, p) with the fitted α and B (bandwidth term 0 when B is unresolved)."""
+        if self.bus_bw_bytes_per_s is None:
+            return self.alpha_s
+        return allreduce_time_s(S, self.p, self.alpha_s, self.bus_bw_bytes_per_s)
+
+
+def fit_alpha_beta(payload_bytes, seconds, p: int, min_r2: float = MIN_R2_FOR_BANDWIDTH) -> AlphaBetaFit | None:
+    """Fit τ = α + 2(p−1)/p·S/B robustly; None with fewer than two distinct payload sizes.
+
+    When the fitted per-byte cost is not positive, or the line explains less than `min_r2` of the
+    variance of the call times (R²), the data are latency-bound over the payloads seen: B is reported
+    as unresolved (None) and α is the median call time.
+    """
+    S = np.asarray(payload_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    line = theil_sen(allreduce_bus_bytes(S, p), t)
+    if line is None:
+        return None
+    resolved = line.slope > 0 and line.r2 is not None and line.r2 >= min_r2
+    alpha, slope, clamped = line.intercept, line.slope, False
+    if resolved and alpha < 0:
+        # A negative fixed latency is not physical (noise, or a few very large calls pulling the line):
+        # α = 0 and the per-byte cost is the median of τ/V_AR over the calls, a fit through the origin.
+        V = allreduce_bus_bytes(S, p)
+        ratios = t[V > 0] / V[V > 0]
+        alpha, slope, clamped = 0.0, float(np.median(ratios)), True
+    return AlphaBetaFit(
+        p=p,
+        alpha_s=alpha if resolved else float(np.median(t)),
+        bus_bw_bytes_per_s=1 / slope if resolved else None,
+        line=line,
+        min_payload_bytes=int(S.min()),
+        max_payload_bytes=int(S.max()),
+        latency_only=not resolved,
+        alpha_clamped=clamped,
+        raw_intercept_s=line.intercept,
+    )

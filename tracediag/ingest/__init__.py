@@ -64,6 +64,7 @@ def detect_format(path: Path) -> str | None:
         return "kineto" if path.name.endswith((".json", ".json.gz", ".gz")) else None
     if head.startswith(b"SQLite format 3\x00"):
         return "nsys-sqlite"
+    head = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", head)  # ANSI colour of terminal logs
     text = head.lstrip()
     if text.startswith((b"{", b"[")):
         if b'"traceEvents"' in head or b'"ph"' in head or text.startswith(b"["):
@@ -79,6 +80,8 @@ def detect_format(path: Path) -> str | None:
         return "prometheus"
     if re.search(rb"(?m)^#\s+(?:size\s+count\s+type|Collective test starting|nThread)", head):
         return "nccl-tests"
+    if re.search(rb"=+ Serving Benchmark Result =+", head):  # `vllm bench serve` stdout table
+        return "vllm-bench"
     if re.search(rb"(?:INFO|WARNING|DEBUG)\s.*(?:vllm|Engine \d{3}|Avg prompt throughput|llm_engine)", head):
         return "vllm-log"
     return "kineto" if path.name.endswith((".json", ".json.gz")) else None

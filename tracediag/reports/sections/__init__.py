@@ -14,6 +14,8 @@ from typing import Any
 SECTION_BUILDERS = (
     "tracediag.reports.sections.steps",
     "tracediag.reports.sections.collectives",
+    "tracediag.reports.sections.comm",
+    "tracediag.reports.sections.serving",
 )
 
 

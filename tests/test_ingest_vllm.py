@@ -1,0 +1,569 @@
+"""vLLM serving telemetry: every real file in ../shared/data/vllm/ ingests; logs, /metrics and benchmark results
+land in the store as vLLM wrote them; telemetry-only analyses run the serving rules and the serving section.
+
+Inputs no real file provides (a --save-detailed result, a log whose queue grows) are made by documented
+builders below that use vLLM's own formats (cited), never by editing the real files in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED
+
+from tracediag.analysis import analyze
+from tracediag.engine import Settings
+from tracediag.errors import InputError
+from tracediag.ingest import detect_format
+from tracediag.ingest.base import IngestOptions
+from tracediag.ingest.prometheus import parse_prometheus
+from tracediag.ingest.vllm_bench import parse_vllm_bench
+from tracediag.ingest.vllm_log import parse_vllm_log
+
+VLLM = SHARED / "data" / "vllm"
+FORMAT_OF = {"logs": "vllm-log", "log_excerpts": "vllm-log", "metrics": "prometheus", "bench": "vllm-bench"}
+PARSER = {"vllm-log": parse_vllm_log, "prometheus": parse_prometheus, "vllm-bench": parse_vllm_bench}
+ALL_FILES = sorted((p, FORMAT_OF[p.parent.name]) for p in VLLM.glob("*/*") if p.is_file())
+SERVING_RULES = [  # SCH002-SCH010 (SCH001 is another module's)
+    f"tracediag.rules.{p.stem}"
+    for p in sorted((REPO / "tracediag/rules").glob("sch0[0-9][0-9]_*.py"))
+    if not p.stem.startswith("sch001")
+]
+LOG_023 = VLLM / "logs" / "stellalee_v0.23.0_server_dynchunk0.log"
+LOG_TP2 = VLLM / "logs" / "dennislee22_v0.10.1.1_startup_7B-TP2-same-node.log"
+OPTS = IngestOptions()
+
+
+def _table(parsed, name):
+    return parsed.tables[name].to_pylist()
+
+
+def _check(report, rule):
+    (c,) = [c for c in report.checks if c.rule == rule]
+    return c
+
+
+# ------------------------------------------------------------------------------------------ every real file
+
+
+def test_the_data_folder_has_the_files_this_suite_expects():
+    assert len(ALL_FILES) == 18, [p.name for p, _ in ALL_FILES]
+
+
+@pytest.mark.parametrize(("path", "fmt"), ALL_FILES, ids=[p.name for p, _ in ALL_FILES])
+def test_every_real_file_ingests(path, fmt):
+    parsed = PARSER[fmt](path, 0, OPTS)
+    row = parsed.inputs_rows[0]
+    assert row["rank"] is None and row["events_total"] > 0
+    meta = json.loads(row["meta_json"])
+    assert meta.get("malformed_lines", 0) == 0, meta
+    assert sum(t.num_rows for t in parsed.tables.values()) > 0
+
+
+def test_all_real_files_together_telemetry_only_analysis():
+    """No trace at all: the core derivations are empty, every serving rule and the section still run."""
+    report = analyze(
+        [], extra_inputs=ALL_FILES, extra_rules=SERVING_RULES, extra_sections=["tracediag.reports.sections.serving"]
+    )
+    assert {i["format"] for i in report.inputs} == {"vllm-log", "prometheus", "vllm-bench"}
+    ids = {c.rule for c in report.checks}
+    assert {f"SCH{n:03d}" for n in range(2, 11)} <= ids
+    (section,) = [s for s in report.sections if s.id == "serving"]
+    assert len(section.svgs) == 4 and all("<polyline" in s for s in section.svgs)
+    assert json.dumps(report.to_dict(), allow_nan=False, default=str)  # findings.json stays strict JSON
+
+
+DETECTED = {p.name: fmt for p, fmt in ALL_FILES}
+
+
+@pytest.mark.parametrize(("path", "fmt"), ALL_FILES, ids=[p.name for p, _ in ALL_FILES])
+def test_format_detection_of_real_files(path, fmt):
+    assert detect_format(path) == fmt
+
+
+# ------------------------------------------------------------------------------------------ logs
+
+
+def test_v023_log_one_stats_row_per_stats_line():
+    text = LOG_023.read_text(encoding="utf-8")
+    lines = re.findall(r"Engine 000: Avg prompt throughput.*", text)
+    parsed = parse_vllm_log(LOG_023, 3, OPTS)
+    rows = _table(parsed, "serving_stats")
+    assert len(rows) == len(lines) == 7
+    assert [r["running"] for r in rows] == [32, 13, 5, 0, 11, 32, 4]
+    assert [r["waiting"] for r in rows] == [62, 0, 0, 0, 0, 45, 0]
+    assert [r["kv_usage_pct"] for r in rows] == [13.4, 17.2, 7.6, 0.0, 1.7, 11.1, 1.9]
+    assert [r["t_s"] for r in rows] == [99.0, 109.0, 119.0, 129.0, 139.0, 149.0, 159.0]
+    assert rows[0]["ts_text"] == "07-06 09:39:40" and rows[0]["process"] == "APIServer" and rows[0]["pid"] == 1299
+    assert {r["engine"] for r in rows} == {0} and {r["log_format"] for r in rows} == {"v1"}
+    assert all(r["input_id"] == 3 for r in rows)
+    facts = {f["key"]: f["value"] for f in _table(parsed, "serving_startup")}
+    assert facts["vllm_version"] == "0.23.0" and facts["kv_cache_tokens"] == "113,536"
+    assert facts["kv_cache_memory_gib"] == "6.06" and facts["arg_max_num_seqs"] == "32"
+    assert facts["attention_backend"] == "FLASH_ATTN" and facts["enable_prefix_caching"] == "True"
+
+
+def test_tp2_startup_facts_from_a_hard_wrapped_log():
+    facts = {}
+    for f in _table(parse_vllm_log(LOG_TP2, 0, OPTS), "serving_startup"):
+        facts.setdefault(f["key"], f)
+    expect = {
+        "vllm_version": "0.10.1.1",
+        "tensor_parallel_size": "2",
+        "pipeline_parallel_size": "1",
+        "world_size": "2",
+        "dtype": "torch.bfloat16",
+        "quantization": "None",
+        "kv_cache_dtype": "auto",
+        "max_model_len": "16384",
+        "max_num_batched_tokens": "2048",
+        "kv_cache_memory_gib": "31.83",
+        "kv_cache_tokens": "1,192,160",
+        "max_concurrency_x": "72.76",
+        "num_gpu_blocks": "74510",  # "... num_gpu_blocks is$\n: 74510" — wrapped at 136 columns
+        "attention_backend": "Flash Attention",
+        "nccl_version": "2.26.2",
+        "custom_all_reduce": "disabled",
+        "enable_prefix_caching": "True",
+        "enable_chunked_prefill": "True",  # written chunked_prefill_enabled=True by 0.10.1.1
+        "architecture": "Qwen2ForCausalLM",
+    }
+    assert {k: facts[k]["value"] for k in expect} == expect
+    assert facts["kv_cache_tokens"]["value_num"] == 1_192_160 and facts["kv_cache_tokens"]["unit"] == "tokens"
+    assert facts["tensor_parallel_size"]["process"] == "EngineCore_0"
+    assert facts["num_gpu_blocks"]["value_num"] * 16 == facts["kv_cache_tokens"]["value_num"]
+
+
+def test_glued_records_and_v0_formats():
+    glued = _table(
+        parse_vllm_log(VLLM / "log_excerpts/vllm-18115_v1_2025-07_lines_glued_no_newline.log", 0, OPTS), "serving_stats"
+    )
+    assert [r["kv_usage_pct"] for r in glued] == [91.2, 91.6, 91.9] and [r["line"] for r in glued] == [1, 2, 2]
+    v0 = _table(
+        parse_vllm_log(VLLM / "log_excerpts/vllm-1935_v0_2023_llm_engine_format_pending.log", 0, OPTS), "serving_stats"
+    )
+    assert [r["waiting"] for r in v0] == [507, 503, 501, 499, 489]  # V0 "Pending" is the waiting queue
+    assert {r["log_format"] for r in v0} == {"v0"} and {r["swapped"] for r in v0} == {0}
+    p = parse_vllm_log(VLLM / "log_excerpts/vllm-5578_v0_preemption_warning_swapped_pending.log", 0, OPTS)
+    stats, events = _table(p, "serving_stats"), _table(p, "serving_events")
+    assert [(r["running"], r["swapped"], r["waiting"]) for r in stats] == [(34, 100, 9832), (37, 137, 9779)]
+    assert [(e["seq_group"], e["mode"], e["cumulative"]) for e in events] == [("165", "SWAP", 151)]
+
+
+def test_three_speculative_decoding_formats():
+    v0 = _table(
+        parse_vllm_log(VLLM / "log_excerpts/vllm-7540_v0_spec_decode_speculative_metrics.log", 0, OPTS), "spec_decode"
+    )
+    assert [(r["num_spec_tokens"], r["accepted_tokens"], r["draft_tokens"], r["emitted_tokens"]) for r in v0] == [
+        (4, 1735, 2648, 2149),
+        (4, 3268, 4980, 4074),
+    ]
+    assert all(r["cumulative"] and r["log_format"] == "v0" for r in v0)
+    assert v0[0]["system_efficiency"] == pytest.approx(2149 / (662 * 5), abs=1e-3)  # emitted / (rounds·(k+1))
+    for name in (
+        "vllm-19254_v0.9.0.1_ngram_specdecode_waiting633.log",
+        "vllm-42363_v0.20.2_mm_cache_specdecode.log",
+        "vllm-ascend-12521_dp_engines_external_prefix_specdecode.log",
+    ):
+        rows = _table(parse_vllm_log(VLLM / "log_excerpts" / name, 0, OPTS), "spec_decode")
+        assert rows and all(r["log_format"] == "v1" and not r["cumulative"] for r in rows)
+        for r in rows:  # vLLM: mean acceptance length = 1 + Σ per-position rates (both rounded in the log)
+            assert 1 + sum(r["per_position"]) == pytest.approx(r["mean_acceptance_length"], abs=0.011)
+    dp = parse_vllm_log(VLLM / "log_excerpts/vllm-ascend-12521_dp_engines_external_prefix_specdecode.log", 0, OPTS)
+    assert [(r["engine"], r["pid"], r["external_prefix_hit_pct"]) for r in _table(dp, "serving_stats")] == [
+        (2, 95669, 100.0),
+        (4, 95673, 100.0),
+    ]
+    assert [(r["engine"], r["accepted_tokens"]) for r in _table(dp, "spec_decode")] == [(2, 282), (4, 299)]
+
+
+def _vllm_colour(line: str) -> str:
+    """vLLM's ColoredFormatter (vllm/logging_utils/formatter.py): level in its colour, time and [file:line] grey."""
+    colours = {"INFO": "\033[32m", "WARNING": "\033[33m", "DEBUG": "\033[37m", "ERROR": "\033[31m"}
+    grey, reset = "\033[90m", "\033[0m"
+    return re.sub(
+        r"(INFO|WARNING|DEBUG|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) (\[[^\]]+\])",
+        lambda m: f"{colours[m[1]]}{m[1]}{reset} {grey}{m[2]}{reset} {grey}{m[3]}{reset}",
+        line,
+    )
+
+
+def test_ansi_coloured_log_parses_like_the_plain_one(tmp_path):
+    """The real 0.23.0 log re-rendered with vLLM's colour codes (a transformation of real lines, not new data)."""
+    coloured = tmp_path / "coloured.log"
+    raw = LOG_023.read_bytes().decode("utf-8")  # keep the file's \r (tqdm redraws) as they are
+    coloured.write_bytes("\n".join(_vllm_colour(x) for x in raw.split("\n")).encode("utf-8"))
+    assert "\033[32mINFO\033[0m" in coloured.read_text()
+    plain = _table(parse_vllm_log(LOG_023, 0, OPTS), "serving_stats")
+    assert _table(parse_vllm_log(coloured, 0, OPTS), "serving_stats") == plain
+
+
+def test_malformed_stats_line_is_counted_not_fatal(tmp_path):
+    lines = LOG_023.read_bytes().decode("utf-8").split("\n")
+    i = next(n for n, x in enumerate(lines) if "Engine 000: Avg prompt" in x)
+    broken = lines[i].replace("Running: 32 reqs, Waiting: 62 reqs", "Running: ?? reqs")  # a truncated record
+    f = tmp_path / "broken.log"
+    f.write_bytes("\n".join([*lines[:i], broken, *lines[i + 1 :]]).encode("utf-8"))
+    p = parse_vllm_log(f, 0, OPTS)
+    meta = json.loads(p.inputs_rows[0]["meta_json"])
+    assert meta["malformed_lines"] == 1 and meta["malformed_examples"][0]["line"] == i + 1
+    assert len(_table(p, "serving_stats")) == 6
+
+
+# ------------------------------------------------------------------------------------------ /metrics
+
+
+def test_metrics_canonical_names_labels_and_histograms():
+    p618 = parse_prometheus(VLLM / "metrics/production-stack-617_vllm0.10.0_v1_engine_label_excerpt.prom", 0, OPTS)
+    rows = _table(p618, "metric_samples")
+    kv = [r for r in rows if r["canonical"] == "kv_usage"]
+    assert [(r["name"], r["engine"], r["model_name"], r["value"]) for r in kv] == [
+        ("vllm:kv_cache_usage_perc", "0", "zai-org/GLM-4.5", 9.75010481363281e-06)
+    ]
+    created = [r for r in rows if r["part"] == "created"]
+    assert {r["canonical"] for r in created} == {"prefix_cache_queries", "prefix_cache_hits"}
+    buckets = [r for r in rows if r["canonical"] == "queue_time_seconds"]
+    assert len(buckets) == 14 and {r["part"] for r in buckets} == {"bucket"} and buckets[0]["le"] == 1.0
+    early = _table(
+        parse_prometheus(VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom", 0, OPTS),
+        "metric_samples",
+    )
+    (old_kv,) = [r for r in early if r["canonical"] == "kv_usage"]
+    assert old_kv["name"] == "vllm:gpu_cache_usage_perc" and old_kv["engine"] is None and old_kv["name_rank"] == 1
+    dp = _table(
+        parse_prometheus(VLLM / "metrics/vllm-22227_dp_engine1_decode_time_buckets_excerpt.prom", 0, OPTS),
+        "metric_samples",
+    )  # no # TYPE lines: the histogram is recognised from _bucket + le
+    assert {(r["canonical"], r["type"], r["engine"]) for r in dp} == {("decode_time_seconds", "histogram", "1")}
+    assert dp[-1]["le"] == float("inf")
+
+
+def test_deprecated_and_current_names_in_one_scrape_keep_one_preferred(tmp_path):
+    text = (VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom").read_text()
+    text += (
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{model_name="Qwen/Qwen2.5-Coder-32B-Instruct"} 0.0\n'
+    )  # both names, as vLLM 0.9-0.10 exposed them (vllm/v1/metrics/loggers.py)
+    f = tmp_path / "both.prom"
+    f.write_text(text)
+    kv = [r for r in _table(parse_prometheus(f, 0, OPTS), "metric_samples") if r["canonical"] == "kv_usage"]
+    assert sorted((r["name"], r["preferred"]) for r in kv) == [
+        ("vllm:gpu_cache_usage_perc", False),
+        ("vllm:kv_cache_usage_perc", True),
+    ]
+
+
+def test_malformed_metric_lines_are_counted_and_reported(tmp_path):
+    good = (VLLM / "metrics/production-stack-617_vllm0.10.0_v1_engine_label_excerpt.prom").read_text().splitlines()
+    bad = [
+        *good[:6],
+        'vllm:kv_cache_usage_perc{engine="0" 0.5',
+        *good[6:12],
+        "vllm:broken_metric not-a-number",
+        "# TYPE vllm:num_requests_running",
+        *good[12:],
+    ]
+    f = tmp_path / "some_bad_lines.prom"
+    f.write_text("\n".join(bad) + "\n")
+    p = parse_prometheus(f, 0, OPTS)
+    meta = json.loads(p.inputs_rows[0]["meta_json"])
+    assert meta["malformed_lines"] == 3
+    assert [e["line"] for e in meta["malformed_examples"]] == [7, 14, 15]
+    assert p.tables["metric_samples"].num_rows == 19  # every good sample kept
+    report = analyze([], extra_inputs=[(f, "prometheus")], extra_sections=["tracediag.reports.sections.serving"])
+    (section,) = report.sections
+    assert any("3 malformed line(s) skipped" in n and "line 7" in n for n in section.notes)
+
+
+def test_metrics_file_of_many_scrapes_without_markers(tmp_path):
+    one = (VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom").read_text()
+    f = tmp_path / "two_curls.prom"
+    f.write_text(one + one)  # two `curl /metrics` outputs appended: the repeated # HELP starts scrape 2
+    rows = _table(parse_prometheus(f, 0, OPTS), "metric_samples")
+    assert {r["scrape"] for r in rows} == {0, 1} and len(rows) == 14
+
+
+# ------------------------------------------------------------------------------------------ bench results
+
+
+def test_bench_stdout_table_and_namespace():
+    p = parse_vllm_bench(VLLM / "bench/stellalee_client_bench_baseline_sharegpt.log", 0, OPTS)
+    (run,) = _table(p, "bench_runs")
+    assert run["source"] == "result table (stdout)" and run["request_rate_rps"] == float("inf")
+    assert (run["completed"], run["failed"], run["duration_s"], run["num_prompts"]) == (150, 0, 26.75, 150)
+    assert run["dataset_name"] == "sharegpt" and run["max_concurrency"] is None
+    lat = {(r["metric"], r["stat"]): r["value_ms"] for r in _table(p, "bench_latency")}
+    assert lat[("ttft", "p99")] == 14913.77 and lat[("tpot", "mean")] == 23.02 and lat[("e2el", "p95")] == 19158.32
+
+
+def test_bench_save_result_json_keys():
+    p = parse_vllm_bench(
+        VLLM / "bench/stellalee_rate_openai-8.0qps-Qwen2.5-Coder-7B-Instruct-20260707-094806.json", 0, OPTS
+    )
+    (run,) = _table(p, "bench_runs")
+    assert run["request_rate_rps"] == 8.0 and run["date"] == "20260707-094806" and run["tag"] == "base_r8_burstgpt"
+    assert run["max_concurrent_requests"] == 38 and not run["has_requests"]
+    assert p.tables["bench_requests"].num_rows == 0
+
+
+def test_append_result_file_holds_several_runs(tmp_path):
+    """--append-result writes each run's JSON after a newline (vllm/benchmarks/serve.py main_async)."""
+    a = (VLLM / "bench/stellalee_rate_openai-1.0qps-Qwen2.5-Coder-7B-Instruct-20260707-093920.json").read_text()
+    b = (VLLM / "bench/stellalee_rate_openai-8.0qps-Qwen2.5-Coder-7B-Instruct-20260707-094806.json").read_text()
+    f = tmp_path / "appended.json"
+    f.write_text(a + "\n" + b)
+    runs = _table(parse_vllm_bench(f, 0, OPTS), "bench_runs")
+    assert [(r["run"], r["request_rate_rps"]) for r in runs] == [(0, 1.0), (1, 8.0)]
+
+
+def test_old_benchmark_serving_keys(tmp_path):
+    """benchmarks/benchmark_serving.py before `vllm bench serve`: no 'failed', input_throughput, *_latency_ms
+    for the end-to-end latency. Built from a real result by renaming its keys the old way."""
+    d = json.loads(
+        (VLLM / "bench/stellalee_rate_openai-1.0qps-Qwen2.5-Coder-7B-Instruct-20260707-093920.json").read_text()
+    )
+    old = {k.replace("_e2el_ms", "_latency_ms"): v for k, v in d.items() if k != "failed"}
+    old["input_throughput"] = d["total_input_tokens"] / d["duration"]
+    f = tmp_path / "old.json"
+    f.write_text(json.dumps(old))
+    p = parse_vllm_bench(f, 0, OPTS)
+    (run,) = _table(p, "bench_runs")
+    assert run["failed"] == 0  # num_prompts − completed
+    lat = {(r["metric"], r["stat"]): r["value_ms"] for r in _table(p, "bench_latency")}
+    assert lat[("e2el", "p99")] == pytest.approx(d["p99_e2el_ms"])
+
+
+def detailed_result(n: int = 40, seed: int = 1, stall_every: int = 10, errors: int = 2) -> dict:
+    """A `vllm bench serve --save-result --save-detailed` result (keys and units of vllm/benchmarks/serve.py:
+    ttfts and itls in seconds, errors '' when none, failed requests with ttft 0, itl [], output_len 0).
+
+    SYNTHETIC: no detailed result exists among the real files. Every `stall_every`-th request has one 500 ms gap
+    among 10 ms gaps — the RULEBOOK's stall example — and the first `errors` requests fail."""
+    import random
+
+    rng = random.Random(seed)
+    ttfts, itls, outs, ins, errs, starts = [], [], [], [], [], []
+    for i in range(n):
+        ins.append(rng.randint(100, 2000))
+        starts.append(i * 0.25)
+        if i < errors:  # a failed request as vLLM records it
+            ttfts.append(0.0)
+            itls.append([])
+            outs.append(0)
+            errs.append("ClientConnectorError: timeout")
+            continue
+        o = rng.randint(20, 120)
+        gaps = [0.010] * (o - 1)
+        if i % stall_every == 0:
+            gaps[len(gaps) // 2] = 0.500
+        ttfts.append(rng.uniform(0.05, 0.4))
+        itls.append(gaps)
+        outs.append(o)
+        errs.append("")
+    good = n - errors
+    return {
+        "date": "20260101-120000",
+        "backend": "openai",
+        "model_id": "m",
+        "num_prompts": n,
+        "request_rate": 4.0,
+        "burstiness": 1.0,
+        "max_concurrency": None,
+        "duration": n * 0.25 + 3,
+        "completed": good,
+        "failed": errors,
+        "total_input_tokens": sum(ins),
+        "total_output_tokens": sum(outs),
+        "request_throughput": good / (n * 0.25 + 3),
+        "request_goodput": None,
+        "output_throughput": 0.0,
+        "total_token_throughput": 0.0,
+        "input_lens": ins,
+        "output_lens": outs,
+        "ttfts": ttfts,
+        "itls": itls,
+        "start_times": starts,
+        "generated_texts": [""] * n,
+        "errors": errs,
+        "mean_ttft_ms": 200.0,
+        "p99_ttft_ms": 390.0,
+    }
+
+
+def test_save_detailed_per_request_rows_and_rules(tmp_path):
+    f = tmp_path / "detailed.json"
+    f.write_text(json.dumps(detailed_result()))
+    p = parse_vllm_bench(f, 0, OPTS)
+    reqs = _table(p, "bench_requests")
+    assert len(reqs) == 40 and sum(not r["success"] for r in reqs) == 2
+    r10 = reqs[10]
+    assert r10["itl_max_s"] == 0.5 and r10["e2el_source"] == "ttft+sum(itl)"
+    assert r10["tpot_s"] == pytest.approx((r10["e2el_s"] - r10["ttft_s"]) / (r10["output_len"] - 1))
+    slo = Settings(slo_ms=(("ttft", 500.0), ("itl", 100.0)))
+    report = analyze([], extra_inputs=[(f, "vllm-bench")], settings=slo, extra_rules=SERVING_RULES)
+    sch010 = _check(report, "SCH010")
+    # 38 succeed, 4 of them (requests 10, 20, 30 and 0 is an error) stall 500 ms > 100 ms; errors count as misses
+    assert sch010.values["attainment"] == pytest.approx(35 / 40) and sch010.values["n"] == 40
+    assert sch010.status == "finding" and sch010.values["method"].startswith("per-request")
+    sch002 = _check(report, "SCH002")
+    assert sch002.status == "finding" and sch002.values["requests_over_budget"] == 3
+    assert sch002.values["max_stall_ms"] == pytest.approx(500.0) and sch002.values["p99_gap_nearest_rank_ms"] == 10.0
+    sch009 = _check(report, "SCH009")
+    assert sch009.status == "finding" and "errors dropped" in sch009.values["issue"]
+    assert sch009.table[0]["achieved_send_rate_rps"] == pytest.approx(4.0)
+
+
+# ------------------------------------------------------------------------------------------ queue trend
+
+
+def growing_queue_log(path: Path, waiting: list[int]) -> Path:
+    """SYNTHETIC: the real logs have no growing Waiting series (vllm-37307 drains, the others are flat or too
+    short). This renders one with vLLM's own logger format and V1 stats message (vllm/logger.py _FORMAT,
+    _DATE_FORMAT; vllm/v1/metrics/loggers.py LoggingStatLogger.log) through Python's logging."""
+    handler = logging.FileHandler(path, mode="w", encoding="utf-8")
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s", "%m-%d %H:%M:%S")
+    )
+    log = logging.getLogger(f"vllm-synthetic-{path.name}")
+    log.propagate = False
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        for i, w in enumerate(waiting):
+            record = log.makeRecord(
+                log.name,
+                logging.INFO,
+                "loggers.py",
+                259,
+                "Engine %03d: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: "
+                "%.1f tokens/s, Running: %d reqs, Waiting: %d reqs, GPU KV cache usage: %.1f%%, "
+                "Prefix cache hit rate: %.1f%%",
+                (0, 900.0, 450.0, 32, w, 80.0 + i, 0.0),
+                None,
+            )
+            record.created = 1_700_000_000 + 10 * i
+            record.msecs = 0
+            log.handle(record)
+    finally:
+        handler.close()
+        log.removeHandler(handler)
+    return path
+
+
+def test_growing_waiting_series_is_a_finding_with_slope_and_significance(tmp_path):
+    f = growing_queue_log(tmp_path / "growing.log", [10, 25, 41, 58, 70, 89, 102, 120])
+    report = analyze([], extra_inputs=[(f, "vllm-log")], extra_rules=SERVING_RULES)
+    c = _check(report, "SCH003")
+    assert c.status == "finding"
+    assert c.values["n"] == 8 and c.values["S"] == 28 and c.values["alpha"] == 0.05
+    assert c.values["p_increase"] == pytest.approx(1 / 40320)  # exact: 1 of 8! orders is this rising
+    assert c.values["sen_slope_per_s"] == pytest.approx(1.5625, rel=0.05)
+    assert "Mann-Kendall p" in c.title and "/s" in c.title
+
+
+def test_real_queue_series_without_growth_pass():
+    for path, word in (
+        (LOG_023, "No significant queue growth"),
+        (VLLM / "log_excerpts/vllm-37307_v1_2026-03_waiting_drains_under_prefill.log", "draining"),
+    ):
+        c = _check(analyze([], extra_inputs=[(path, "vllm-log")], extra_rules=SERVING_RULES), "SCH003")
+        assert c.status == "pass" and word in c.title, c.title
+
+
+# ------------------------------------------------------------------------------------------ wrong kind of file
+
+
+@pytest.mark.parametrize(
+    ("path", "fmt", "message"),
+    [
+        (
+            VLLM / "bench/stellalee_rate_openai-1.0qps-Qwen2.5-Coder-7B-Instruct-20260707-093920.json",
+            "prometheus",
+            "not Prometheus text exposition",
+        ),
+        (VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom", "vllm-log", "not a vLLM log"),
+        (LOG_023, "vllm-bench", "not a `vllm bench serve` result"),
+        (SHARED / "data/nccl-tests/h100x2_all_reduce_perf.txt", "vllm-bench", "not a `vllm bench serve` result"),
+    ],
+)
+def test_a_file_of_the_wrong_kind_is_one_clear_error(path, fmt, message):
+    with pytest.raises(InputError) as exc:
+        analyze([], extra_inputs=[(path, fmt)])
+    assert message in str(exc.value) and path.name in str(exc.value)
+
+
+def test_json_that_is_not_a_bench_result(tmp_path):
+    f = tmp_path / "config.json"
+    f.write_text('{"hidden_size": 4096}')
+    with pytest.raises(InputError, match="no 'completed'"):
+        parse_vllm_bench(f, 0, OPTS)
+
+
+def test_coloured_log_is_detected_as_a_vllm_log(tmp_path):
+    coloured = tmp_path / "coloured.log"
+    raw = LOG_023.read_bytes().decode("utf-8")
+    coloured.write_bytes("\n".join(_vllm_colour(x) for x in raw.split("\n")).encode("utf-8"))
+    assert detect_format(coloured) == "vllm-log"
+
+
+def test_message_level_formats_no_real_file_has():
+    """Messages assembled from vLLM's own format strings (vllm/v1/metrics/loggers.py log_parts, the aggregated
+    data-parallel logger, V0 CacheEngine '# GPU blocks', the quantized-kernel choice), parsed one message at a
+    time: no real log among the data files prints them."""
+    from tracediag.ingest.vllm_log import _parse_stats, _startup_facts
+
+    cols, extra = _parse_stats(
+        "Engine 001: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 5.0 tokens/s, Running: 3 reqs, "
+        "Waiting: 7 reqs, Deferred: 2 reqs, Preemptions: 4, GPU KV cache usage: 97.5%, Prefix cache hit rate: 12.0%, "
+        "Corrupted: 0 reqs, External prefix cache hit rate: 3.0%, MM cache hit rate: 50.0%"
+    )
+    assert (cols["engine"], cols["waiting"], cols["deferred"], cols["preemptions"]) == (1, 7, 2, 4)
+    assert (cols["kv_usage_pct"], cols["external_prefix_hit_pct"], cols["mm_hit_pct"]) == (97.5, 3.0, 50.0)
+    assert extra == {"Corrupted": 0.0}
+    agg, _ = _parse_stats(
+        "2 Engines Aggregated: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, "
+        "Running: 5 reqs, Waiting: 0 reqs, GPU KV cache usage: 40.0%, Prefix cache hit rate: 0.0%"
+    )
+    assert agg["engine"] == -1 and agg["running"] == 5
+    facts = {k: v for k, v, _, _ in _startup_facts("# GPU blocks: 2048, # CPU blocks: 512")}
+    assert facts == {"num_gpu_blocks": "2048", "num_cpu_blocks": "512"}
+    facts = {k: v for k, v, _, _ in _startup_facts("Using MarlinLinearKernel for CompressedTensorsWNA16")}
+    assert facts == {"quant_kernel": "Using MarlinLinearKernel for CompressedTensorsWNA16"}
+
+
+def test_v1_preemptions_field_feeds_sch004(tmp_path):
+    """SYNTHETIC log (vLLM's logger format, see growing_queue_log) whose stats lines carry 'Preemptions: N'."""
+    f = tmp_path / "preempting.log"
+    handler = logging.FileHandler(f, mode="w", encoding="utf-8")
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s", "%m-%d %H:%M:%S")
+    )
+    log = logging.getLogger("vllm-synthetic-preempt")
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        for i, n in enumerate([0, 3, 5]):
+            parts = "Running: %d reqs, Waiting: %d reqs" + (", Preemptions: %d" if n else "")
+            args = (40, 2, n) if n else (40, 2)
+            rec = log.makeRecord(
+                log.name,
+                logging.INFO,
+                "loggers.py",
+                259,
+                "Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 "
+                "tokens/s, " + parts + ", GPU KV cache usage: %.1f%%, Prefix cache hit rate: 0.0%%",
+                (*args, 96.0 + i),
+                None,
+            )
+            rec.created = 1_700_000_000 + 10 * i
+            log.handle(rec)
+    finally:
+        handler.close()
+        log.removeHandler(handler)
+    c = _check(analyze([], extra_inputs=[(f, "vllm-log")], extra_rules=SERVING_RULES), "SCH004")
+    assert c.status == "finding" and c.values["preemptions_v1_intervals"] == 8 and "8 preemptions" in c.title

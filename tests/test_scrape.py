@@ -1,0 +1,322 @@
+"""`tracediag scrape` against real HTTP servers on 127.0.0.1 started by the tests (http.server in a thread).
+
+The served exposition is written by prometheus_client itself (a registry with vLLM's metric names and labels,
+rendered by `generate_latest`), with values that change on every request: the waiting queue grows by 5
+requests per scrape, the running count cycles, the preemption counter rises.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+import typer
+from conftest import REPO
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from typer.testing import CliRunner
+
+from tracediag.analysis import analyze
+from tracediag.commands.scrape import metrics_url, parse_duration, register, scrape_to_file, stamp
+from tracediag.errors import UsageError
+from tracediag.ingest import detect_format
+from tracediag.ingest.base import IngestOptions
+from tracediag.ingest.prometheus import parse_prometheus
+
+
+class FakeVllm:
+    """A /metrics endpoint with vLLM's names (vllm/v1/metrics/loggers.py) whose values change per scrape."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, registry=self.registry
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            labels,
+            registry=self.registry,
+        )
+        self.kv = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, registry=self.registry
+        )
+        self.preempt = Counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", labels, registry=self.registry
+        )
+        self.queue = Histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase.",
+            labels,
+            buckets=[0.3, 0.5, 1.0, 5.0, 10.0],
+            registry=self.registry,
+        )
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def render(self) -> bytes:
+        with self.lock:
+            lv = ("m", "0")
+            self.waiting.labels(*lv).set(5 * self.n)
+            self.running.labels(*lv).set(8 + self.n % 3)
+            self.kv.labels(*lv).set(min(1.0, 0.5 + 0.05 * self.n))
+            self.preempt.labels(*lv).inc(self.n)
+            self.queue.labels(*lv).observe(0.1 * (self.n + 1))
+            self.n += 1
+            return generate_latest(self.registry)
+
+
+class Server:
+    """ThreadingHTTPServer on 127.0.0.1:<free port> serving FakeVllm at /metrics; `die_after` scrapes, it stops."""
+
+    def __init__(self, die_after: int | None = None) -> None:
+        self.fake = FakeVllm()
+        self.served = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                body = outer.fake.render()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                outer.served += 1
+                if die_after is not None and outer.served >= die_after:
+                    threading.Thread(target=outer.stop, daemon=True).start()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self._stopped = False
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self.httpd.shutdown()
+            self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """tracediag (test harness)"""
+
+    register(app)
+    return app
+
+
+def test_scrape_command_writes_timestamped_scrapes_the_ingester_reads(server, tmp_path):
+    out = tmp_path / "metrics.prom"
+    res = CliRunner().invoke(_app(), ["scrape", server.url, "--interval", "50ms", "--duration", "0.5s", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "scrape 1/10: ok" in res.output and "written to" in res.output  # progress, then the summary
+    text = out.read_text()
+    assert text.count("# tracediag-scrape seq=") == server.served == 10
+    assert detect_format(out) == "prometheus"
+    parsed = parse_prometheus(out, 0, IngestOptions())
+    meta = parsed.inputs_rows[0]
+    assert '"scrapes": 10' in meta["meta_json"] and '"timed_scrapes": 10' in meta["meta_json"]
+    rows = parsed.tables["metric_samples"].to_pylist()
+    waiting = [(r["scrape"], r["value"]) for r in rows if r["canonical"] == "requests_waiting"]
+    assert waiting == [(i, 5.0 * i) for i in range(10)]  # the values changed with every scrape
+    ts = sorted({r["ts_ns"] for r in rows})
+    assert len(ts) == 10 and all(b > a for a, b in pairwise(ts)) and ts[-1] - ts[0] < 2e9
+    assert {r["t_s"] for r in rows if r["scrape"] == 0} == {0.0}
+
+
+def test_scraped_growing_queue_is_an_sch003_finding(server, tmp_path):
+    out = tmp_path / "metrics.prom"
+    res = scrape_to_file(server.url, out, interval_s=0.05, duration_s=0.4)
+    assert res.scrapes == 8 and res.stopped == "duration elapsed"
+    report = analyze(
+        [],
+        extra_inputs=[(out, "prometheus")],
+        extra_rules=["tracediag.rules.sch003_queue_growth", "tracediag.rules.sch004_kv_pressure"],
+    )
+    (sch003,) = [c for c in report.checks if c.rule == "SCH003"]
+    assert sch003.status == "finding" and sch003.values["n"] == 8
+    assert sch003.values["p_increase"] == pytest.approx(1 / 40320)
+    assert sch003.values["sen_slope_per_s"] > 0
+    (sch004,) = [c for c in report.checks if c.rule == "SCH004"]
+    assert sch004.status == "finding" and sch004.values["preemptions_metric_total"] == sum(range(8))
+
+
+def test_server_dying_mid_scrape_loses_no_sample_already_taken(tmp_path):
+    dying = Server(die_after=4)
+    try:
+        out = tmp_path / "metrics.prom"
+        res = CliRunner().invoke(
+            _app(),
+            [
+                "scrape",
+                dying.url,
+                "--interval",
+                "50ms",
+                "--duration",
+                "30s",
+                "-o",
+                str(out),
+                "--max-failures",
+                "2",
+                "--timeout",
+                "1s",
+            ],
+        )
+    finally:
+        dying.stop()
+    assert res.exit_code == 0, res.output
+    assert "server unreachable" in res.output and "failed:" in res.output
+    parsed = parse_prometheus(out, 0, IngestOptions())
+    rows = parsed.tables["metric_samples"].to_pylist()
+    assert sorted({r["scrape"] for r in rows}) == [0, 1, 2, 3]  # all four scrapes the server answered
+    assert [r["value"] for r in rows if r["canonical"] == "requests_waiting"] == [0.0, 5.0, 10.0, 15.0]
+    assert '"malformed_lines": 0' in parsed.inputs_rows[0]["meta_json"]
+
+
+def test_unreachable_server_is_a_clear_error(tmp_path):
+    s = Server()
+    url = s.url
+    s.stop()  # nothing listens on that port any more
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "scrape",
+            url,
+            "--interval",
+            "20ms",
+            "--duration",
+            "5s",
+            "-o",
+            str(tmp_path / "m.prom"),
+            "--max-failures",
+            "2",
+        ],
+    )
+    assert res.exit_code == 2
+    assert "tracediag: error: no scrape succeeded" in res.output
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_scrapes(server, tmp_path):
+    out = tmp_path / "metrics.prom"
+    code = (
+        "import typer\nfrom tracediag.commands.scrape import register\napp = typer.Typer()\n"
+        "@app.callback()\ndef main():\n    pass\nregister(app)\napp()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "scrape", server.url, "--interval", "50ms", "--duration", "60s", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not out.exists() or out.read_text().count("# tracediag-scrape") < 3):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "interrupted (Ctrl-C)" in err and "Traceback" not in err
+    n = out.read_text().count("# tracediag-scrape")
+    rows = parse_prometheus(out, 0, IngestOptions()).tables["metric_samples"].to_pylist()
+    assert n >= 3 and len({r["scrape"] for r in rows}) == n  # every scrape written is complete and readable
+
+
+def test_options_and_helpers():
+    assert parse_duration("500ms", "x") == 0.5 and parse_duration("5m", "x") == 300 and parse_duration("2", "x") == 2
+    for bad in ("0s", "-1s", "soon", ""):
+        with pytest.raises(UsageError):
+            parse_duration(bad, "--interval")
+    assert metrics_url("127.0.0.1:8000") == "http://127.0.0.1:8000/metrics"
+    assert metrics_url("http://h:8000/metrics") == "http://h:8000/metrics"
+    with pytest.raises(UsageError):
+        metrics_url("ftp://h/metrics")
+    body = 'a 1\nb{x="}"} 2\nc 3 1700000000000\n# HELP a x\n'
+    assert stamp(body, 42) == 'a 1 42\nb{x="}"} 2 42\nc 3 1700000000000\n# HELP a x\n'
+    res = CliRunner().invoke(_app(), ["scrape", "http://127.0.0.1:9/metrics", "--interval", "soon"])
+    assert res.exit_code == 2 and "--interval" in res.output
+
+
+def test_output_is_valid_for_prometheus_client_too(server, tmp_path):
+    """Each scrape block is plain exposition with sample timestamps: prometheus_client's parser reads it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = tmp_path / "m.prom"
+    scrape_to_file(server.url, out, interval_s=0.05, duration_s=0.1)
+    fams = list(text_string_to_metric_families(out.read_text()))
+    stamps = {s.timestamp for f in fams for s in f.samples}
+    assert None not in stamps and Path(out).stat().st_size > 0
+
+
+class LeakyVllm(FakeVllm):
+    """Synthetic (no real capture breaks Little's law): the gauges say ~10 + 5n requests are in the system,
+    while the counters finish one 0.1 s request per scrape — requests are held open (e.g. streams never
+    closed), so L̄ ≫ λ·W."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        labels = ["model_name", "engine"]
+        self.success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            labels,
+            buckets=[0.05, 0.1, 0.5, 1.0],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        with self.lock:
+            self.success.labels("m", "0", "stop").inc()
+            self.e2e.labels("m", "0").observe(0.1)
+        return super().render()
+
+
+def test_scraped_open_requests_break_littles_law(tmp_path):
+    srv = Server()
+    srv.fake = LeakyVllm()
+    try:
+        out = tmp_path / "metrics.prom"
+        scrape_to_file(srv.url, out, interval_s=0.05, duration_s=0.4)
+    finally:
+        srv.stop()
+    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch008_littles_law"])
+    (sch008,) = [c for c in report.checks if c.rule == "SCH008"]
+    assert sch008.status == "finding", sch008.to_dict()
+    assert sch008.values["ratio"] > 2
+    assert sch008.formula and sch008.substituted and sch008.evidence

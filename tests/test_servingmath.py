@@ -1,0 +1,236 @@
+"""The serving math against the RULEBOOK's and the seed articles' worked examples (SCH002-SCH010)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tracediag.servingmath import (
+    RequestOutcome,
+    attainment_bounds,
+    conditional_acceptance,
+    expected_tokens_constant,
+    expected_tokens_per_round,
+    joint_attainment,
+    joint_from_conditional,
+    kv_bytes_per_token,
+    kv_token_capacity,
+    littles_law_l,
+    mann_kendall,
+    marginal_cost_per_token,
+    meets_slo,
+    metric_bounds_from_percentiles,
+    nearest_rank,
+    paged_tail_waste_bound,
+    prefill_cost,
+    prefix_cache_ratios,
+    reusable_prefix,
+    spec_pays_off,
+    spec_time_per_token,
+    tpot_s,
+)
+
+GIB = 1024**3
+
+
+# ------------------------------------------------------------ percentiles (continuous-batching article)
+
+
+def test_mean_itl_hides_the_stall_and_nearest_rank_p99_too():
+    gaps = [10.0] * 99 + [500.0]
+    assert sum(gaps) / len(gaps) == pytest.approx(14.9)
+    assert nearest_rank(gaps, 99) == 10.0  # the 99th of 100 sorted values
+    assert nearest_rank(gaps, 100) == 500.0 == max(gaps)  # the per-request max stall is what shows it
+
+
+def test_nearest_rank_definition():
+    assert nearest_rank([3, 1, 2], 50) == 2
+    assert nearest_rank([1, 2, 3, 4], 50) == 2  # ceil(0.5·4) = 2nd value, no interpolation
+    assert nearest_rank([1, 2, 3, 4], 0) == 1
+    assert nearest_rank([], 99) is None
+    with pytest.raises(ValueError):
+        nearest_rank([1], 101)
+
+
+# ------------------------------------------------------------ prefix cache article
+
+
+def test_prefix_cache_worked_example_90_154_0344():
+    requests = [(128, 16)] * 90 + [(8192, 0)] * 10
+    r = prefix_cache_ratios(requests)  # a = 1, b = 1/1024 as in the article
+    assert f"{r.request_hit_rate * 100:.2f}" == "90.00"
+    assert f"{r.token_reuse_rate * 100:.2f}" == "1.54"
+    assert f"{r.compute_saved * 100:.3f}" == "0.344"
+    assert sum(n for n, _ in requests) == 93_440 and sum(h for _, h in requests) == 1_440
+
+
+def test_remaining_prefill_work_is_c_n_minus_c_h_not_c_of_suffix():
+    n, h = 8192, 4096
+    m = n - h
+    remaining = m + (m * h + m * (m + 1) / 2) / 1024  # the suffix still attends to the cached prefix
+    assert remaining == pytest.approx(prefill_cost(n) - prefill_cost(h)) == pytest.approx(28674.0)
+    assert prefill_cost(m) == pytest.approx(12290.0)
+    assert prefill_cost(m) < remaining
+
+
+def test_only_full_blocks_are_reused():
+    assert reusable_prefix(1000, 16) == 992
+    assert reusable_prefix(15, 16) == 0
+    assert reusable_prefix(1000, None) == 1000
+    r = prefix_cache_ratios([(1000, 1000)], block_size=16)
+    assert r.token_reuse_rate == pytest.approx(0.992)
+
+
+# ------------------------------------------------------------ speculative decoding article
+
+
+def test_expected_tokens_per_round_k4_alpha08_is_3_3616():
+    assert expected_tokens_constant(0.8, 4) == pytest.approx(3.3616)
+    assert expected_tokens_per_round(joint_from_conditional([0.8] * 4)) == pytest.approx(3.3616)
+    assert pytest.approx(3.3616) != 1 + 4 * 0.8  # not 1 + k·α
+
+
+def test_alpha03_gives_1_43_tokens_and_is_slower_than_plain_decode():
+    e = expected_tokens_constant(0.3, 4)
+    assert f"{e:.2f}" == "1.43"
+    t_round, t_base = 20.0, 10.0  # ms: draft 4 + verify 14 + overhead 2; plain decode 10 ms/token
+    assert spec_time_per_token(t_round, e) == pytest.approx(20 / 1.4251)
+    assert not spec_pays_off(t_round, t_base, e)
+    e8 = expected_tokens_constant(0.8, 4)
+    assert spec_time_per_token(t_round, e8) == pytest.approx(5.95, abs=0.005)
+    assert t_base / spec_time_per_token(t_round, e8) == pytest.approx(1.68, abs=0.005)
+    assert spec_pays_off(t_round, t_base, e8)
+
+
+def test_marginal_position_yield_and_cost():
+    joint5 = joint_from_conditional([0.8] * 5)
+    assert joint5[-1] == pytest.approx(0.8**5)  # going from k=4 to k=5 adds only P(A1…A5) ≈ 0.328 tokens
+    assert expected_tokens_constant(0.8, 5) - expected_tokens_constant(0.8, 4) == pytest.approx(0.32768)
+    assert marginal_cost_per_token(2.0, joint5[-1]) == pytest.approx(6.1, abs=0.01)
+    assert marginal_cost_per_token(2.0, 0.0) == math.inf
+
+
+def test_conditional_from_vllm_per_position_rates():
+    # vLLM's per-position acceptance rate is the joint P(A1…Ai); mean acceptance length = 1 + Σ
+    joint = [0.543, 0.357, 0.264]  # vllm-19254 excerpt
+    assert expected_tokens_per_round(joint) == pytest.approx(2.164)  # the line says 2.16
+    cond = conditional_acceptance(joint)
+    assert cond[0] == pytest.approx(0.543) and cond[1] == pytest.approx(0.357 / 0.543)
+    assert conditional_acceptance([0.0, 0.0]) == [0.0, None]
+
+
+# ------------------------------------------------------------ KV cache article
+
+
+def test_kv_bytes_per_token_128_kib_and_capacity_458752():
+    per_token = kv_bytes_per_token(L=32, H_kv=8, D=128, b=2)
+    assert per_token == 131_072 == 128 * 1024
+    assert kv_token_capacity(80 * GIB, 14 * GIB, 6 * GIB, 4 * GIB, per_token) == 458_752
+    assert 8192 * per_token == GIB  # one 8,192-token sequence = 1 GiB
+
+
+def test_kv_uses_kv_heads_and_replicates_past_p():
+    assert kv_bytes_per_token(32, 32, 128, 2) == 4 * kv_bytes_per_token(32, 8, 128, 2)  # heads, not KV heads: 4×
+    assert kv_bytes_per_token(28, 4, 128, 2, p=2) == 28_672  # Qwen2-7B at TP=2: 2 KV heads per rank
+    assert kv_bytes_per_token(28, 4, 128, 2, p=8) == kv_bytes_per_token(28, 4, 128, 2, p=4)  # replicated
+
+
+def test_paged_tail_waste():
+    assert paged_tail_waste_bound(3, 16) == 45  # sequences of 35, 17, 48 tokens waste 13 + 15 + 0 = 28 < 45
+    assert paged_tail_waste_bound(3, 16) >= 13 + 15 + 0
+
+
+# ------------------------------------------------------------ SLO attainment and goodput (capacity article)
+
+
+def test_tpot_undefined_for_one_token_outputs():
+    assert tpot_s(2.0, 0.5, 1) is None
+    assert tpot_s(2.0, 0.5, 4) == pytest.approx(0.5)
+    one = RequestOutcome(True, 0.2, 0.2, 1)
+    assert meets_slo(one, {"tpot": 1.0, "ttft": 300})  # the TPOT budget is not checked for O = 1
+
+
+def test_goodput_counts_errors_in_the_denominator():
+    ok = RequestOutcome(True, 0.1, 1.0, 11)  # TPOT 90 ms
+    slow = RequestOutcome(True, 0.9, 2.0, 11)  # TTFT 900 ms
+    err = RequestOutcome(False, None, None, 0)
+    reqs = [ok] * 7 + [slow] * 1 + [err] * 2
+    a = joint_attainment(reqs, {"ttft": 500, "tpot": 100}, duration_s=10.0)
+    assert (a.n, a.good, a.failed) == (10, 7, 2)
+    assert a.attainment == pytest.approx(0.7)  # not 7/8 = 0.875 over completed requests only
+    assert a.goodput_rps == pytest.approx(0.7)
+
+
+def test_joint_attainment_is_not_the_separate_p99s():
+    # 200 requests: TTFT misses on 2 requests, TPOT misses on 2 other requests -> 99 % each, 98 % jointly
+    reqs = [RequestOutcome(True, 0.1, 1.1, 11) for _ in range(196)]
+    reqs += [RequestOutcome(True, 2.0, 3.0, 11)] * 2 + [RequestOutcome(True, 0.1, 10.1, 11)] * 2
+    slo = {"ttft": 500, "tpot": 200}
+    assert sum(meets_slo(r, {"ttft": 500}) for r in reqs) / 200 == 0.99
+    assert sum(meets_slo(r, {"tpot": 200}) for r in reqs) / 200 == 0.99
+    assert joint_attainment(reqs, slo).attainment == pytest.approx(0.98)
+
+
+def test_seed_goodput_example_a_vs_b():
+    a = joint_attainment(
+        [RequestOutcome(True, 0.1, 1, 2)] * 600 + [RequestOutcome(True, 9, 10, 2)] * 400, {"ttft": 1000}, duration_s=100
+    )
+    b = joint_attainment(
+        [RequestOutcome(True, 0.1, 1, 2)] * 810 + [RequestOutcome(True, 9, 10, 2)] * 90, {"ttft": 1000}, duration_s=100
+    )
+    assert a.goodput_rps == pytest.approx(6.0) and b.goodput_rps == pytest.approx(8.1)
+
+
+def test_itl_budget_applies_to_the_worst_gap():
+    r = RequestOutcome(True, 0.1, 1.6, 101, itl_max_s=0.5)  # mean gap 15 ms, one 500 ms stall
+    assert not meets_slo(r, {"itl": 100})
+    assert meets_slo(r, {"tpot": 100})
+
+
+def test_attainment_bounds_from_percentiles():
+    lo, hi = metric_bounds_from_percentiles({50: 100.0, 95: 400.0, 99: 600.0}, 500)
+    assert (lo, hi) == (0.95, 0.99)
+    assert metric_bounds_from_percentiles({50: 900.0}, 500) == (0.0, 0.5)
+    joint = attainment_bounds({"ttft": (0.99, 1.0), "tpot": (0.99, 1.0)}, completed=98, failed=2)
+    assert joint == pytest.approx((0.98 * 0.98, 0.98))
+
+
+def test_littles_law():
+    assert littles_law_l(4.989, 8.61) == pytest.approx(42.955, abs=1e-3)
+
+
+# ------------------------------------------------------------ trend test
+
+
+def test_mann_kendall_exact_on_a_strictly_rising_series():
+    t = mann_kendall([0, 10, 20, 30, 40], [66, 72, 78, 84, 90])
+    assert t.s == 10 and t.method == "exact"
+    assert t.p_increase == pytest.approx(1 / 120)  # one permutation of 120 is as ordered
+    assert t.sen_slope == pytest.approx(0.6) and t.ols_slope == pytest.approx(0.6)
+    assert t.increasing and not t.decreasing
+
+
+def test_mann_kendall_flat_and_too_short():
+    flat = mann_kendall(range(6), [0] * 6)
+    assert flat.s == 0 and not flat.increasing and flat.p_increase == 1.0
+    three = mann_kendall(range(3), [1, 2, 3])
+    assert three.p_increase == pytest.approx(1 / 6) and not three.increasing  # n = 3 cannot reach α = 0.05
+
+
+def test_mann_kendall_ties_exact_matches_enumeration_and_normal_for_long_series():
+    t = mann_kendall(range(7), [62, 0, 0, 0, 0, 45, 0])  # the 0.23.0 log's Waiting series
+    assert t.method == "exact" and t.s == -3 and not t.increasing
+    rng = random.Random(7)
+    y = [i // 3 + rng.choice([0, 0, 1]) for i in range(40)]
+    tn = mann_kendall(range(40), y)
+    assert tn.method == "normal" and tn.increasing and tn.p_increase < 1e-6
+
+
+def test_mann_kendall_exact_p_values_are_a_distribution():
+    # P(S >= s) + P(S <= s) - P(S = s) = 1 for every s; spot-check with n = 6 (no ties)
+    ys = [3, 1, 4, 6, 5, 2]
+    t = mann_kendall(range(6), ys)
+    assert 0 < t.p_increase <= 1 and 0 < t.p_decrease <= 1
+    assert t.p_increase + t.p_decrease >= 1  # they overlap at S = s

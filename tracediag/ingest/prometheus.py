@@ -1,0 +1,338 @@
+"""vLLM `/metrics` (Prometheus text exposition): one scrape or a file of many timestamped scrapes.
+
+Parsed with prometheus_client's text parser (`text_string_to_metric_families`). Each scrape becomes rows of
+`metric_samples` with the sample's labels, its part (value / bucket / sum / count / created) and a
+canonical name that is the same across vLLM versions (e.g. `vllm:gpu_cache_usage_perc` and
+`vllm:kv_cache_usage_perc` are both `kv_usage`; `vllm:time_per_output_token_seconds` and
+`vllm:inter_token_latency_seconds` are both `itl_seconds`).
+
+Scrapes in one file are separated by `tracediag scrape` marker comments (`# tracediag-scrape seq=N
+unix_ms=T url=U`), or, without markers, by a `# HELP`/`# TYPE` line of a family the current scrape already
+had. A sample's own timestamp (ms, exposition format) wins over the marker's. Lines the parser rejects
+are counted and reported in the input's meta (`malformed_lines`, first examples), never fatal; a file
+with no valid sample at all is an input error.
+
+Metric names: vllm/v1/metrics/loggers.py (PrometheusStatLogger), vllm/v1/spec_decode/metrics.py
+(SpecDecodingProm), vllm/engine/metrics.py (V0 Metrics), checked against the real scrapes in
+../shared/data/vllm/metrics/.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from prometheus_client.parser import text_string_to_metric_families
+
+from tracediag.errors import InputError
+from tracediag.ingest.base import IngestOptions, Parsed
+
+# metric family (without _total/_bucket/_sum/_count/_created) -> (canonical name, rank: 0 current, 1 deprecated)
+CANONICAL: dict[str, tuple[str, int]] = {
+    "vllm:num_requests_running": ("requests_running", 0),
+    "vllm:num_requests_waiting": ("requests_waiting", 0),
+    "vllm:num_requests_swapped": ("requests_swapped", 0),  # V0
+    "vllm:kv_cache_usage_perc": ("kv_usage", 0),  # fraction 0-1 despite the name
+    "vllm:gpu_cache_usage_perc": ("kv_usage", 1),  # V0 and V1 before 0.10
+    "vllm:cpu_cache_usage_perc": ("cpu_kv_usage", 0),  # V0
+    "vllm:num_preemptions": ("preemptions", 0),
+    "vllm:prefix_cache_queries": ("prefix_cache_queries", 0),  # tokens
+    "vllm:gpu_prefix_cache_queries": ("prefix_cache_queries", 1),  # early V1 documented it in blocks
+    "vllm:prefix_cache_hits": ("prefix_cache_hits", 0),
+    "vllm:gpu_prefix_cache_hits": ("prefix_cache_hits", 1),
+    "vllm:gpu_prefix_cache_hit_rate": ("prefix_cache_hit_rate", 0),  # V0 gauge, fraction
+    "vllm:cpu_prefix_cache_hit_rate": ("cpu_prefix_cache_hit_rate", 0),
+    "vllm:external_prefix_cache_queries": ("external_prefix_cache_queries", 0),
+    "vllm:external_prefix_cache_hits": ("external_prefix_cache_hits", 0),
+    "vllm:mm_cache_queries": ("mm_cache_queries", 0),
+    "vllm:mm_cache_hits": ("mm_cache_hits", 0),
+    "vllm:prompt_tokens": ("prompt_tokens", 0),
+    "vllm:generation_tokens": ("generation_tokens", 0),
+    "vllm:request_success": ("request_success", 0),
+    "vllm:time_to_first_token_seconds": ("ttft_seconds", 0),
+    "vllm:inter_token_latency_seconds": ("itl_seconds", 0),
+    "vllm:time_per_output_token_seconds": ("itl_seconds", 1),  # deprecated in 0.11 for the name above
+    "vllm:request_time_per_output_token_seconds": ("request_tpot_seconds", 0),
+    "vllm:e2e_request_latency_seconds": ("e2e_latency_seconds", 0),
+    "vllm:request_queue_time_seconds": ("queue_time_seconds", 0),
+    "vllm:time_in_queue_requests": ("queue_time_seconds", 1),  # V0 duplicate
+    "vllm:request_prefill_time_seconds": ("prefill_time_seconds", 0),
+    "vllm:request_decode_time_seconds": ("decode_time_seconds", 0),
+    "vllm:request_inference_time_seconds": ("inference_time_seconds", 0),
+    "vllm:request_prompt_tokens": ("request_prompt_tokens", 0),
+    "vllm:request_generation_tokens": ("request_generation_tokens", 0),
+    "vllm:request_max_num_generation_tokens": ("request_max_generation_tokens", 0),
+    "vllm:request_params_n": ("request_params_n", 0),
+    "vllm:request_params_max_tokens": ("request_params_max_tokens", 0),
+    "vllm:iteration_tokens_total": ("iteration_tokens", 0),  # a histogram whose name ends in _total
+    "vllm:iteration_tokens": ("iteration_tokens", 0),
+    "vllm:spec_decode_num_drafts": ("spec_drafts", 0),
+    "vllm:spec_decode_num_draft_tokens": ("spec_draft_tokens", 0),
+    "vllm:spec_decode_num_accepted_tokens": ("spec_accepted_tokens", 0),
+    "vllm:spec_decode_num_accepted_tokens_per_pos": ("spec_accepted_tokens_per_pos", 0),  # label position
+    "vllm:spec_decode_num_emitted_tokens": ("spec_emitted_tokens", 0),  # V0
+    "vllm:spec_decode_draft_acceptance_rate": ("spec_acceptance_rate", 0),  # V0 gauge
+    "vllm:spec_decode_efficiency": ("spec_efficiency", 0),  # V0 gauge
+    "vllm:cache_config_info": ("cache_config_info", 0),  # labels block_size, num_gpu_blocks, ...
+    "vllm:avg_prompt_throughput_toks_per_s": ("prompt_tput_tok_s", 0),  # V0
+    "vllm:avg_generation_throughput_toks_per_s": ("gen_tput_tok_s", 0),  # V0
+    "process_start_time_seconds": ("process_start_time", 0),
+}
+# Families exposed as histograms (for samples of files without # TYPE lines).
+HISTOGRAMS = {
+    f
+    for f, (c, _) in CANONICAL.items()
+    if c.endswith("_seconds") or (c.startswith("request_") and c != "request_success") or c == "iteration_tokens"
+}
+
+MARKER = "# tracediag-scrape"  # written by `tracediag scrape` before each scrape
+_MARKER_RE = re.compile(r"^#\s*tracediag-scrape\b(?P<rest>.*)$")
+_KV_RE = re.compile(r"(\w+)=(\S+)")
+_DIRECTIVE_RE = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
+MAX_EXAMPLES = 5
+
+SCHEMA = pa.schema(
+    [
+        ("input_id", pa.int32()),
+        ("scrape", pa.int32()),
+        ("ts_ns", pa.int64()),
+        ("t_s", pa.float64()),
+        ("line", pa.int32()),
+        ("name", pa.string()),
+        ("family", pa.string()),
+        ("canonical", pa.string()),
+        ("name_rank", pa.int16()),
+        ("preferred", pa.bool_()),
+        ("type", pa.string()),
+        ("part", pa.string()),
+        ("le", pa.float64()),
+        ("quantile", pa.float64()),
+        ("model_name", pa.string()),
+        ("engine", pa.string()),
+        ("labels_json", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read metrics file ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(path, f"corrupt gzip metrics file ({exc})") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def _split_scrapes(lines: list[str]) -> list[tuple[dict[str, str], list[tuple[int, str]]]]:
+    """[(marker fields, [(line number, text)])]: one entry per scrape."""
+    scrapes: list[tuple[dict[str, str], list[tuple[int, str]]]] = []
+    cur: list[tuple[int, str]] = []
+    marker: dict[str, str] = {}
+    seen: set[str] = set()
+    has_sample = False
+
+    def flush():
+        if cur:
+            scrapes.append((marker, list(cur)))
+
+    for i, line in enumerate(lines, start=1):
+        m = _MARKER_RE.match(line.strip())
+        if m:
+            flush()
+            cur, seen, has_sample = [], set(), False
+            marker = dict(_KV_RE.findall(m["rest"]))
+            continue
+        d = _DIRECTIVE_RE.match(line.strip())
+        if d:
+            key = (d[1], d[2])
+            if f"{key}" in seen and has_sample:  # the same family again: a new scrape without a marker
+                flush()
+                cur, seen, has_sample, marker = [], set(), False, {}
+            seen.add(f"{key}")
+        elif line.strip() and not line.lstrip().startswith("#"):
+            has_sample = True
+        cur.append((i, line))
+    flush()
+    return scrapes
+
+
+def _families(text: str):
+    return list(text_string_to_metric_families(text))
+
+
+def _parse_scrape(block: list[tuple[int, str]], malformed: list[tuple[int, str]]):
+    """[(line, family type, sample)] for one scrape; rejected lines go to `malformed`."""
+    sample_lines = [n for n, t in block if t.strip() and not t.lstrip().startswith("#")]
+    try:
+        fams = _families("\n".join(t for _, t in block) + "\n")
+        out = [(f.type, s) for f in fams for s in f.samples]
+        if len(out) == len(sample_lines):
+            return [(n, typ, s) for n, (typ, s) in zip(sample_lines, out)]
+    except ValueError:
+        pass
+    # Line by line, each sample with its family's HELP/TYPE context, so one bad line costs only itself.
+    result = []
+    context: list[str] = []
+    context_name = None
+    for n, t in block:
+        stripped = t.strip()
+        if not stripped:
+            continue
+        d = _DIRECTIVE_RE.match(stripped)
+        if stripped.startswith("#"):
+            if not d:
+                continue  # plain comment
+            try:
+                _families(stripped + "\n")
+            except ValueError:
+                malformed.append((n, t))
+                continue
+            if d[2] != context_name:
+                context, context_name = [], d[2]
+            context.append(stripped)
+            continue
+        try:
+            fams = _families("\n".join([*context, stripped]) + "\n")
+            samples = [(f.type, s) for f in fams for s in f.samples]
+        except ValueError:
+            malformed.append((n, t))
+            continue
+        if len(samples) != 1:
+            malformed.append((n, t))
+            continue
+        result.append((n, samples[0][0], samples[0][1]))
+    return result
+
+
+def _part_and_family(name: str, labels: dict[str, str], typ: str) -> tuple[str, str, str]:
+    """(part, family, type) of one sample."""
+    if name.endswith("_bucket") and "le" in labels:
+        return "bucket", name[: -len("_bucket")], "histogram"
+    if name.endswith("_created"):
+        return "created", name[: -len("_created")], typ
+    if "quantile" in labels:
+        return "quantile", name, "summary"
+    for suffix in ("_sum", "_count"):
+        base = name[: -len(suffix)]
+        if name.endswith(suffix) and (typ in ("histogram", "summary") or base in HISTOGRAMS):
+            return suffix[1:], base, typ if typ in ("histogram", "summary") else "histogram"
+    if name.endswith("_total") and name not in CANONICAL:
+        return "value", name[: -len("_total")], "counter" if typ in ("untyped", "unknown") else typ
+    return "value", name, "untyped" if typ == "unknown" else typ
+
+
+def _num(v: str | None) -> float | None:
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
+    text = _read_text(path)
+    lines = text.splitlines()
+    scrapes = _split_scrapes(lines)
+    malformed: list[tuple[int, str]] = []
+    cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
+    scrape_times: list[int | None] = []
+    label_json: dict[tuple, str] = {}  # label sets repeat in every scrape: serialise each once
+    for idx, (marker, block) in enumerate(scrapes):
+        parsed = _parse_scrape(block, malformed)
+        marker_ms = _num(marker.get("unix_ms"))
+        best: dict[tuple, int] = {}  # (canonical, part, le, quantile, labels) -> row of the best-ranked name
+        first_ts = None
+        for n, typ, s in parsed:
+            labels = dict(s.labels)
+            part, family, stype = _part_and_family(s.name, labels, typ)
+            canon, rank = CANONICAL.get(family, (None, None))
+            if canon is None and family.endswith("_total"):
+                canon, rank = CANONICAL.get(family[: -len("_total")], (None, None))
+            ts_s = s.timestamp if s.timestamp is not None else (marker_ms / 1000 if marker_ms is not None else None)
+            ts_ns = round(float(ts_s) * 1e9) if ts_s is not None else None
+            first_ts = first_ts if first_ts is not None else ts_ns
+            le = _num(labels.get("le")) if part == "bucket" else None
+            q = _num(labels.get("quantile")) if part == "quantile" else None
+            row = len(cols["name"])
+            cols["input_id"].append(order)
+            cols["scrape"].append(idx)
+            cols["ts_ns"].append(ts_ns)
+            cols["t_s"].append(None)
+            cols["line"].append(n)
+            cols["name"].append(s.name)
+            cols["family"].append(family)
+            cols["canonical"].append(canon)
+            cols["name_rank"].append(rank)
+            cols["preferred"].append(True)
+            cols["type"].append(stype)
+            cols["part"].append(part)
+            cols["le"].append(le)
+            cols["quantile"].append(q)
+            cols["model_name"].append(labels.get("model_name"))
+            cols["engine"].append(labels.get("engine"))
+            lkey = tuple(sorted(labels.items()))
+            lj = label_json.get(lkey)
+            if lj is None:
+                lj = label_json[lkey] = json.dumps(dict(lkey))
+            cols["labels_json"].append(lj)
+            value = float(s.value)
+            cols["value"].append(value if not math.isnan(value) else None)
+            if canon is not None:
+                rest = {k: v for k, v in labels.items() if k not in ("le", "quantile")}
+                key = (canon, part, le, q, tuple(sorted(rest.items())))
+                if key in best:
+                    other = best[key]
+                    if rank < cols["name_rank"][other]:
+                        cols["preferred"][other] = False
+                        best[key] = row
+                    else:
+                        cols["preferred"][row] = False
+                else:
+                    best[key] = row
+        scrape_times.append(first_ts)
+    n_samples = len(cols["name"])
+    if n_samples == 0:
+        first = next((t.strip() for t in lines if t.strip()), "")
+        if not first:
+            raise InputError(path, "empty metrics file: no Prometheus samples")
+        raise InputError(
+            path,
+            f"not Prometheus text exposition: none of its {len(lines)} lines is a metric sample "
+            f"(line 1: {first[:60]!r})",
+        )
+    t0 = min((t for t in cols["ts_ns"] if t is not None), default=None)
+    if t0 is not None:
+        cols["t_s"] = [(t - t0) / 1e9 if t is not None else None for t in cols["ts_ns"]]
+    versions = sorted({c for c in cols["family"] if c.startswith("vllm:")})
+    meta = {
+        "scrapes": len(scrapes),
+        "samples": n_samples,
+        "timed_scrapes": sum(t is not None for t in scrape_times),
+        "vllm_metrics": len(versions),
+        "engine_label": any(e is not None for e in cols["engine"]),
+        "malformed_lines": len(malformed),
+        "malformed_examples": [{"line": n, "text": t.strip()[:120]} for n, t in malformed[:MAX_EXAMPLES]],
+    }
+    ts_known = [t for t in cols["ts_ns"] if t is not None]
+    row = {
+        "rank": None,
+        "profiler": f"Prometheus text exposition ({len(scrapes)} scrape{'s' if len(scrapes) != 1 else ''})",
+        "file_bytes": path.stat().st_size,
+        "events_total": n_samples,
+        "trace_start_ns": min(ts_known) if ts_known else None,
+        "trace_end_ns": max(ts_known) if ts_known else None,
+        "meta_json": json.dumps(meta),
+    }
+    table = pa.Table.from_pydict(cols, schema=SCHEMA)
+    return Parsed(path=str(path), format="prometheus", inputs_rows=[row], tables={"metric_samples": table})

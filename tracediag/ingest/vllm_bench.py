@@ -1,0 +1,393 @@
+"""`vllm bench serve` results: `--save-result` / `--save-detailed` JSON (one object, or one per line with
+`--append-result`), the old `benchmarks/benchmark_serving.py` keys, and the client's stdout result table.
+
+Keys (vllm/benchmarks/serve.py `benchmark()` and `main_async()`): date, backend, model_id, num_prompts,
+request_rate ("inf" when infinite), burstiness, max_concurrency, duration, completed, failed,
+total_input_tokens, total_output_tokens, request_throughput, request_goodput, output_throughput,
+total_token_throughput, max_output_tokens_per_s, max_concurrent_requests, {mean,median,std,pNN}_{ttft,tpot,
+itl,e2el}_ms; with --save-detailed also input_lens, output_lens, ttfts (s), itls (s, one list per request),
+errors ('' when none), generated_texts, and in newer versions start_times (s). Older benchmark_serving.py
+wrote input_throughput, no `failed`, and {mean,median,p99}_latency_ms for the end-to-end latency.
+The stdout table is `============ Serving Benchmark Result ============` followed by `Name: value` lines;
+the run's arguments come from the `Namespace(...)` line the client prints first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from tracediag.errors import InputError
+from tracediag.ingest.base import IngestOptions, Parsed
+
+RUNS_SCHEMA = pa.schema(
+    [
+        ("input_id", pa.int32()),
+        ("run", pa.int32()),
+        ("source", pa.string()),
+        ("date", pa.string()),
+        ("backend", pa.string()),
+        ("model_id", pa.string()),
+        ("tag", pa.string()),
+        ("dataset_name", pa.string()),
+        ("num_prompts", pa.int32()),
+        ("request_rate_rps", pa.float64()),
+        ("burstiness", pa.float64()),
+        ("max_concurrency", pa.int32()),
+        ("duration_s", pa.float64()),
+        ("completed", pa.int32()),
+        ("failed", pa.int32()),
+        ("total_input_tokens", pa.int64()),
+        ("total_output_tokens", pa.int64()),
+        ("request_throughput_rps", pa.float64()),
+        ("request_goodput_rps", pa.float64()),
+        ("output_tput_tok_s", pa.float64()),
+        ("total_tput_tok_s", pa.float64()),
+        ("max_output_tput_tok_s", pa.float64()),
+        ("max_concurrent_requests", pa.int32()),
+        ("has_requests", pa.bool_()),
+        ("goodput_json", pa.string()),
+        ("meta_json", pa.string()),
+    ]
+)
+LATENCY_SCHEMA = pa.schema(
+    [
+        ("input_id", pa.int32()),
+        ("run", pa.int32()),
+        ("metric", pa.string()),
+        ("stat", pa.string()),
+        ("percentile", pa.float64()),
+        ("value_ms", pa.float64()),
+    ]
+)
+REQUESTS_SCHEMA = pa.schema(
+    [
+        ("input_id", pa.int32()),
+        ("run", pa.int32()),
+        ("req", pa.int32()),
+        ("input_len", pa.int32()),
+        ("output_len", pa.int32()),
+        ("success", pa.bool_()),
+        ("error", pa.string()),
+        ("start_s", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("e2el_s", pa.float64()),
+        ("e2el_source", pa.string()),
+        ("tpot_s", pa.float64()),
+        ("itl_count", pa.int32()),
+        ("itl_max_s", pa.float64()),
+        ("itl_mean_s", pa.float64()),
+        ("itls_s", pa.list_(pa.float64())),
+    ]
+)
+
+_STAT_KEY = re.compile(
+    r"^(?P<stat>mean|median|std|p(?P<p>\d+(?:\.\d+)?))_(?P<metric>ttft|tpot|itl|e2el|latency|e2e_latency)_ms$"
+)
+_METRIC_ALIAS = {"latency": "e2el", "e2e_latency": "e2el"}
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "errors", "generated_texts", "start_times")
+SUMMARY_KEYS = {
+    "duration": "duration_s",
+    "completed": "completed",
+    "failed": "failed",
+    "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "request_throughput": "request_throughput_rps",
+    "request_goodput": "request_goodput_rps",
+    "output_throughput": "output_tput_tok_s",
+    "total_token_throughput": "total_tput_tok_s",
+    "max_output_tokens_per_s": "max_output_tput_tok_s",
+    "max_concurrent_requests": "max_concurrent_requests",
+    "num_prompts": "num_prompts",
+    "burstiness": "burstiness",
+    "max_concurrency": "max_concurrency",
+    "date": "date",
+    "model_id": "model_id",
+}
+# stdout table: label -> column, or (metric, stat) for latency rows
+_TABLE_ROWS = {
+    "successful requests": "completed",
+    "failed requests": "failed",
+    "maximum request concurrency": "max_concurrency",
+    "request rate configured (rps)": "request_rate_rps",
+    "benchmark duration (s)": "duration_s",
+    "total input tokens": "total_input_tokens",
+    "total generated tokens": "total_output_tokens",
+    "request throughput (req/s)": "request_throughput_rps",
+    "request goodput (req/s)": "request_goodput_rps",
+    "output token throughput (tok/s)": "output_tput_tok_s",
+    "peak output token throughput (tok/s)": "max_output_tput_tok_s",
+    "peak concurrent requests": "max_concurrent_requests",
+    "total token throughput (tok/s)": "total_tput_tok_s",
+}
+_TABLE_LAT = re.compile(
+    r"^(?P<stat>Mean|Median|Std|P(?P<p>\d+(?:\.\d+)?))\s+(?P<metric>TTFT|TPOT|ITL|E2EL)\s+\(ms\):\s*(?P<v>\S+)"
+)
+_TABLE_ROW = re.compile(r"^(?P<label>[A-Za-z][^:]*?):\s+(?P<v>\S+)\s*$")
+_BANNER = re.compile(r"=+ Serving Benchmark Result =+")
+_NS_PAIR = re.compile(
+    r"\b(request_rate|max_concurrency|num_prompts|burstiness|dataset_name|goodput|model|backend|label|save_detailed)=('[^']*'|\[[^\]]*\]|[^,)\s]+)"
+)
+INT_COLS = {"completed", "failed", "max_concurrency", "num_prompts", "max_concurrent_requests"}
+
+
+def _float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(str(v).strip().strip("'"))  # 'inf' -> inf
+    except ValueError:
+        return None
+
+
+def _int(v: Any) -> int | None:
+    f = _float(v)
+    return int(f) if f is not None and math.isfinite(f) else None
+
+
+def _json_runs(text: str) -> list[dict[str, Any]] | None:
+    """The result objects of a JSON file (one, or several with --append-result); None when not JSON."""
+    dec = json.JSONDecoder()
+    runs, i = [], 0
+    text = text.strip()
+    while i < len(text):
+        try:
+            obj, end = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return runs if runs else None
+        if isinstance(obj, list):
+            runs.extend(o for o in obj if isinstance(o, dict))
+        elif isinstance(obj, dict):
+            runs.append(obj)
+        i = end
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+    return runs
+
+
+def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
+    ttfts = d.get("ttfts")
+    if not isinstance(ttfts, list):
+        return []
+    n = len(ttfts)
+
+    def col(key):
+        v = d.get(key)
+        return v if isinstance(v, list) and len(v) == n else [None] * n
+
+    ins, outs, itls, errs, starts = (
+        col("input_lens"),
+        col("output_lens"),
+        col("itls"),
+        col("errors"),
+        col("start_times"),
+    )
+    e2e_key = next((k for k in ("e2els", "latencies") if isinstance(d.get(k), list) and len(d[k]) == n), None)
+    e2es = d[e2e_key] if e2e_key else [None] * n
+    rows = []
+    for i in range(n):
+        gaps = [float(g) for g in (itls[i] or []) if isinstance(g, (int, float))]
+        err = errs[i] if isinstance(errs[i], str) else None
+        ttft = _float(ttfts[i])
+        success = not err if errs[i] is not None or "errors" in d else (ttft or 0) > 0
+        e2e, source = _float(e2es[i]), e2e_key
+        if e2e is None and success and ttft is not None:
+            e2e, source = ttft + sum(gaps), "ttft+sum(itl)"
+        out = _int(outs[i])
+        tpot = (
+            (e2e - ttft) / (out - 1) if success and out and out > 1 and e2e is not None and ttft is not None else None
+        )
+        rows.append(
+            {
+                "input_id": order,
+                "run": run,
+                "req": i,
+                "input_len": _int(ins[i]),
+                "output_len": out,
+                "success": success,
+                "error": err,
+                "start_s": _float(starts[i]),
+                "ttft_s": ttft if success else None,
+                "e2el_s": e2e if success else None,
+                "e2el_source": source if success else None,
+                "tpot_s": tpot,
+                "itl_count": len(gaps),
+                "itl_max_s": max(gaps) if gaps else None,
+                "itl_mean_s": sum(gaps) / len(gaps) if gaps else None,
+                "itls_s": gaps,
+            }
+        )
+    return rows
+
+
+def _latency_rows(order: int, run: int, items: list[tuple[str, str, float | None, float]]) -> list[dict[str, Any]]:
+    return [
+        {"input_id": order, "run": run, "metric": m, "stat": s, "percentile": p, "value_ms": v} for m, s, p, v in items
+    ]
+
+
+def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
+    run_rows, lat_rows, req_rows = [], [], []
+    for r, d in enumerate(runs):
+        if "completed" not in d or not any(k in d for k in ("duration", "request_throughput")):
+            raise InputError(
+                path,
+                "not a `vllm bench serve` result: the JSON has no 'completed' and 'duration'/'request_throughput' keys",
+            )
+        row: dict[str, Any] = {"input_id": order, "run": r}
+        for key, colname in SUMMARY_KEYS.items():
+            if key in d:
+                row[colname] = (
+                    _int(d[key])
+                    if colname in INT_COLS
+                    else (d[key] if colname in ("date", "model_id") else _float(d[key]))
+                )
+        row["request_rate_rps"] = _float(d.get("request_rate"))
+        row["backend"] = d.get("backend") or d.get("endpoint_type")
+        row["tag"] = d.get("label") or d.get("tag")
+        reqs = _requests(order, r, d)
+        row["has_requests"] = bool(reqs)
+        row["source"] = "save-detailed json" if reqs else "save-result json"
+        if row.get("failed") is None:
+            if isinstance(d.get("errors"), list):
+                row["failed"] = sum(1 for e in d["errors"] if e)
+            elif row.get("num_prompts") is not None and row.get("completed") is not None:
+                row["failed"] = max(0, row["num_prompts"] - row["completed"])
+        lat = []
+        for key, v in d.items():
+            m = _STAT_KEY.match(key)
+            if m and _float(v) is not None:
+                metric = _METRIC_ALIAS.get(m["metric"], m["metric"])
+                lat.append(
+                    (
+                        metric,
+                        m["stat"],
+                        float(m["p"]) if m["p"] else (50.0 if m["stat"] == "median" else None),
+                        _float(v),
+                    )
+                )
+        lat_rows += _latency_rows(order, r, lat)
+        req_rows += reqs
+        known = (
+            set(SUMMARY_KEYS)
+            | set(PER_REQUEST)
+            | {"request_rate", "backend", "endpoint_type", "label", "tag", "e2els", "latencies"}
+        )
+        meta = {k: v for k, v in d.items() if k not in known and not _STAT_KEY.match(k) and not isinstance(v, list)}
+        row["meta_json"] = json.dumps(meta, default=str)
+        run_rows.append(row)
+    return run_rows, lat_rows, req_rows
+
+
+def _namespace(line: str) -> dict[str, str]:
+    return {k: v.strip("'") for k, v in _NS_PAIR.findall(line)}
+
+
+def _from_table(order: int, text: str, path: Path):
+    lines = text.replace("\r", "\n").split("\n")
+    run_rows, lat_rows = [], []
+    args: dict[str, str] = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("Namespace(") or "Namespace(" in line[:40]:
+            args = _namespace(line)
+        if _BANNER.search(line):
+            r = len(run_rows)
+            row: dict[str, Any] = {
+                "input_id": order,
+                "run": r,
+                "source": "result table (stdout)",
+                "has_requests": False,
+            }
+            lat = []
+            i += 1
+            while i < len(lines) and not re.fullmatch(r"=+", lines[i].strip()):
+                s = lines[i].strip()
+                lm = _TABLE_LAT.match(s)
+                if lm:
+                    stat = lm["stat"].lower()
+                    pct = float(lm["p"]) if lm["p"] else (50.0 if stat == "median" else None)
+                    lat.append((lm["metric"].lower(), stat, pct, _float(lm["v"])))
+                else:
+                    tm = _TABLE_ROW.match(s)
+                    if tm and tm["label"].strip().lower() in _TABLE_ROWS:
+                        colname = _TABLE_ROWS[tm["label"].strip().lower()]
+                        row[colname] = _int(tm["v"]) if colname in INT_COLS else _float(tm["v"])
+                i += 1
+            for key, colname in (("request_rate", "request_rate_rps"), ("burstiness", "burstiness")):
+                if key in args and row.get(colname) is None:
+                    row[colname] = _float(args[key])
+            for key in ("max_concurrency", "num_prompts"):
+                if key in args and row.get(key) is None:
+                    row[key] = _int(args[key])
+            row["dataset_name"] = args.get("dataset_name")
+            row["model_id"] = args.get("model")
+            row["backend"] = args.get("backend")
+            if args.get("goodput") not in (None, "None"):
+                pairs = re.findall(r"(\w+):([\d.]+)", args["goodput"])
+                row["goodput_json"] = json.dumps({k: float(v) for k, v in pairs})
+            row["meta_json"] = json.dumps({"namespace": args} if args else {})
+            run_rows.append(row)
+            lat_rows += _latency_rows(order, r, [x for x in lat if x[3] is not None])
+        i += 1
+    if not run_rows:
+        first = next((t.strip() for t in lines if t.strip()), "")
+        raise InputError(
+            path,
+            "not a `vllm bench serve` result: neither result JSON nor a 'Serving Benchmark Result' table"
+            + (f" (line 1: {first[:60]!r})" if first else " (empty file)"),
+        )
+    return run_rows, lat_rows, []
+
+
+def _rate_text(v: float | None) -> float | str | None:
+    return "inf" if v is not None and math.isinf(v) else v
+
+
+def parse_vllm_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(path, f"cannot read benchmark result ({exc.strerror or exc})") from None
+    runs = _json_runs(text) if text.lstrip().startswith(("{", "[")) else None
+    if runs is not None:
+        if not runs:
+            raise InputError(path, "not a `vllm bench serve` result: the JSON holds no result object")
+        run_rows, lat_rows, req_rows = _from_json(order, runs, path)
+    else:
+        run_rows, lat_rows, req_rows = _from_table(order, text, path)
+    meta = {
+        "runs": len(run_rows),
+        "source": run_rows[0]["source"],
+        "requests": len(req_rows),
+        "request_rates": [_rate_text(r.get("request_rate_rps")) for r in run_rows],
+    }
+    row = {
+        "rank": None,
+        "profiler": f"vllm bench serve ({run_rows[0]['source']})",
+        "file_bytes": path.stat().st_size,
+        "events_total": len(req_rows) or len(run_rows),
+        "meta_json": json.dumps(meta, default=str),
+    }
+
+    def table(rows, schema):
+        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
+
+    return Parsed(
+        path=str(path),
+        format="vllm-bench",
+        inputs_rows=[row],
+        tables={
+            "bench_runs": table(run_rows, RUNS_SCHEMA),
+            "bench_latency": table(lat_rows, LATENCY_SCHEMA),
+            "bench_requests": table(req_rows, REQUESTS_SCHEMA),
+        },
+    )

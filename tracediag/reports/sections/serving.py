@@ -1,0 +1,156 @@
+"""Serving telemetry: queue depth, running requests, KV-cache usage and preemptions over time (vLLM logs and
+/metrics scrapes), startup facts, speculative decoding, benchmark runs, and what each input held."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tracediag.reports.sections import Section
+from tracediag.reports.svg import scatter
+
+MAX_SERIES = 6
+TELEMETRY = ("prometheus", "vllm-log", "vllm-bench")
+
+
+def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
+    """Log stats series and timed metric series of one quantity, keyed by a readable label."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    for r in ctx.rows(
+        f"SELECT input_id, engine, pid, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
+        "AND t_s IS NOT NULL ORDER BY input_id, engine, pid, t_s"  # column names are ours
+    ):
+        label = paths.get(r["input_id"], "?") + ("" if r["engine"] is None else f" engine {r['engine']}")
+        out.setdefault(label, []).append((r["t_s"], float(r["v"])))
+    return out
+
+
+def _metric(ctx, canonical: str, scale: float = 1.0) -> dict[str, list[tuple[float, float]]]:
+    out: dict[str, list[tuple[float, float]]] = {}
+    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    for r in ctx.rows(
+        "SELECT input_id, engine, scrape, min(t_s) AS t_s, sum(value) AS v FROM metric_samples "
+        "WHERE canonical = ? AND part = 'value' AND preferred AND t_s IS NOT NULL "
+        "GROUP BY input_id, engine, scrape ORDER BY input_id, engine, scrape",
+        [canonical],
+    ):
+        label = paths.get(r["input_id"], "?") + ("" if r["engine"] is None else f" engine {r['engine']}") + " (metrics)"
+        out.setdefault(label, []).append((r["t_s"], float(r["v"] or 0) * scale))
+    return {k: v for k, v in out.items() if len(v) > 1}
+
+
+def _chart(title: str, ylabel: str, series: dict[str, list[tuple[float, float]]]) -> str | None:
+    series = {k: v for k, v in list(series.items())[:MAX_SERIES] if v}
+    if not series:
+        return None
+    return scatter(title, "seconds since the first record of each input", ylabel, series, connect=True)
+
+
+def _preemptions(ctx) -> dict[str, list[tuple[float, float]]]:
+    out = _series(ctx, "preemptions")
+    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    for r in ctx.rows(
+        "SELECT input_id, t_s, cumulative FROM serving_events WHERE kind = 'preemption' AND t_s IS NOT NULL "
+        "ORDER BY input_id, t_s"
+    ):
+        label = paths.get(r["input_id"], "?") + " (V0 cumulative preemptions)"
+        out.setdefault(label, []).append((r["t_s"], float(r["cumulative"] or 0)))
+    for label, pts in _series(ctx, "swapped").items():
+        if any(v for _, v in pts):
+            out[label + " (V0 swapped)"] = pts
+    for label, pts in _metric(ctx, "preemptions").items():
+        out[label] = pts
+    return out
+
+
+def build(ctx) -> Section | None:
+    inputs = ctx.rows(
+        "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs WHERE format IN (?, ?, ?) "
+        "ORDER BY input_id",
+        list(TELEMETRY),
+    )
+    if not inputs:
+        return None
+    notes, summary = [], []
+    for i in inputs:
+        meta = json.loads(i["meta_json"] or "{}")
+        name = Path(i["path"]).name
+        summary.append(
+            {
+                "input": name,
+                "format": i["format"],
+                "what": i["profiler"],
+                "records": i["events_total"],
+                "malformed_lines": meta.get("malformed_lines", 0),
+                "details": {
+                    k: meta[k]
+                    for k in (
+                        "scrapes",
+                        "timed_scrapes",
+                        "stats_lines",
+                        "spec_decode_lines",
+                        "preemption_warnings",
+                        "runs",
+                        "requests",
+                    )
+                    if k in meta
+                },
+            }
+        )
+        if meta.get("malformed_lines"):
+            ex = "; ".join(f"line {e['line']}: {e['text']!r}" for e in meta.get("malformed_examples", [])[:3])
+            notes.append(f"{name}: {meta['malformed_lines']} malformed line(s) skipped ({ex}).")
+    notes.append("Log times carry no year: the x axis is seconds since each file's first timestamped record.")
+    charts = [
+        _chart(
+            "Queue depth (waiting requests)",
+            "requests",
+            {**_series(ctx, "waiting"), **_metric(ctx, "requests_waiting")},
+        ),
+        _chart("Running requests", "requests", {**_series(ctx, "running"), **_metric(ctx, "requests_running")}),
+        _chart("GPU KV-cache usage", "percent", {**_series(ctx, "kv_usage_pct"), **_metric(ctx, "kv_usage", 100.0)}),
+        _chart("Preemptions", "count", _preemptions(ctx)),
+    ]
+    tables = {"telemetry inputs": summary}
+    stats = ctx.rows(
+        "SELECT i.path, s.line, s.ts_text, s.t_s, s.engine, s.running, s.waiting, s.swapped, s.preemptions, "
+        "s.kv_usage_pct, s.prefix_hit_pct, s.prompt_tput_tok_s, s.gen_tput_tok_s FROM serving_stats s "
+        "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY s.input_id, s.t_s, s.line"
+    )
+    if stats:
+        tables["engine stats lines"] = [{**r, "path": Path(r["path"]).name} for r in stats]
+    facts = ctx.rows(
+        "SELECT i.path, f.key, f.value, f.unit, f.line, f.process FROM serving_startup f "
+        "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY f.input_id, f.line"
+    )
+    if facts:
+        tables["startup facts"] = [{**r, "path": Path(r["path"]).name} for r in facts]
+    spec = ctx.rows(
+        "SELECT input_id, line, ts_text, engine, log_format, num_spec_tokens AS k, draft_tokens, accepted_tokens, "
+        "emitted_tokens, acceptance_rate, mean_acceptance_length, per_position FROM spec_decode ORDER BY input_id, t_s"
+    )
+    if spec:
+        tables["speculative decoding lines"] = spec
+    runs = ctx.rows(
+        "SELECT input_id, run, source, date, tag, request_rate_rps, max_concurrency, num_prompts, completed, failed, "
+        "duration_s, request_throughput_rps, output_tput_tok_s, max_concurrent_requests FROM bench_runs "
+        "ORDER BY input_id, run"
+    )
+    if runs:
+        for r in runs:
+            rate = r["request_rate_rps"]
+            r["request_rate_rps"] = "inf" if rate is not None and rate == float("inf") else rate
+        tables["benchmark runs"] = runs
+        lat = ctx.rows(
+            "SELECT input_id, run, metric, stat, value_ms FROM bench_latency ORDER BY input_id, run, metric, stat"
+        )
+        tables["benchmark latency (ms)"] = lat
+    return Section(
+        id="serving",
+        step=6,
+        title="Serving telemetry (vLLM logs, /metrics, benchmark results)",
+        tables=tables,
+        notes=tuple(notes),
+        svgs=tuple(c for c in charts if c),
+    )

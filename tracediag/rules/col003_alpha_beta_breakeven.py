@@ -1,0 +1,467 @@
+"""COL003 α–β fit and TP profitability.
+
+Hypothesis: each TP all-reduce costs a fixed latency α plus its bus bytes over a bandwidth B; a
+decode step makes 2L *dependent* calls, so at small T the fixed part 2L·α is not paid back by the
+compute TP saves and TP=p is slower than TP=1 ("TP article": 加速成立需要满足什么不等式).
+
+Formula: τ = α + V_AR/B with V_AR = 2(p−1)/p·S, fitted robustly (Theil–Sen) over the trace's
+all-reduce calls per group size; per step t_comm = 2L·τ_AR(T·H·e_a, p) and its share of the step
+time per T bucket; with a = seconds per token of the projection compute at TP=1 (from a TP=1 trace,
+else p × the per-rank GEMM-time slope over T at TP=p, an estimate), the break-even token count is
+T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); a non-positive denominator means no T benefits.
+
+Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
+range, where the call times came from (the shortest rank's time of each matched call when several
+ranks are given: the others include waiting), the per-T-bucket table, a and its source, T* and the
+decode steps below it. When the 2L / T·H·e_a accounting does not hold (COL001/COL002 conditions,
+recomputed here), T* is not computed.
+
+What to do: when decode T is mostly below T*, TP=p is not buying latency for these batches: compare
+with p replicas of TP=1 (SHP004), raise the decode batch, or lower α (custom all-reduce, NVLS,
+CUDA graphs); measure a from a TP=1 trace (--tp1-baseline) instead of the estimate before deciding.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tracediag import tpmath
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.rules._tp_collectives import tp_allreduce_where
+from tracediag.rules.col005_rank_skew import matched_collectives
+
+RULE = RuleMeta(
+    id="COL003",
+    step=3,
+    title="α–β fit of the all-reduces and the TP break-even T*",
+    requires_tables=("collectives", "steps"),
+    requires_model=("L", "H"),
+    requires_tp=True,
+    may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002"),
+)
+BELOW_SHARE_FINDING = 0.5  # "the observed decode T distribution lies mostly below T*"
+
+Rows = Callable[[str, list | None], list[dict[str, Any]]]
+
+
+# --- α–β data ------------------------------------------------------------------------------------------------
+
+
+def allreduce_samples(ctx: Context, p: int) -> tuple[list[dict], str]:
+    """All-reduce call times for the fit: per matched call (several ranks given) the shortest rank's
+    time — the last arriver's, closest to the transfer itself; else each call's own time."""
+    where = tp_allreduce_where()
+    sets = [
+        s
+        for s in matched_collectives(ctx)
+        if s["op"] == "all_reduce" and len(s["payloads"]) == 1 and None not in s["payloads"]
+    ]
+    if sets:
+        out = []
+        for s in sets:
+            c = min(s["calls"], key=lambda c: c["dur_ns"])
+            g = c["group_size"] or p
+            if g != p and c["group_size"] is not None:
+                continue
+            out.append(
+                {
+                    "rank": c["rank"],
+                    "step": c["step_id"],
+                    "ts_ns": c["ts_ns"],
+                    "name": c["call_name"],
+                    "work_event": c["work_event"],
+                    "group_size": g,
+                    "payload_bytes": c["payload_bytes"],
+                    "dur_ns": c["dur_ns"],
+                }
+            )
+        if out:
+            return out, f"shortest rank's time of each call matched across {len(sets[0]['calls'])} ranks"
+    rows = ctx.rows(
+        f"SELECT rank, step_id AS step, ts_ns, call_name AS name, coalesce(kernel_name, exec_name) AS work_event, "
+        f"coalesce(group_size, ?) AS group_size, payload_bytes, dur_ns FROM collectives "
+        f"WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL ORDER BY rank, ts_ns",
+        [p, p],
+    )
+    return rows, "each call's own time (one rank: includes waiting for the other ranks)"
+
+
+def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | None]:
+    groups: dict[int, list[dict]] = defaultdict(list)
+    for s in samples:
+        groups[int(s["group_size"])].append(s)
+    return {
+        g: tpmath.fit_alpha_beta([s["payload_bytes"] for s in ss], [s["dur_ns"] / 1e9 for s in ss], g)
+        for g, ss in sorted(groups.items())
+    }
+
+
+# --- projection slope a ---------------------------------------------------------------------------------------
+
+
+def _lm_head_widths(model, p: int) -> list[int]:
+    """Output widths that identify the lm_head GEMM (V, V/p) unless a projection has the same width."""
+    m = model
+    if not m or not m.vocab_size:
+        return []
+    proj = {m.H}
+    if m.I:
+        proj |= {m.I // p, 2 * m.I // p, m.I, 2 * m.I}
+    if m.h and m.D:
+        kv = -(-(m.H_kv or m.h) // p)
+        proj |= {m.h // p * m.D, (m.h // p + 2 * kv) * m.D, kv * m.D, m.h * m.D}
+    return [w for w in {m.vocab_size, m.vocab_size // p} if w not in proj]
+
+
+def gemm_time_per_step(rows: Rows, model, p: int) -> tuple[list[dict], str]:
+    """Per (rank, step) with T: projection GEMM time. GPU kernels (gemm/wo_gemm classes, launched in the
+    step) when the trace has kernels; else the outermost CPU GEMM ops, without the lm_head (vocab width)."""
+    gpu = rows(
+        """
+        SELECT s.rank, s.step_id, s.T, sum(k.dur_ns) AS gemm_ns
+        FROM steps s
+        JOIN runtime r ON r.rank = s.rank AND r.ts_ns >= s.ts_ns AND r.ts_ns < s.ts_ns + s.dur_ns
+        JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
+        WHERE s.T IS NOT NULL AND k.klass IN ('gemm', 'wo_gemm')
+        GROUP BY s.rank, s.step_id, s.T ORDER BY s.rank, s.step_id
+        """,
+        None,
+    )
+    if gpu:
+        return gpu, "GPU GEMM kernel time per step (gemm and weight-only GEMM classes, lm_head included)"
+    widths = _lm_head_widths(model, p)
+    n_out = (
+        "CASE WHEN g.name = 'aten::linear' THEN try_cast(g.w_dims AS BIGINT[])[1] "
+        "ELSE try_cast(g.w_dims AS BIGINT[])[-1] END"
+    )
+    excl = " AND ".join(f"coalesce({n_out} <> ?, TRUE)" for _ in widths) or "TRUE"
+    cpu = rows(
+        f"""
+        WITH g AS (
+            SELECT g.rank, g.step_id, g.dur_ns FROM gemm_shapes g WHERE {excl}
+            UNION ALL  -- weight-only GEMM ops called directly (aten::_weight_int4pack_mm_for_cpu, ...)
+            SELECT o.rank, s.step_id, o.dur_ns FROM cpu_ops o
+            JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
+            WHERE o.klass = 'wo_gemm'
+        )
+        SELECT s.rank, s.step_id, s.T, sum(g.dur_ns) AS gemm_ns
+        FROM g JOIN steps s ON s.rank = g.rank AND s.step_id = g.step_id
+        WHERE s.T IS NOT NULL
+        GROUP BY s.rank, s.step_id, s.T ORDER BY s.rank, s.step_id
+        """,
+        widths,
+    )
+    lm = "lm_head excluded" if widths else "lm_head included (vocab width unknown or equal to a projection's)"
+    return cpu, f"CPU time of the outermost GEMM and weight-only GEMM ops per step, {lm}"
+
+
+def projection_slope(rows: Rows, model, p: int) -> tuple[tpmath.LineFit | None, str, int]:
+    """Theil–Sen slope of per-step GEMM time (s) over T; returns (fit, source, points)."""
+    per_step, source = gemm_time_per_step(rows, model, p)
+    fit = tpmath.theil_sen([r["T"] for r in per_step], [r["gemm_ns"] / 1e9 for r in per_step])
+    return fit, source, len(per_step)
+
+
+def baseline_slope(path: str, model) -> tuple[float | None, str]:
+    """a from a TP=1 trace, ingested into its own in-memory store. (a, how) or (None, why not)."""
+    from tracediag.derive import build_all
+    from tracediag.errors import TracediagError
+    from tracediag.ingest import discover_inputs, load, parse_all
+    from tracediag.store import open_store, query_dicts
+
+    try:
+        parsed = parse_all(discover_inputs([Path(path)]))
+    except TracediagError as exc:
+        return None, f"the TP=1 baseline could not be read ({exc})"
+    con = open_store()
+    try:
+        load(con, parsed)
+        build_all(con)
+        world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
+        ars = con.execute(
+            "SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND coalesce(group_size, 2) > 1"
+        ).fetchone()[0]
+        if (world[0] or 1) > 1 or world[1] > 1 or ars:
+            return None, (
+                f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files, "
+                f"{ars} all-reduces)"
+            )
+        widths = con.execute(
+            "SELECT count(*) FROM gemm_shapes WHERE try_cast(act_dims AS BIGINT[])[-1] = ?", [model.H]
+        ).fetchone()[0]
+        has_shapes = con.execute("SELECT count(*) FROM gemm_shapes").fetchone()[0]
+        if has_shapes and not widths:
+            return None, f"the baseline {path} has no GEMM with input width H = {model.H}: another model"
+        fit, source, n = projection_slope(lambda q, a: query_dicts(con, q, a), model, 1)
+    finally:
+        con.close()
+    if fit is None or fit.slope <= 0:
+        return None, f"the baseline {path} has no steps with two different T and a GEMM time rising with T ({n} steps)"
+    return fit.slope, f"TP=1 baseline {path}: slope of {source} over T ({n} steps)"
+
+
+def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]]:
+    """(a in s/token, source, is_estimate, notes)."""
+    m = ctx.model
+    notes: list[str] = []
+    if ctx.settings.tp1_baseline:
+        a, how = baseline_slope(ctx.settings.tp1_baseline, m)
+        if a is not None:
+            return a, how, False, notes
+        notes.append(how)
+    fit, source, n = projection_slope(ctx.rows, m, p)
+    if fit is not None and fit.slope > 0:
+        return (
+            p * fit.slope,
+            f"estimate: p × slope of {source} over T at TP={p} ({n} rank-steps), assuming ideal 1/p sharding",
+            True,
+            notes,
+        )
+    if fit is None:
+        notes.append(f"no per-step GEMM-time slope over T ({n} rank-steps with T; two different T are needed)")
+    else:
+        notes.append(
+            f"the per-step GEMM time does not rise with T ({n} rank-steps, slope {fit.slope * 1e9:.3g} ns/token): "
+            "compute time is hidden by overheads or contention"
+        )
+    if ctx.settings.peak_tflops and not m.missing("I", "H_kv", "D"):
+        a = tpmath.seconds_per_token_tp1(m.L, m.H, m.I, m.H_kv * m.D, ctx.settings.peak_tflops * 1e12)
+        return a, f"estimate: L·F_proj/peak with --peak-tflops {ctx.settings.peak_tflops} (optimistic)", True, notes
+    return None, "", True, notes
+
+
+# --- cost-model applicability (COL001 / COL002 conditions, recomputed) ----------------------------------------
+
+
+def cost_model_verdicts(ctx: Context) -> list[str]:
+    """Reasons the 2L·τ_AR(T·H·e_a) account does not hold, from COL001/COL002's own checks on this store."""
+    from tracediag.rules import col001_collective_count, col002_payload_per_call
+
+    reasons = []
+    for mod in (col001_collective_count, col002_payload_per_call):
+        c = mod.check(ctx)
+        if c.cost_model_applies is False:
+            reasons.append(f"{c.rule}: {c.title}")
+    return reasons
+
+
+# --- per-T buckets ----------------------------------------------------------------------------------------------
+
+
+def _bucket(T: int, distinct: int) -> str:
+    if distinct <= 8:
+        return str(T)
+    lo = 1 << (max(T, 1).bit_length() - 1)
+    return f"{lo}-{2 * lo - 1}"
+
+
+def t_buckets(ctx: Context, p: int, fit: tpmath.AlphaBetaFit, e_a: int) -> list[dict]:
+    m = ctx.model
+    steps = ctx.rows(
+        f"""
+        SELECT s.rank, s.step_id, s.T, s.phase, s.dur_ns,
+               sum(c.dur_ns) FILTER (WHERE {tp_allreduce_where("c")}) AS ar_ns,
+               count(c.op) FILTER (WHERE {tp_allreduce_where("c")}) AS ar_calls
+        FROM steps s LEFT JOIN collectives c ON c.rank = s.rank AND c.step_id = s.step_id
+        WHERE s.T IS NOT NULL AND s.T > 0
+        GROUP BY s.rank, s.step_id, s.T, s.phase, s.dur_ns ORDER BY s.T
+        """,
+        [p, p],
+    )
+    distinct = len({s["T"] for s in steps})
+    buckets: dict[tuple, list[dict]] = defaultdict(list)
+    for s in steps:
+        buckets[(_bucket(s["T"], distinct), s["phase"] or "unknown")].append(s)
+    out = []
+    for (b, phase), ss in sorted(buckets.items(), key=lambda kv: (min(s["T"] for s in kv[1]), kv[0][1])):
+        T = statistics.median(s["T"] for s in ss)
+        step_ns = statistics.median(s["dur_ns"] for s in ss)
+        model_ns = tpmath.allreduce_calls_per_step(m.L) * fit.time_s(T * m.H * e_a) * 1e9
+        out.append(
+            {
+                "T_bucket": b,
+                "phase": phase,
+                "rank_steps": len(ss),
+                "median_T": T,
+                "median_step_ns": int(step_ns),
+                "model_comm_ns": int(model_ns),
+                "model_comm_share": round(model_ns / step_ns, 4) if step_ns else None,
+                "observed_allreduce_ns": int(statistics.median(s["ar_ns"] or 0 for s in ss)),
+                "observed_allreduce_calls": statistics.median(s["ar_calls"] for s in ss),
+            }
+        )
+    return out
+
+
+# --- the check --------------------------------------------------------------------------------------------------
+
+
+def _fit_values(fit: tpmath.AlphaBetaFit) -> dict:
+    return {
+        "alpha_us": round(fit.alpha_s * 1e6, 3),
+        "bus_bw_gbs": round(fit.bus_bw_bytes_per_s / 1e9, 4) if fit.bus_bw_bytes_per_s else None,
+        "fit_r2": round(fit.line.r2, 4) if fit.line.r2 is not None else None,
+        "fit_median_abs_rel_residual": round(fit.line.median_abs_rel_residual, 4),
+        "fit_calls": fit.line.n,
+        "fit_distinct_payloads": fit.line.distinct_x,
+        "fit_payload_range_bytes": [fit.min_payload_bytes, fit.max_payload_bytes],
+        "fit_method": fit.line.method,
+    }
+
+
+def check(ctx: Context) -> Check:
+    from tracediag.rules.col002_payload_per_call import activation_element_bytes
+
+    m, p = ctx.model, ctx.tp.p
+    if p == 1:
+        return not_applicable(RULE, "p = 1: no tensor-parallel all-reduces to fit")
+    samples, dur_source = allreduce_samples(ctx, p)
+    if not samples:
+        return not_applicable(RULE, "missing TP all-reduce calls with a recorded payload and duration")
+    fits = fit_by_group_size(samples)
+    fit = fits.get(p)
+    if fit is None:
+        sizes = sorted({s["payload_bytes"] for s in samples if s["group_size"] == p})
+        return not_applicable(
+            RULE,
+            f"missing all-reduces of at least two different payload sizes at group size {p} "
+            f"(seen: {sizes[:5]}): α and B cannot be separated",
+        )
+    values: dict[str, Any] = {"p": p, **_fit_values(fit), "call_times_from": dur_source}
+    if len(fits) > 1:
+        values["other_group_sizes"] = {
+            str(g): _fit_values(f) if f else "fewer than two payload sizes" for g, f in fits.items() if g != p
+        }
+    fit_text = (
+        f"α = {fit.alpha_s * 1e6:.1f} µs, B = "
+        + (f"{fit.bus_bw_bytes_per_s / 1e9:.2f} GB/s" if fit.bus_bw_bytes_per_s else "unresolved")
+        + f" (R² {values['fit_r2']}, {fit.line.n} calls)"
+    )
+    if fit.alpha_clamped:
+        values["alpha_note"] = (
+            f"the robust intercept was {fit.raw_intercept_s * 1e6:.1f} µs (< 0, not physical): α is taken as 0 and B "
+            "from the median of τ/V_AR (a fit through the origin); T* is then 0 — read it as 'latency does not "
+            "limit TP here', and check the fit residuals"
+        )
+    if fit.latency_only:
+        values["fitted_slope_bus_bw_gbs"] = round(1 / fit.line.slope / 1e9, 4) if fit.line.slope > 0 else None
+        values["bus_bw_note"] = (
+            f"the call time does not grow measurably with payload over {fit.min_payload_bytes:,}–"
+            f"{fit.max_payload_bytes:,} B (R² {values['fit_r2']} < {tpmath.MIN_R2_FOR_BANDWIDTH}): latency-bound, "
+            "α = median call time and the bandwidth term is taken as 0 (T* is then a lower bound)"
+        )
+    against = cost_model_verdicts(ctx)
+    if against:
+        return not_applicable(
+            RULE,
+            "the 2L·τ_AR(T·H·e_a, p) cost model does not apply here ("
+            + "; ".join(against)
+            + f"), so neither the per-step account nor T* is computed; fitted {fit_text}",
+        )
+    e_a, e_a_source = activation_element_bytes(ctx)
+    if e_a is None:
+        return not_applicable(RULE, "missing activation element type (no GEMM input types, no torch_dtype)")
+    values |= {"L": m.L, "H": m.H, "e_a": e_a, "e_a_source": e_a_source}
+    table = t_buckets(ctx, p, fit, e_a)
+    a, a_source, a_is_estimate, a_notes = estimate_a(ctx, p)
+    if a_notes:
+        values["a_notes"] = a_notes
+    evidence = [
+        {k: s[k] for k in ("rank", "step", "ts_ns", "name", "work_event", "payload_bytes", "dur_ns")}
+        for s in sorted(samples, key=lambda s: s["payload_bytes"])[:: max(1, len(samples) // 5)][
+            : ctx.settings.max_evidence
+        ]
+    ]
+    if a is None:
+        return not_applicable(
+            RULE,
+            "missing the projection slope a: " + "; ".join(a_notes) + "; pass --tp1-baseline (a TP=1 trace) or "
+            f"--peak-tflops; fitted {fit_text}",
+        )
+    B = fit.bus_bw_bytes_per_s
+    den = tpmath.breakeven_denominator(a, p, m.L, m.H, e_a, B)
+    t_star = tpmath.breakeven_tokens(m.L, fit.alpha_s, a, p, m.H, e_a, B)
+    decode = ctx.rows(
+        "SELECT DISTINCT ON (step_id) step_id, T, rank FROM steps WHERE phase = 'decode' AND T IS NOT NULL "
+        "ORDER BY step_id, rank"
+    )
+    scope = "decode"
+    if not decode:
+        decode = ctx.rows(
+            "SELECT DISTINCT ON (step_id) step_id, T, rank FROM steps WHERE T IS NOT NULL ORDER BY step_id, rank"
+        )
+        scope = "all (no decode steps labelled)"
+    Ts = [d["T"] for d in decode]
+    below = [t for t in Ts if t_star is None or t < t_star]
+    share = len(below) / len(Ts) if Ts else 0.0
+    values |= {
+        "a_ms_per_token": round(a * 1e3, 6),
+        "a_source": a_source,
+        "a_is_estimate": a_is_estimate,
+        "breakeven_denominator_s": den,
+        "T_star": round(t_star, 3) if t_star is not None else None,
+        "steps_compared": scope,
+        "steps_with_T": len(Ts),
+        "median_T": statistics.median(Ts) if Ts else None,
+        "share_below_T_star": round(share, 4),
+    }
+    two_l_alpha = 2 * m.L * fit.alpha_s
+    bw = f"{B / 1e9:.3g} GB/s" if B else "∞ (unresolved)"
+    formula = "T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p), τ = α + V_AR/B fitted (Theil–Sen)"
+    substituted = (
+        f"T* = 2·{m.L}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − 4·{m.L}·{(p - 1) / p:.3g}·{m.H}·"
+        f"{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
+        + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
+    )
+    confidence = "medium" if a_is_estimate else "high"
+    if fit.line.r2 is not None and fit.line.r2 < 0.5 and fit.bus_bw_bytes_per_s is not None:
+        confidence = "low" if a_is_estimate else "medium"
+    common = {
+        "rule": RULE.id,
+        "step": RULE.step,
+        "formula": formula,
+        "substituted": substituted,
+        "values": values,
+        "table": table,
+        "evidence": evidence,
+        "cost_model_applies": True,
+    }
+    if share > BELOW_SHARE_FINDING:
+        if t_star is None:
+            title = (
+                f"TP={p} cannot beat TP=1 at any T: the bus-time per token exceeds the compute it saves "
+                f"(a(1−1/p) − bandwidth term = {den * 1e3:.3g} ms ≤ 0); {fit_text}"
+            )
+        else:
+            title = (
+                f"TP={p} is slower than TP=1 for {share:.0%} of {scope.split(' ')[0]} steps: median T = "
+                f"{values['median_T']:g} < T* = {t_star:.3g}; the fixed latency of 2L = {2 * m.L} dependent "
+                f"all-reduces ({two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
+            )
+        return Check(
+            **common,
+            status="finding",
+            severity="warning",
+            confidence=confidence,
+            impact=share,
+            title=title + (" (a estimated)" if a_is_estimate else ""),
+            next_check=(
+                "Compare with p replicas of TP=1 by per-card goodput (SHP004); raise the decode batch or lower α "
+                "(custom all-reduce, NVLS, CUDA graphs); measure a from a TP=1 trace (--tp1-baseline)"
+                + (" — a here is an estimate" if a_is_estimate else "")
+                + "."
+            ),
+        )
+    return Check(
+        **common,
+        status="pass",
+        confidence=confidence,
+        title=(
+            f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; {fit_text}"
+        ),
+    )

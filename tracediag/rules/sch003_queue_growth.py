@@ -1,0 +1,170 @@
+"""SCH003 Queue growth.
+
+Hypothesis: when requests arrive faster than the engine completes them, no stable queue exists: the
+number of waiting requests (and their queue time) rises for as long as the load lasts. Tuning kernels
+does not fix that; lowering the arrival rate or adding replicas does.
+
+Formula: Mann-Kendall trend test of the Waiting series over the window, one-sided for an increase,
+significance level α = 0.05: S = Σ_{i<j} sign(w_j − w_i), p = P(S' ≥ S) under "no trend" (exact
+permutation distribution, or the tie-corrected normal approximation for long series with ties);
+slope = Sen's median pairwise slope (requests/s). A finding needs p < α and slope > 0 — a trend over
+the window, not one large sample. At least 4 samples per series.
+
+Evidence: per series (a log's stats lines of one engine: V0 Pending, V1 Waiting; or the
+vllm:num_requests_waiting gauge of timed scrapes; and the mean queue time per scrape interval from the
+vllm:request_queue_time_seconds histogram): n, window, first/last/max waiting, S, p, Sen and
+least-squares slopes; example lines at the start, peak and end.
+
+What to do: compare the arrival rate with the completion rate; lower the request rate, add replicas or
+shed load before tuning kernels, then re-measure inside a window where the queue is stable.
+"""
+
+from __future__ import annotations
+
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.rules._serving import (
+    MIN_TREND_POINTS,
+    SIGNIFICANCE,
+    Series,
+    log_series,
+    metric_series,
+    series_evidence,
+)
+from tracediag.servingmath import Trend, mann_kendall
+
+RULE = RuleMeta(id="SCH003", step=6, title="Waiting requests and queue time are not rising over the window")
+FORMULA = "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05 and Sen slope > 0"
+
+
+def _queue_time_series(ctx: Context) -> list[Series]:
+    """Mean queue time per scrape interval: Δsum / Δcount of the queue-time histogram, in seconds."""
+    sums = {(s.input_id, s.engine): s for s in metric_series(ctx, "queue_time_seconds", "sum")}
+    out = []
+    for s_cnt in metric_series(ctx, "queue_time_seconds", "count"):
+        s_sum = sums.get((s_cnt.input_id, s_cnt.engine))
+        if s_sum is None:
+            continue
+        pts = []
+        for a, b, sa, sb in zip(s_cnt.points, s_cnt.points[1:], s_sum.points, s_sum.points[1:]):
+            dn = (b["value"] or 0) - (a["value"] or 0)
+            if b["t_s"] is not None and dn > 0:
+                pts.append({**b, "value": ((sb["value"] or 0) - (sa["value"] or 0)) / dn})
+        if pts:
+            out.append(Series("metrics", s_cnt.input_id, s_cnt.path, s_cnt.engine, pts))
+    return out
+
+
+def _row(s: Series, what: str, t: Trend | None, xs: list[float], ys: list[float]) -> dict:
+    return {
+        "series": s.label,
+        "source": "log stats lines" if s.source == "log" else "metrics scrapes",
+        "quantity": what,
+        "n": len(ys),
+        "window_s": round(xs[-1] - xs[0], 3) if xs else None,
+        "first": ys[0] if ys else None,
+        "last": ys[-1] if ys else None,
+        "max": max(ys) if ys else None,
+        "S": t.s if t else None,
+        "p_increase": round(t.p_increase, 6) if t else None,
+        "p_decrease": round(t.p_decrease, 6) if t else None,
+        "test": f"Mann-Kendall ({t.method})" if t else f"not tested: fewer than {MIN_TREND_POINTS} samples",
+        "sen_slope_per_s": round(t.sen_slope, 6) if t and t.sen_slope is not None else None,
+        "ols_slope_per_s": round(t.ols_slope, 6) if t and t.ols_slope is not None else None,
+    }
+
+
+def check(ctx: Context) -> Check:
+    candidates = [(s, "waiting requests") for s in log_series(ctx, "waiting")]
+    candidates += [(s, "waiting requests") for s in metric_series(ctx, "requests_waiting")]
+    candidates += [(s, "mean queue time (s)") for s in _queue_time_series(ctx)]
+    if not candidates:
+        return not_applicable(
+            RULE, "missing queue series: no vLLM stats lines (Waiting/Pending) and no timed /metrics scrapes"
+        )
+    table, tested = [], []
+    for s, what in candidates:
+        xs, ys = s.xy()
+        t = mann_kendall(xs, ys, SIGNIFICANCE) if len(ys) >= MIN_TREND_POINTS else None
+        table.append(_row(s, what, t, xs, ys))
+        if t is not None:
+            tested.append((s, what, t, xs, ys))
+    if not tested:
+        longest = max(len(s.xy()[1]) for s, _ in candidates)
+        return not_applicable(
+            RULE,
+            f"missing a queue time series of at least {MIN_TREND_POINTS} samples (longest has {longest}): "
+            "a trend needs a window, not one sample; scrape /metrics with `tracediag scrape` or pass a longer log",
+        )
+    growing = [x for x in tested if x[2].increasing]
+    values = {"alpha": SIGNIFICANCE, "series_tested": len(tested), "series_growing": len(growing)}
+    if not growing:
+        s, what, t, xs, ys = max(tested, key=lambda x: x[2].n)
+        if all(v == 0 for v in ys):
+            title = f"No queue: {what} stayed 0 over {xs[-1] - xs[0]:.0f} s ({t.n} samples)"
+        elif t.decreasing:
+            title = (
+                f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
+                f"(Sen slope {t.sen_slope:+.3g}/s, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
+            )
+        else:
+            title = (
+                f"No significant queue growth: Mann-Kendall p = {t.p_increase:.3g} ≥ α = {SIGNIFICANCE} "
+                f"over {t.n} samples"
+            )
+        values |= {"S": t.s, "p_increase": t.p_increase, "sen_slope_per_s": t.sen_slope, "n": t.n}
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="pass",
+            confidence="high" if t.n >= 8 else "medium",
+            title=title,
+            formula=FORMULA,
+            substituted=f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g}, Sen slope = {t.sen_slope:+.4g}/s",
+            values=values,
+            table=table,
+            evidence=[series_evidence(s, p, "sample", value=p["value"]) for p in s.points[:1] + s.points[-1:]],
+        )
+    s, what, t, xs, ys = min(growing, key=lambda x: x[2].p_increase)
+    peak = max(s.points, key=lambda p: p["value"] if p["value"] is not None else float("-inf"))
+    values |= {
+        "series": s.label,
+        "quantity": what,
+        "n": t.n,
+        "window_s": xs[-1] - xs[0],
+        "S": t.s,
+        "p_increase": t.p_increase,
+        "test": f"Mann-Kendall, one-sided, {t.method}",
+        "sen_slope_per_s": t.sen_slope,
+        "ols_slope_per_s": t.ols_slope,
+        "first": ys[0],
+        "last": ys[-1],
+    }
+    return Check(
+        rule=RULE.id,
+        step=RULE.step,
+        status="finding",
+        severity="error" if ys[-1] > 0 and t.p_increase < SIGNIFICANCE / 5 else "warning",
+        confidence="high" if t.n >= 8 else "medium",
+        impact=min(1.0, len(growing) / len(tested)),
+        title=(
+            f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
+            f"({t.sen_slope:+.3g}/s, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "
+            "arrivals outpace completions"
+        ),
+        formula=FORMULA,
+        substituted=(
+            f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g} < {SIGNIFICANCE}, "
+            f"Sen slope = {t.sen_slope:+.4g}/s (least squares {t.ols_slope:+.4g}/s)"
+        ),
+        values=values,
+        table=table,
+        evidence=[
+            series_evidence(s, p, label, value=p["value"])
+            for label, p in (("start", s.points[0]), ("peak", peak), ("end", s.points[-1]))
+        ],
+        next_check=(
+            "No stable queue exists: compare the arrival rate with the completion rate; lower the request rate "
+            "or add replicas before tuning kernels, then measure again in a window where Waiting is flat."
+        ),
+    )

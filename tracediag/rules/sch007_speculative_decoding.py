@@ -1,0 +1,262 @@
+"""SCH007 Speculative decoding.
+
+Hypothesis: speculative decoding emits E[tokens/round] tokens per target-model round; it pays only when a
+round (draft + verify + overhead) costs less than E plain decode steps. Acceptance falls with position,
+so trailing positions add little while their draft and verify work is always paid; and on a busy server
+the verify work of rejected drafts takes batch capacity that waiting requests need.
+
+Formula: per-position joint acceptance P(A1…Ai) (vLLM's "per-position acceptance rate" = accepted at
+position i / drafts); conditional P(Ai | A1…Ai−1) = P(A1…Ai) / P(A1…Ai−1);
+E[tokens/round] = 1 + Σ_i P(A1…Ai) (constant α: 1 + α + … + α^k; k=4, α=0.8 → 3.3616; α=0.3 → 1.43);
+break-even: T_round / E < T_base, i.e. T_round < E·T_base; position k adds P(A1…Ak) tokens per round.
+Findings: a trailing position adding < 0.1 token per round; rejected drafts ≥ 50 % of verified draft
+tokens while requests wait.
+
+Evidence: V1 'SpecDecoding metrics' lines (per logging interval), V0 'Speculative metrics' lines (totals;
+E = emitted / (draft tokens / k)), /metrics spec_decode_num_drafts / _num_draft_tokens /
+_num_accepted_tokens(_per_pos) counters; Waiting from the stats line of the same engine and time.
+
+What to do: lower num_speculative_tokens to drop low-yield positions; with a queue, disable speculative
+decoding or lower k (it trades throughput for single-request latency); measure T_round and T_base before
+keeping it on.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.rules._serving import input_paths, log_evidence, metric_evidence
+from tracediag.servingmath import conditional_acceptance, expected_tokens_per_round
+
+RULE = RuleMeta(id="SCH007", step=6, title="Speculative decoding yields enough tokens per round")
+MIN_TAIL_YIELD = 0.10  # tokens per round a trailing draft position must add
+MAX_REJECTED_UNDER_LOAD = 0.5  # share of verified draft tokens rejected while requests wait
+FORMULA = "E[tokens/round] = 1 + Σ_i P(A1…Ai); pays off only if T_round < E·T_base"
+
+
+def _log_groups(ctx: Context) -> list[dict]:
+    paths = input_paths(ctx)
+    rows = ctx.rows("SELECT * FROM spec_decode ORDER BY input_id, engine NULLS FIRST, pid NULLS FIRST, t_s, line")
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["input_id"], r["engine"], r["pid"]), []).append(r)
+    out = []
+    for (input_id, engine, pid), rs in groups.items():
+        path = paths.get(input_id, "?")
+        label = path.rsplit("/", 1)[-1] + ("" if engine is None else f" engine {engine}")
+        waits = {
+            r["line"]: r["waiting"]
+            for r in ctx.rows(
+                "SELECT line, waiting FROM serving_stats WHERE input_id = ? AND pid IS NOT DISTINCT FROM ? "
+                "AND engine IS NOT DISTINCT FROM ?",
+                [input_id, pid, engine],
+            )
+        }
+        for r in rs:  # the stats line the spec line follows (same process, same engine)
+            prev = [ln for ln in waits if ln <= r["line"]]
+            r["waiting"] = waits[max(prev)] if prev else None
+        k = rs[-1]["num_spec_tokens"]
+        if rs[-1]["cumulative"]:  # V0: totals since start; use the latest line
+            last = rs[-1]
+            drafts = last["num_drafts"] or 0
+            drafted, accepted = last["draft_tokens"] or 0, last["accepted_tokens"] or 0
+            e = last["emitted_tokens"] / drafts if drafts and last["emitted_tokens"] is not None else None
+            joint = None
+        else:  # V1: per interval; weight positions by each interval's rounds
+            drafts = sum(r["num_drafts"] or 0 for r in rs)
+            drafted = sum(r["draft_tokens"] or 0 for r in rs)
+            accepted = sum(r["accepted_tokens"] or 0 for r in rs)
+            with_pos = [r for r in rs if r["per_position"] and r["num_drafts"]]
+            if with_pos:
+                w = sum(r["num_drafts"] for r in with_pos)
+                kmax = max(len(r["per_position"]) for r in with_pos)
+                joint = [
+                    sum(r["per_position"][i] * r["num_drafts"] for r in with_pos if i < len(r["per_position"])) / w
+                    for i in range(kmax)
+                ]
+                e = expected_tokens_per_round(joint)
+            else:
+                joint, e = None, (1 + accepted / drafts if drafts else None)
+        loaded = [r for r in rs if (r["waiting"] or 0) > 0]
+        out.append(
+            {
+                "series": label,
+                "source": f"log ({rs[-1]['log_format']})",
+                "k": k,
+                "rounds": drafts,
+                "draft_tokens": drafted,
+                "accepted_tokens": accepted,
+                "acceptance_rate": accepted / drafted if drafted else None,
+                "expected_tokens_per_round": e,
+                "joint": joint,
+                "max_waiting": max((r["waiting"] or 0 for r in rs), default=None),
+                "loaded_acceptance": (
+                    sum(r["accepted_tokens"] or 0 for r in loaded) / sum(r["draft_tokens"] or 0 for r in loaded)
+                    if loaded and sum(r["draft_tokens"] or 0 for r in loaded) and not rs[-1]["cumulative"]
+                    else None
+                ),
+                "evidence": [
+                    log_evidence(path, r, "spec decode line", waiting=r["waiting"], acceptance=r["acceptance_rate"])
+                    for r in (loaded or rs)[:2]
+                ],
+            }
+        )
+    return out
+
+
+def _metric_groups(ctx: Context) -> list[dict]:
+    paths = input_paths(ctx)
+    rows = ctx.rows(
+        "SELECT input_id, engine, canonical, labels_json, max(value) AS value, max(ts_ns) AS ts_ns, min(line) AS line "
+        "FROM metric_samples WHERE part = 'value' AND preferred AND canonical IN ('spec_drafts', 'spec_draft_tokens', "
+        "'spec_accepted_tokens', 'spec_accepted_tokens_per_pos', 'spec_emitted_tokens') "
+        "GROUP BY input_id, engine, canonical, labels_json"
+    )
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        g = groups.setdefault((r["input_id"], r["engine"]), {"pos": {}, "line": r["line"], "ts_ns": r["ts_ns"]})
+        if r["canonical"] == "spec_accepted_tokens_per_pos":
+            pos = json.loads(r["labels_json"]).get("position")
+            if pos is not None:
+                g["pos"][int(pos)] = r["value"]
+        else:
+            g[r["canonical"]] = r["value"]
+    out = []
+    for (input_id, engine), g in groups.items():
+        drafts, drafted, accepted = g.get("spec_drafts"), g.get("spec_draft_tokens"), g.get("spec_accepted_tokens")
+        if not drafted:
+            continue
+        joint = [g["pos"][i] / drafts for i in sorted(g["pos"])] if drafts and g["pos"] else None
+        e = expected_tokens_per_round(joint) if joint else (1 + accepted / drafts if drafts and accepted else None)
+        out.append(
+            {
+                "series": paths.get(input_id, "?").rsplit("/", 1)[-1] + ("" if engine is None else f" engine {engine}"),
+                "source": "metrics counters (since process start)",
+                "k": len(joint) if joint else None,
+                "rounds": drafts,
+                "draft_tokens": drafted,
+                "accepted_tokens": accepted,
+                "acceptance_rate": accepted / drafted if accepted is not None else None,
+                "expected_tokens_per_round": e,
+                "joint": joint,
+                "max_waiting": None,
+                "loaded_acceptance": None,
+                "evidence": [metric_evidence(paths.get(input_id, "?"), g, "spec_decode counters", value=accepted)],
+            }
+        )
+    return out
+
+
+def check(ctx: Context) -> Check:
+    groups = _log_groups(ctx) + _metric_groups(ctx)
+    if not groups:
+        return not_applicable(
+            RULE,
+            "missing speculative-decoding statistics: no SpecDecoding/Speculative metrics lines or spec_decode "
+            "counters (speculative decoding off)",
+        )
+    table = []
+    tails, loaded = [], []
+    for g in groups:
+        cond = conditional_acceptance(g["joint"]) if g["joint"] else None
+        row = {k: v for k, v in g.items() if k not in ("evidence", "joint")}
+        row["per_position_joint"] = [round(x, 4) for x in g["joint"]] if g["joint"] else None
+        row["per_position_conditional"] = [round(x, 4) if x is not None else None for x in cond] if cond else None
+        table.append(row)
+        if g["joint"] and g["joint"][-1] < MIN_TAIL_YIELD:
+            tails.append(g)
+        la = g["loaded_acceptance"]
+        if la is not None and 1 - la >= MAX_REJECTED_UNDER_LOAD:
+            loaded.append(g)
+    g0 = (loaded or tails or groups)[0]
+    e = g0["expected_tokens_per_round"]
+    values = {
+        "series": g0["series"],
+        "k": g0["k"],
+        "rounds": g0["rounds"],
+        "acceptance_rate": round(g0["acceptance_rate"], 4) if g0["acceptance_rate"] is not None else None,
+        "expected_tokens_per_round": round(e, 4) if e else None,
+        "break_even_round_cost": f"T_round < {e:.3f}·T_base" if e else None,
+        "per_position_joint": g0["joint"],
+        "per_position_conditional": conditional_acceptance(g0["joint"]) if g0["joint"] else None,
+        "min_tail_yield": MIN_TAIL_YIELD,
+        "max_rejected_under_load": MAX_REJECTED_UNDER_LOAD,
+    }
+    joint_txt = " + ".join(f"{x:.3f}" for x in g0["joint"]) if g0["joint"] else None
+    substituted = (
+        f"{g0['series']}: E = 1 + {joint_txt} = {e:.3f} tokens/round"
+        if joint_txt and e
+        else f"{g0['series']}: E = {e:.3f} tokens/round"
+        if e
+        else f"{g0['series']}: E unknown"
+    ) + (f"; pays off only if T_round < {e:.3f}·T_base" if e else "")
+    evidence = [ev for g in (loaded or tails or groups) for ev in g["evidence"]][: ctx.settings.max_evidence]
+    if loaded:
+        g = loaded[0]
+        rej = 1 - g["loaded_acceptance"]
+        values["rejected_share_under_load"] = round(rej, 4)
+        values["max_waiting"] = g["max_waiting"]
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="finding",
+            severity="warning",
+            confidence="medium",
+            impact=rej,
+            formula=FORMULA,
+            substituted=substituted,
+            values=values,
+            table=table,
+            evidence=evidence,
+            title=(
+                f"Speculative decoding under load: {rej * 100:.0f} % of verified draft tokens rejected while up to "
+                f"{g['max_waiting']} requests wait (E = {e:.2f} tokens/round, k = {g['k']})"
+            ),
+            next_check=(
+                "The target model verifies every draft token, so rejected drafts take batch slots the waiting "
+                "requests need: lower num_speculative_tokens or disable speculative decoding under load, and "
+                "compare throughput and SCH003's queue trend with it off."
+            ),
+        )
+    if tails:
+        g = tails[0]
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="finding",
+            severity="warning",
+            confidence="medium",
+            impact=1 - g["joint"][-1],
+            formula=FORMULA,
+            substituted=substituted,
+            values=values,
+            table=table,
+            evidence=evidence,
+            title=(
+                f"Trailing speculative position {len(g['joint'])} adds only {g['joint'][-1]:.3f} tokens per round "
+                f"(E = {g['expected_tokens_per_round']:.2f}, k = {g['k']})"
+            ),
+            next_check=(
+                "Position k costs a draft step and a verify slot every round but yields P(A1…Ak) tokens: lower "
+                "num_speculative_tokens and compare T_round / E with the plain decode step time."
+            ),
+        )
+    return Check(
+        rule=RULE.id,
+        step=RULE.step,
+        status="pass",
+        confidence="medium",
+        formula=FORMULA,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=evidence,
+        title=(
+            f"Speculative decoding yields {e:.2f} tokens per round (k = {g0['k']}, acceptance "
+            f"{(g0['acceptance_rate'] or 0) * 100:.0f} %): it pays while a round costs < {e:.2f} decode steps"
+            if e
+            else "Speculative decoding statistics present; tokens per round unknown"
+        ),
+    )

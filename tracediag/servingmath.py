@@ -1,0 +1,347 @@
+"""Serving math of the RULEBOOK's step 6, as pure functions (no store, no I/O).
+
+Sources: the seed notes' "prefix cache", "speculative decoding", "KV cache", "continuous batching" and
+"capacity" articles (RULEBOOK SCH002-SCH010). Every worked example of those articles is a test in
+tests/test_servingmath.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- percentiles
+
+
+def nearest_rank(values: Iterable[float], p: float) -> float | None:
+    """Nearest-rank percentile: the ceil(p/100 · n)-th smallest value (p in [0, 100]); None when empty.
+
+    (99 gaps of 10 ms and one of 500 ms: p99 = 10 ms, while the mean is 14.9 ms.)
+    """
+    ys = sorted(values)
+    if not ys:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be in [0, 100], got {p}")
+    return ys[max(0, math.ceil(p / 100 * len(ys)) - 1)]
+
+
+# ---------------------------------------------------------------- prefix cache
+
+
+def prefill_cost(n: float, a: float = 1.0, b: float = 1.0 / 1024) -> float:
+    """C(n) = a·n + b·n(n+1)/2: linear per-token work plus causal attention pairs (arbitrary units)."""
+    return a * n + b * n * (n + 1) / 2
+
+
+def reusable_prefix(h: int, block_size: int | None) -> int:
+    """Only full blocks are reused: floor(h/B)·B (h itself when the block size is unknown)."""
+    return h if not block_size else (h // block_size) * block_size
+
+
+@dataclass(frozen=True)
+class PrefixCacheRatios:
+    request_hit_rate: float  # requests with h > 0 / requests
+    token_reuse_rate: float  # Σh / Σn
+    compute_saved: float  # Σ C(h) / Σ C(n): the remaining work is C(n) − C(h), not C(n − h)
+
+
+def prefix_cache_ratios(
+    requests: Sequence[tuple[int, int]], a: float = 1.0, b: float = 1.0 / 1024, block_size: int | None = None
+) -> PrefixCacheRatios:
+    """The three ratios over (prompt tokens n, cached prefix tokens h) per request."""
+    if not requests:
+        raise ValueError("no requests")
+    hs = [reusable_prefix(h, block_size) for _, h in requests]
+    ns = [n for n, _ in requests]
+    total_n = sum(ns)
+    return PrefixCacheRatios(
+        request_hit_rate=sum(h > 0 for h in hs) / len(requests),
+        token_reuse_rate=sum(hs) / total_n if total_n else 0.0,
+        compute_saved=sum(prefill_cost(h, a, b) for h in hs) / sum(prefill_cost(n, a, b) for n in ns),
+    )
+
+
+# ---------------------------------------------------------------- speculative decoding
+
+
+def expected_tokens_per_round(joint: Sequence[float]) -> float:
+    """E[tokens/round] = 1 + P(A1) + P(A1∩A2) + … + P(A1∩…∩Ak); `joint[i]` = P(first i+1 drafts accepted).
+
+    vLLM's per-position acceptance rate (accepted at position i / drafts) is exactly this joint
+    probability, and its "mean acceptance length" is this expectation.
+    """
+    return 1.0 + sum(joint)
+
+
+def expected_tokens_constant(alpha: float, k: int) -> float:
+    """Constant conditional acceptance α: 1 + α + α² + … + α^k (k=4, α=0.8 → 3.3616)."""
+    return sum(alpha**i for i in range(k + 1))
+
+
+def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
+    """P(A_i | A_1…A_{i−1}) = joint[i] / joint[i−1]; None where the previous position was never accepted."""
+    out: list[float | None] = []
+    prev = 1.0
+    for j in joint:
+        out.append(j / prev if prev > 0 else None)
+        prev = j
+    return out
+
+
+def joint_from_conditional(cond: Sequence[float]) -> list[float]:
+    out, acc = [], 1.0
+    for c in cond:
+        acc *= c
+        out.append(acc)
+    return out
+
+
+def spec_time_per_token(t_round: float, expected_tokens: float) -> float:
+    """T_round / E[tokens/round]: time per emitted token with speculative decoding."""
+    return t_round / expected_tokens
+
+
+def spec_pays_off(t_round: float, t_base: float, expected_tokens: float) -> bool:
+    """Break-even: speculative decoding is faster only when T_round / E[tokens/round] < T_base."""
+    return spec_time_per_token(t_round, expected_tokens) < t_base
+
+
+def marginal_cost_per_token(extra_round_time: float, joint_next: float) -> float:
+    """Adding position k+1 yields P(A1…A_{k+1}) tokens per round for its extra round time."""
+    return math.inf if joint_next <= 0 else extra_round_time / joint_next
+
+
+# ---------------------------------------------------------------- KV cache
+
+
+def kv_bytes_per_token(L: int, H_kv: int, D: int, b: float, p: int = 1, pp: int = 1) -> float:
+    """Per-token KV bytes held by one GPU: 2·(L/pp)·ceil(H_kv/p)·D·b.
+
+    KV heads, not attention heads; with p > H_kv the heads are replicated (each rank keeps one).
+    """
+    return 2 * (L / pp) * math.ceil(H_kv / p) * D * b
+
+
+def kv_token_capacity(total_bytes: float, weights: float, runtime: float, margin: float, per_token: float) -> int:
+    """floor((M_total − weights − runtime − margin) / per-token bytes)."""
+    return max(0, math.floor((total_bytes - weights - runtime - margin) / per_token))
+
+
+def paged_tail_waste_bound(active_sequences: int, block_size: int) -> int:
+    """Unused slots in the last block of each sequence: at most A·(B−1) tokens."""
+    return active_sequences * (block_size - 1)
+
+
+# ---------------------------------------------------------------- SLO attainment and goodput
+
+SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    success: bool
+    ttft_s: float | None
+    e2el_s: float | None
+    output_len: int | None
+    itl_max_s: float | None = None
+
+
+def tpot_s(e2el_s: float | None, ttft_s: float | None, output_len: int | None) -> float | None:
+    """(E2E − TTFT) / (O − 1); undefined (None) for O ≤ 1."""
+    if e2el_s is None or ttft_s is None or output_len is None or output_len <= 1:
+        return None
+    return (e2el_s - ttft_s) / (output_len - 1)
+
+
+def meets_slo(r: RequestOutcome, slo_ms: Mapping[str, float]) -> bool:
+    """Joint indicator: success ∧ TTFT ≤ B_f ∧ TPOT ≤ B_d ∧ ITL_max ≤ B_i ∧ E2E ≤ B_e.
+
+    Conventions: a failed request (error, timeout) is 0. TPOT is undefined for one-token outputs: the TPOT
+    budget is not checked for them (vLLM's --goodput sets their TPOT to 0, which gives the same outcome).
+    The ITL budget applies to the request's largest inter-token gap (its worst stall), not the mean.
+    A budget whose measure is missing for a successful request counts as not met.
+    """
+    if not r.success:
+        return False
+    for key, budget_ms in slo_ms.items():
+        b = budget_ms / 1000.0
+        if key == "ttft":
+            ok = r.ttft_s is not None and r.ttft_s <= b
+        elif key == "e2el":
+            ok = r.e2el_s is not None and r.e2el_s <= b
+        elif key == "tpot":
+            t = tpot_s(r.e2el_s, r.ttft_s, r.output_len)
+            ok = True if (r.output_len is not None and r.output_len <= 1) else (t is not None and t <= b)
+        elif key == "itl":
+            ok = (
+                True
+                if (r.output_len is not None and r.output_len <= 1)
+                else (r.itl_max_s is not None and r.itl_max_s <= b)
+            )
+        else:
+            raise ValueError(f"unknown SLO key {key!r} (known: {', '.join(SLO_KEYS)})")
+        if not ok:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Attainment:
+    n: int  # requests, failures included
+    good: int  # requests meeting every budget
+    failed: int
+    attainment: float  # good / n
+    goodput_rps: float | None  # good / duration
+
+
+def joint_attainment(
+    requests: Sequence[RequestOutcome], slo_ms: Mapping[str, float], duration_s: float | None = None
+) -> Attainment:
+    """Attainment ΣI/N with errors in N, and goodput ΣI/T."""
+    good = sum(meets_slo(r, slo_ms) for r in requests)
+    n = len(requests)
+    return Attainment(
+        n=n,
+        good=good,
+        failed=sum(not r.success for r in requests),
+        attainment=good / n if n else 0.0,
+        goodput_rps=good / duration_s if duration_s else None,
+    )
+
+
+def attainment_bounds(
+    per_metric: Mapping[str, tuple[float, float]], completed: int, failed: int
+) -> tuple[float, float]:
+    """Joint attainment bounds from per-metric bounds [lo_k, hi_k] over successful requests.
+
+    Lower: union bound 1 − Σ(1 − lo_k); upper: min hi_k; both scaled by completed / (completed + failed),
+    since failures count as misses.
+    """
+    n = completed + failed
+    if n == 0:
+        return 0.0, 0.0
+    share = completed / n
+    lo = max(0.0, 1.0 - sum(1.0 - lo_k for lo_k, _ in per_metric.values()))
+    hi = min((hi_k for _, hi_k in per_metric.values()), default=1.0)
+    return lo * share, hi * share
+
+
+def metric_bounds_from_percentiles(percentiles: Mapping[float, float], budget_ms: float) -> tuple[float, float]:
+    """Share of requests within a budget, bounded by the reported percentiles (percentile → value_ms).
+
+    A reported p-th percentile ≤ budget means about p % are within it; one above it means fewer than p %.
+    """
+    lo, hi = 0.0, 1.0
+    for p, v in percentiles.items():
+        if v <= budget_ms:
+            lo = max(lo, p / 100)
+        else:
+            hi = min(hi, p / 100)
+    return lo, max(lo, hi)
+
+
+def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
+    """L = λ·W."""
+    return arrival_rate * mean_time_in_system
+
+
+# ---------------------------------------------------------------- trend test
+
+
+@dataclass(frozen=True)
+class Trend:
+    n: int
+    s: int  # Mann-Kendall S = Σ_{i<j} sign(y_j − y_i)
+    p_increase: float  # one-sided p-value for an increasing trend
+    p_decrease: float  # one-sided p-value for a decreasing trend
+    method: str  # 'exact' (permutation distribution) or 'normal' (tie-corrected, continuity-corrected)
+    sen_slope: float | None  # median pairwise slope, y-units per x-unit
+    ols_slope: float | None  # least-squares slope, y-units per x-unit
+    alpha: float  # significance level the caller tests against
+
+    @property
+    def increasing(self) -> bool:
+        return self.p_increase < self.alpha and (self.sen_slope or 0) > 0
+
+    @property
+    def decreasing(self) -> bool:
+        return self.p_decrease < self.alpha and (self.sen_slope or 0) < 0
+
+
+def _mk_s(y: Sequence[float]) -> int:
+    n = len(y)
+    return sum((y[j] > y[i]) - (y[j] < y[i]) for i in range(n) for j in range(i + 1, n))
+
+
+def _inversion_counts(n: int) -> list[int]:
+    """Number of permutations of n items with k inversions (Mahonian numbers), k = 0..n(n−1)/2."""
+    counts = [1]
+    for m in range(2, n + 1):
+        new = [0] * (len(counts) + m - 1)
+        for k, c in enumerate(counts):
+            for j in range(m):
+                new[k + j] += c
+        counts = new
+    return counts
+
+
+def _normal_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+EXACT_TIES_MAX_N = 8  # with ties, the exact permutation distribution is enumerated up to n! = 40,320
+
+
+def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
+    """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes.
+
+    Exact p-values from the permutation distribution of S (Mahonian numbers without ties, enumeration with
+    ties for n ≤ 8); otherwise the normal approximation with the tie-corrected variance
+    [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 and a continuity correction.
+    """
+    if len(x) != len(y):
+        raise ValueError("x and y differ in length")
+    order = sorted(range(len(x)), key=lambda i: x[i])
+    xs = [float(x[i]) for i in order]
+    ys = [float(y[i]) for i in order]
+    n = len(ys)
+    s = _mk_s(ys)
+    ties = len(set(ys)) < n
+    if n < 2:
+        p_inc = p_dec = 1.0
+        method = "exact"
+    elif not ties:
+        pairs = n * (n - 1) // 2
+        counts = _inversion_counts(n)
+        total = math.factorial(n)
+        d = (pairs - s) // 2  # discordant pairs = inversions
+        p_inc = sum(counts[: d + 1]) / total  # P(S ≥ s) = P(inversions ≤ d)
+        p_dec = sum(counts[d:]) / total  # P(S ≤ s)
+        method = "exact"
+    elif n <= EXACT_TIES_MAX_N:
+        dist = [_mk_s(perm) for perm in itertools.permutations(ys)]
+        p_inc = sum(v >= s for v in dist) / len(dist)
+        p_dec = sum(v <= s for v in dist) / len(dist)
+        method = "exact"
+    else:
+        groups: dict[float, int] = {}
+        for v in ys:
+            groups[v] = groups.get(v, 0) + 1
+        var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in groups.values())) / 18
+        if var <= 0:
+            p_inc = p_dec = 1.0
+        else:
+            z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
+            p_inc, p_dec = _normal_sf(z), _normal_sf(-z)
+        method = "normal"
+    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n) if xs[j] != xs[i]]
+    ss = sorted(slopes)
+    m = len(ss) // 2
+    sen = None if not ss else ss[m] if len(ss) % 2 else (ss[m - 1] + ss[m]) / 2
+    mx, my = (sum(xs) / n, sum(ys) / n) if n else (0.0, 0.0)
+    sxx = sum((v - mx) ** 2 for v in xs)
+    ols = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx if sxx > 0 else None
+    return Trend(n=n, s=s, p_increase=p_inc, p_decrease=p_dec, method=method, sen_slope=sen, ols_slope=ols, alpha=alpha)
