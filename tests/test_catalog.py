@@ -18,6 +18,8 @@ from tracediag.catalog import (
     Classification,
     classify_cpu_op,
     classify_kernel,
+    family_label,
+    family_labels,
     load_patterns,
     normalize_collective_name,
 )
@@ -299,3 +301,66 @@ def test_real_trace_nccl_kernels_match_collective_name_arg() -> None:
         for e in events
         if e["name"] == "record_param_comms" and "Collective name" in e.get("args", {})
     } == {"all_reduce", "broadcast", "unknown"}  # "wait" records normalize to unknown
+
+
+# ------------------------------------------------------------------ family labels
+
+
+def test_every_family_has_a_label_and_every_label_a_pattern() -> None:
+    used = {p.family for p in PATTERNS}
+    labels = family_labels()
+    assert used == set(labels), (used - set(labels), set(labels) - used)
+    assert all(isinstance(v, str) and v for v in labels.values())
+    assert family_label("pytorch_flash") == "FlashAttention-2 (PyTorch SDPA's bundled copy)"
+    assert family_label(None) == "unclassified"
+    assert family_label("not_a_family") == "not_a_family"
+
+
+# ------------------------------------------------------------------ real GPU traces and CPU sample traces
+
+# (trace, expected (klass, family) of every kernel whose name starts with the prefix) — the names are the
+# traces' own (TraceLens test traces: H100 HF Qwen1.5-0.5B, vLLM gpt-oss and SGLang Qwen3-8B on MI300X).
+GPU_TRACE_EXPECTATIONS = [
+    ("tracelens_h100_hf_qwen1.5-0.5b.json.gz", "void pytorch_flash::flash_fwd_kernel<", ("attention", "pytorch_flash")),
+    ("tracelens_h100_hf_qwen1.5-0.5b.json.gz", "sm90_xmma_gemm_bf16bf16", ("gemm", "cublas")),
+    ("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz", "kernel_unified_attention_2d",
+     ("attention", "triton_attention")),
+    ("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz", "_matmul_ogs_NNT_bf16xbf16xmxfp4",
+     ("wo_gemm", "triton_matmul_ogs")),
+    ("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz", "Cijk_Alik_Bljk_BBS", ("gemm", "hipblaslt")),
+    ("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+     "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel", ("attention", "ck_attention")),
+    ("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "Cijk_Alik_Bljk_BBS", ("gemm", "hipblaslt")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("trace", "prefix", "expected"), GPU_TRACE_EXPECTATIONS, ids=lambda v: str(v)[:40])
+def test_real_gpu_trace_kernels_classify(trace: str, prefix: str, expected: tuple[str, str]) -> None:
+    with gzip.open(SHARED / "data" / "kineto" / trace, "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"}
+    hits = [n for n in names if n.startswith(prefix)]
+    assert hits, prefix
+    for n in hits:
+        got = classify_kernel(n)
+        assert (got.klass, got.family) == expected, n
+    # these traces run fused attention only: nothing in them may read as the math fallback
+    assert not [n for n in names if classify_kernel(n).klass == "attention_fallback"]
+
+
+# CPU op names as torch 2.13.0+cpu writes them in sample_traces/ (real profiler output).
+CPU_SAMPLE_OPS = [
+    ("healthy_tp2", "aten::_scaled_dot_product_flash_attention_for_cpu", ("attention", "sdpa_flash_cpu")),
+    ("math_decode_tp2", "aten::_scaled_dot_product_attention_math", ("attention_fallback", "sdpa_math")),
+    ("w4_int4mm_tp2", "aten::_weight_int4pack_mm_for_cpu", ("wo_gemm", "tinygemm_int4")),
+    ("w4_dense_tp2", "aten::mm", ("gemm", "aten")),
+]
+
+
+@pytest.mark.parametrize(("scenario", "name", "expected"), CPU_SAMPLE_OPS)
+def test_cpu_sample_trace_ops_classify(scenario: str, name: str, expected: tuple[str, str]) -> None:
+    path = Path(__file__).resolve().parents[1] / "sample_traces" / scenario / "rank0.pt.trace.json.gz"
+    with gzip.open(path, "rt") as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert name in names
+    got = classify_cpu_op(name)
+    assert (got.klass, got.family) == expected

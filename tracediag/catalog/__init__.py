@@ -7,6 +7,9 @@ matches is ``klass="other"``.
 
 For collectives the operation comes from the regex group ``coll`` (normalized with
 :func:`normalize_collective_name`) or from the pattern's fixed ``collective_op``.
+
+``families`` in the data file gives each family the name a reader knows it by
+(:func:`family_label`: ``pytorch_flash`` -> "FlashAttention-2 (PyTorch SDPA's bundled copy)").
 """
 
 from __future__ import annotations
@@ -101,6 +104,19 @@ def load_patterns() -> tuple[Pattern, ...]:
 CATALOG_VERSION: int = int(_read_data()["version"])
 
 
+@lru_cache(maxsize=1)
+def family_labels() -> dict[str, str]:
+    """Family id -> the name a reader knows it by (``families`` in the data file)."""
+    return {fam: entry["label"] for fam, entry in _read_data().get("families", {}).items()}
+
+
+def family_label(family: str | None) -> str:
+    """Readable name of a catalog family (e.g. ``pytorch_flash`` -> FlashAttention-2, PyTorch's copy)."""
+    if family is None:
+        return "unclassified"
+    return family_labels().get(family, family)
+
+
 @lru_cache(maxsize=4)
 def _patterns_for(kind: str) -> tuple[Pattern, ...]:
     return tuple(p for p in load_patterns() if kind in p.applies_to)
@@ -173,5 +189,6 @@ def normalize_collective_name(s: str) -> str:
 
 __all__ = [
     "CATALOG_VERSION", "COLLECTIVE_OPS", "KLASSES", "Classification", "Pattern",
-    "classify_cpu_op", "classify_kernel", "load_patterns", "normalize_collective_name",
+    "classify_cpu_op", "classify_kernel", "family_label", "family_labels", "load_patterns",
+    "normalize_collective_name",
 ]  # fmt: skip

@@ -152,7 +152,7 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
 CORE_SQL = ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ()
+POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.kernel_steps",)
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:

@@ -1,7 +1,16 @@
 -- steps: one row per engine step per rank (see step_markers.sql for the marker precedence).
 -- T is the number of tokens the step scheduled: from the vLLM annotation when it carries token
--- counts, else filled in Python from GEMM activation shapes (t_source says which).
-CREATE OR REPLACE TABLE steps AS
+-- counts, else filled in step_shapes.sql from GEMM activation shapes (t_source says which).
+--
+-- Forward passes (for engines without a per-step annotation, e.g. Hugging Face generate()):
+-- a forward pass starts at an `aten::embedding` op (the token-embedding lookup) when attention or
+-- GEMM work ran on that thread since the previous embedding (so GPT-2's wte + wpe pair is one start).
+--   * A ProfilerStep (or the whole-trace fallback) holding >= 2 forward starts is split into one step
+--     per forward pass: the first piece starts at the marker, the others at their embedding op.
+--   * Forward starts outside every chosen marker on a rank that has markers (e.g. decode forwards
+--     after an annotated prefill) become steps of their own, ending at the next forward start, the
+--     next marker, or the thread's last op.
+CREATE OR REPLACE TEMP TABLE _chosen_steps AS
 WITH best AS (
     SELECT rank, min(precedence) AS precedence FROM step_markers WHERE precedence IS NOT NULL GROUP BY rank
 ),
@@ -16,11 +25,77 @@ fallback AS (
            NULL::INTEGER AS ctx_reqs, NULL::INTEGER AS ctx_tokens, NULL::INTEGER AS gen_reqs, NULL::INTEGER AS gen_tokens
     FROM inputs i
     WHERE i.rank IS NOT NULL AND i.trace_start_ns IS NOT NULL AND i.rank NOT IN (SELECT rank FROM best)
-),
-all_steps AS (
-    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM chosen
+)
+SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM chosen
+UNION ALL
+SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM fallback;
+
+CREATE OR REPLACE TEMP TABLE _fwd_starts AS
+WITH ev AS (
+    SELECT rank, tid, ts_ns, 1 AS is_emb FROM cpu_ops WHERE name = 'aten::embedding'
     UNION ALL
-    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM fallback
+    SELECT rank, tid, ts_ns, 0 AS is_emb FROM cpu_ops
+    WHERE klass IN ('attention', 'attention_fallback', 'gemm', 'wo_gemm')
+),
+counted AS (
+    SELECT *, sum(1 - is_emb) OVER (PARTITION BY rank, tid ORDER BY ts_ns, is_emb ROWS UNBOUNDED PRECEDING) AS work_before
+    FROM ev
+),
+emb AS (
+    SELECT rank, tid, ts_ns, work_before,
+           lag(work_before) OVER (PARTITION BY rank, tid ORDER BY ts_ns) AS prev_work
+    FROM counted WHERE is_emb = 1
+)
+SELECT rank, tid, ts_ns FROM emb WHERE prev_work IS NULL OR work_before > prev_work;
+
+CREATE OR REPLACE TEMP TABLE _split_steps AS
+WITH pieces AS (
+    SELECT c.rank, c.name, c.ts_ns AS step_ts, c.dur_ns AS step_dur, c.tid, c.marker_source, f.ts_ns AS fwd_ts,
+           row_number() OVER w AS k, count(*) OVER (PARTITION BY c.rank, c.ts_ns) AS n,
+           lead(f.ts_ns) OVER w AS next_ts
+    FROM _chosen_steps c
+    JOIN _fwd_starts f ON f.rank = c.rank AND (c.tid IS NULL OR f.tid = c.tid)
+        AND f.ts_ns >= c.ts_ns AND f.ts_ns < c.ts_ns + c.dur_ns
+    WHERE c.marker_source IN ('ProfilerStep', 'whole trace (no step markers)')
+    WINDOW w AS (PARTITION BY c.rank, c.ts_ns ORDER BY f.ts_ns)
+)
+SELECT rank, step_ts, name || ' forward ' || k || '/' || n AS name,
+       CASE WHEN k = 1 THEN step_ts ELSE fwd_ts END AS ts_ns,
+       coalesce(next_ts, step_ts + step_dur) - CASE WHEN k = 1 THEN step_ts ELSE fwd_ts END AS dur_ns,
+       tid, marker_source || ', split per forward pass (aten::embedding)' AS marker_source
+FROM pieces WHERE n >= 2;
+
+CREATE OR REPLACE TEMP TABLE _uncovered_steps AS
+WITH marked AS (
+    SELECT DISTINCT rank FROM _chosen_steps WHERE marker_source <> 'whole trace (no step markers)'
+),
+loose AS (
+    SELECT f.* FROM _fwd_starts f JOIN marked USING (rank)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM _chosen_steps c WHERE c.rank = f.rank AND f.ts_ns >= c.ts_ns AND f.ts_ns < c.ts_ns + c.dur_ns
+    )
+),
+bounds AS (
+    SELECT l.rank, l.tid, l.ts_ns,
+        (SELECT min(f2.ts_ns) FROM _fwd_starts f2 WHERE f2.rank = l.rank AND f2.tid = l.tid AND f2.ts_ns > l.ts_ns) AS next_fwd,
+        (SELECT min(c.ts_ns) FROM _chosen_steps c WHERE c.rank = l.rank AND c.ts_ns > l.ts_ns) AS next_marker,
+        (SELECT max(o.ts_ns + o.dur_ns) FROM cpu_ops o WHERE o.rank = l.rank AND o.tid = l.tid) AS thread_end
+    FROM loose l
+)
+SELECT rank, 'forward pass (no marker)' AS name, ts_ns,
+       least(coalesce(next_fwd, thread_end), coalesce(next_marker, thread_end), thread_end) - ts_ns AS dur_ns,
+       tid, 'forward pass outside every marker (aten::embedding)' AS marker_source
+FROM bounds;
+
+CREATE OR REPLACE TABLE steps AS
+WITH all_steps AS (
+    SELECT c.rank, c.name, c.ts_ns, c.dur_ns, c.tid, c.marker_source, c.ctx_reqs, c.ctx_tokens, c.gen_reqs, c.gen_tokens
+    FROM _chosen_steps c
+    WHERE NOT EXISTS (SELECT 1 FROM _split_steps s WHERE s.rank = c.rank AND s.step_ts = c.ts_ns)
+    UNION ALL
+    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, NULL, NULL, NULL, NULL FROM _split_steps
+    UNION ALL
+    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, NULL, NULL, NULL, NULL FROM _uncovered_steps
 )
 SELECT
     rank,                                                             -- global rank
@@ -44,6 +119,9 @@ SELECT
     NULL::BIGINT AS kernel_count,                                     -- kernels launched inside the step
     NULL::BIGINT AS kernel_busy_ns                                    -- summed kernel time (overlaps counted twice)
 FROM all_steps;
+
+DROP TABLE IF EXISTS _chosen_steps; DROP TABLE IF EXISTS _fwd_starts; DROP TABLE IF EXISTS _split_steps;
+DROP TABLE IF EXISTS _uncovered_steps;
 
 -- Kernels launched inside each step: runtime call in the step's host range -> kernel by correlation.
 -- CUDA-graph replays are included (their kernels correlate to cudaGraphLaunch).

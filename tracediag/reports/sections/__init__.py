@@ -15,6 +15,8 @@ SECTION_BUILDERS = (
     "tracediag.reports.sections.steps",
     "tracediag.reports.sections.collectives",
     "tracediag.reports.sections.comm",
+    "tracediag.reports.sections.kernels",
+    "tracediag.reports.sections.phases",
     "tracediag.reports.sections.serving",
 )
 

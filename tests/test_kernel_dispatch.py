@@ -1,0 +1,209 @@
+"""Kernel dispatch per step and phase (tables kernel_steps / step_activity), the kernel rules' formulas
+(seed examples), bandwidth sources, what the roofline rule computes from --hbm-bandwidth / --peak-tflops,
+and the kernels report section — on real traces."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from conftest import REPO, SHARED, shared_file
+
+from tracediag.analysis import analyze
+from tracediag.derive import build_all, kernel_steps
+from tracediag.engine import Context, Settings
+from tracediag.ingest import discover_inputs, load, parse_all
+from tracediag.model import load_model_config
+from tracediag.rules._kernels import bandwidth, w16_w4_bytes
+from tracediag.rules.krn002_attention_share import amdahl
+from tracediag.rules.krn003_w4a16_dispatch import dequant_budget
+from tracediag.rules.krn004_w4_read_bound import s_read
+from tracediag.store import open_store, query_dicts
+
+SAMPLES = REPO / "sample_traces"
+PHASES_DATA = REPO / "tests" / "data" / "phases"
+VLLM = "tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz"
+SGLANG = "tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"
+QWEN = "tracelens_h100_hf_qwen1.5-0.5b.json.gz"
+
+
+@functools.cache
+def _store(path: str):
+    con = open_store()
+    load(con, parse_all([(p, None) for p in discover_inputs([path])]))
+    build_all(con)
+    kernel_steps.ensure(con)  # a no-op once kernel_steps is in POST_DERIVATIONS
+    return con
+
+
+def _rows(path, sql: str, params=None) -> list[dict]:
+    return query_dicts(_store(str(path)), sql, params)
+
+
+# ------------------------------------------------------------------ kernel_steps / step_activity
+
+
+def test_cuda_graph_replays_count_in_the_step_that_launched_them():
+    (act,) = _rows(shared_file(VLLM), "SELECT * FROM step_activity")
+    assert act["kernels"] == 413 and act["graphs_used"]
+    assert act["graph_launches"] == 25 and act["graph_kernels"] == 361  # 25 hipGraphLaunch -> 361 kernels
+    fams = {
+        r["family"]: r["c"]
+        for r in _rows(shared_file(VLLM), "SELECT family, sum(graph_calls) AS c FROM kernel_steps GROUP BY 1")
+    }
+    assert fams["hipblaslt"] == 72 and fams["triton_matmul_ogs"] == 48  # GEMMs replayed inside the graphs
+    assert fams["triton_attention"] == 0  # piecewise graphs: attention runs eagerly between the pieces
+
+
+def test_kernels_whose_launch_is_not_in_the_trace_are_outside_every_step():
+    # the H100 trace starts while the previous step's kernels still run: 436 kernels have no launch record
+    rows = _rows(
+        shared_file(QWEN),
+        "SELECT step_id, sum(calls) AS n FROM kernel_steps WHERE klass NOT IN ('memcpy', 'memset') GROUP BY 1",
+    )
+    assert {r["step_id"]: r["n"] for r in rows} == {0: 1029, None: 436}
+
+
+def test_gpu_idle_gap_and_blocking_copy_in_the_sglang_step():
+    (act,) = _rows(shared_file(SGLANG), "SELECT * FROM step_activity")
+    assert act["max_gap_ns"] > 490e6 and act["gpu_idle_ns"] == pytest.approx(act["gpu_span_ns"] * 0.5, rel=0.01)
+    assert act["sync_calls"] >= 1 and act["sync_ns"] > 490e6  # hipMemcpyWithStream, blocking
+
+
+def test_cpu_only_trace_counts_outermost_ops():
+    rows = _rows(
+        SAMPLES / "math_decode_tp2",
+        "SELECT phase, name, sum(calls) AS calls FROM kernel_steps WHERE rank = 0 GROUP BY ALL",
+    )
+    got = {(r["phase"], r["name"]): r["calls"] for r in rows}
+    L, decode_steps = 4, 6
+    assert got[("decode", "aten::_scaled_dot_product_attention_math")] == L * decode_steps
+    assert got[("prefill", "aten::_scaled_dot_product_flash_attention_for_cpu")] == L
+    # bmm/softmax inside the math op, mm inside linear, and the SDPA dispatcher are not counted again
+    names = {n for _, n in got}
+    assert not names & {"aten::bmm", "aten::_safe_softmax", "aten::mm", "aten::scaled_dot_product_attention"}
+    (src,) = _rows(SAMPLES / "math_decode_tp2", "SELECT DISTINCT source FROM kernel_steps")
+    assert src["source"] == "cpu_op"
+
+
+# ------------------------------------------------------------------ formulas (seed examples)
+
+
+def test_amdahl_seed_example():
+    assert amdahl(0.3, 2) == pytest.approx(1.1765, abs=1e-4)  # seed: f = 0.3, s = 2 -> 1.18
+
+
+def test_s_read_seed_table():
+    gib = 2**30
+    # seed: W16 = 14 GiB, W4 = 4 GiB, K = 1 GiB per sequence; B = 1, 8, 32
+    assert [round(s_read(14 * gib, 4 * gib, b * gib), 2) for b in (1, 8, 32)] == [3.0, 1.83, 1.28]
+
+
+def test_dequant_budget_seed_example():
+    gib, tib = 2**30, 2**40
+    assert dequant_budget(14 * gib, 4 * gib, tib) * 1e3 == pytest.approx(9.77, abs=0.01)  # seed: ≈ 9.77 ms
+
+
+def test_quantized_weight_ratio_matches_the_seed_formula():
+    m = load_model_config(SAMPLES / "w4_int4mm_tp2" / "config.json")
+    w = w16_w4_bytes(m, 2)
+    f, g = w["quantized_share_f"], w["G"]
+    assert g == 32 and w["G_source"] == "quantization_config.group_size"
+    assert w["ratio"] == pytest.approx((1 - f) + f / 4 + f / g)
+    # seed: f = 0.9, G = 128 -> 0.332
+    seed = (1 - 0.9) + 0.9 / 4 + 0.9 / 128
+    assert round(seed, 3) == 0.332
+
+
+# ------------------------------------------------------------------ bandwidth
+
+
+def test_bandwidth_from_settings_and_missing():
+    con = _store(str(SAMPLES / "healthy_tp2"))
+    bw, src = bandwidth(Context(con=con, model=None, tp=None, settings=Settings(hbm_bandwidth_gbs=3350)))
+    assert bw == 3350e9 and "--hbm-bandwidth" in src
+    bw, why = bandwidth(Context(con=con, model=None, tp=None))
+    assert bw is None and "--hbm-bandwidth" in why
+
+
+def test_bandwidth_from_nsight_device_properties():
+    path = SHARED / "data" / "nsys" / "nsysai_rtx3080_minimal.sqlite"
+    try:
+        con = open_store()
+        load(con, parse_all([(path, None)]))
+    except Exception as exc:  # the nsys ingester is optional here
+        pytest.skip(f"nsys ingest not available: {exc}")
+    bw, src = bandwidth(Context(con=con, model=None, tp=None))
+    assert bw == 760_080_000_000 and "device properties" in src  # TARGET_INFO_GPU.memoryBandwidth, B/s
+
+
+# ------------------------------------------------------------------ rule values with settings
+
+
+def _check(path, rule: str, model=None, **settings):
+    report = analyze([path], model=model, settings=Settings(**settings), extra_rules=[f"tracediag.rules.{rule}"])
+    (c,) = [c for c in report.checks if c.rule == rule.split("_")[0].upper()]
+    return c
+
+
+def test_krn005_decode_far_above_its_floor_with_a_given_bandwidth():
+    d = SAMPLES / "healthy_tp2"
+    c = _check(d, "krn005_decode_roofline", model=d / "config.json", hbm_bandwidth_gbs=20.0)
+    assert c.status == "finding" and c.severity == "warning"
+    v = c.values
+    assert v["weights_bytes"] == 3_473_408 and v["c_bytes_per_token"] == 1024 and v["kv_counted"]
+    # recompute one step's floor from the table: (W + B·S·c) / BW
+    row = c.table[0]
+    assert row["floor_ns"] == pytest.approx((3_473_408 + row["B"] * row["S"] * 1024) / 20e9 * 1e9)
+    assert v["efficiency_median"] < 0.05
+    assert all({"rank", "ts_ns", "name"} <= set(e) for e in c.evidence)
+
+
+def test_krn005_uses_w4_bytes_when_w4a16_kernels_ran_and_the_flop_term_with_peak():
+    d = SAMPLES / "w4_int4mm_tp2"
+    c = _check(d, "krn005_decode_roofline", model=d / "config.json", hbm_bandwidth_gbs=20.0, peak_tflops=1.0)
+    assert c.values["weights_counted_as"].startswith("W4")
+    assert c.values["peak_flops_per_s"] == 1e12
+    row = c.table[0]
+    assert row["t_flops_ns"] == pytest.approx(row["flops"] / 1e12 * 1e9)
+    assert row["floor_ns"] == pytest.approx(max(row["t_bytes_ns"], row["t_flops_ns"]))
+
+
+def test_krn003_w4_trace_without_bandwidth_still_passes():
+    d = SAMPLES / "w4_int4mm_tp2"
+    assert _check(d, "krn003_w4a16_dispatch", model=d / "config.json").status == "pass"
+
+
+def test_rules_without_model_config_say_why():
+    for rule in (
+        "krn003_w4a16_dispatch",
+        "krn004_w4_read_bound",
+        "krn005_decode_roofline",
+        "shp003_quantization_applied",
+    ):
+        c = _check(shared_file(SGLANG), rule)
+        assert c.status == "not_applicable" and "missing model config" in c.reason, rule
+
+
+# ------------------------------------------------------------------ kernels section
+
+
+def test_kernels_section_on_a_gpu_trace_without_model():
+    report = analyze([shared_file(QWEN)], extra_sections=["tracediag.reports.sections.kernels"])
+    (sec,) = [s for s in report.sections if s.id == "kernels"]
+    fams = sec.tables["families per phase"]
+    attn = [r for r in fams if r["class"] == "attention"]
+    assert [(r["phase"], r["family"], r["calls"]) for r in attn] == [
+        ("prefill", "FlashAttention-2 (PyTorch SDPA's bundled copy)", 24)
+    ]
+    kernels = sec.tables["kernels per phase"]
+    assert any(r["kernel"].startswith("void pytorch_flash::flash_fwd_kernel") for r in kernels)
+    assert any("436 kernels and 73 copies/memsets" in n for n in sec.notes)  # launched before the profiled step
+
+
+def test_kernels_section_on_a_cpu_trace_labels_op_time():
+    report = analyze([SAMPLES / "math_decode_tp2"], extra_sections=["tracediag.reports.sections.kernels"])
+    (sec,) = [s for s in report.sections if s.id == "kernels"]
+    assert "CPU op time" in sec.notes[0]
+    decode = [r for r in sec.tables["families per phase"] if r["phase"] == "decode"]
+    assert "math fallback (bmm + softmax, SDPA MATH backend)" in {r["family"] for r in decode}

@@ -1,0 +1,194 @@
+"""SCH001 Prefill/decode split.
+
+Hypothesis: prefill and decode steps behave differently (prefill is compute-heavy with many tokens per
+step, decode reads weights and KV for about one token per sequence), so every later number must be
+judged per phase; and how step time grows with the tokens of a step (t_step = a·T + b) tells whether a
+step costs per token (a) or per step (b: weight reads, launches, host work, synchronisation).
+
+Formula: per phase: steps, share of step time, T distribution (min / median / max);
+least-squares fit t_step = a·T + b over the steps with T, with R² (needs ≥ 3 steps and ≥ 2 distinct T).
+t_step is the GPU span of the kernels a step launched (CUDA-graph replays included), or the host
+duration of the step on CPU-only traces. Fixed-cost share of decode = b / median decode t_step.
+
+Evidence: the steps (marker, phase and where it came from, T and where it came from), per-phase table,
+the fit with its quality; steps are split per forward pass when one profiler step wraps several.
+
+What to do: read later per-phase numbers against this split. When b dominates decode, more sequences
+per step are nearly free and the fixed cost is weights, launches or host work: compare b with the
+roofline floor (KRN005) and the GPU idle share (KRN006). A low R² means step time is driven by
+something other than T (stalls, mixed steps, host overhead).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.rules._kernels import SOURCE_LABEL, fit_line, median, phase_name, phase_table, prepare, step_rows
+
+RULE = RuleMeta(
+    id="SCH001",
+    step=6,
+    title="Prefill/decode split, T distribution and t_step = a·T + b",
+    requires_tables=("steps",),
+)
+FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fixed-cost dominated
+
+
+def _ms(ns: float | None) -> str:
+    return "?" if ns is None else f"{ns / 1e6:.3g} ms"
+
+
+def check(ctx: Context) -> Check:
+    prepare(ctx)
+    steps = step_rows(ctx)
+    known = [s for s in steps if s["phase"]]
+    if not known:
+        markers = sorted({r["marker_source"] for r in ctx.rows("SELECT DISTINCT marker_source FROM steps")})
+        return not_applicable(
+            RULE,
+            "missing phase: no step carries a vLLM step annotation or an attention op with recorded shapes "
+            f"(steps from: {', '.join(markers)})",
+        )
+    table = phase_table(steps)
+    phases: dict[str | None, list[dict]] = defaultdict(list)
+    for s in steps:
+        phases[s["phase"]].append(s)
+    fit = fit_line([(s["T"], s["step_ns"]) for s in steps if s["T"] is not None and s["step_ns"] is not None])
+    source = steps[0]["source"]
+    values = {
+        "steps": len(steps),
+        "ranks": len({s["rank"] for s in steps}),
+        "steps_with_phase": len(known),
+        "time_basis": steps[0]["time_basis"],
+        "time_source": SOURCE_LABEL[source],
+        "phases": {r["phase"]: r["steps"] for r in table},
+        "time_share": {r["phase"]: round(r["time_share"], 4) for r in table},
+        "markers": sorted({s for s in (r["marker_source"] for r in ctx.rows("SELECT marker_source FROM steps"))}),
+    }
+    ranks = len({s["rank"] for s in steps})
+    per_rank = "" if ranks == 1 else f" (over {ranks} ranks)"
+    split = (
+        ", ".join(
+            f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time, T {r['T_median']:g})"
+            if r["T_median"] is not None
+            else f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time)"
+            for r in table
+        )
+        + per_rank
+    )
+    formula = "t_step = a·T + b (least squares over steps with T); fixed-cost share of decode = b / median t_decode"
+    if fit is None:
+        values["fit"] = "not possible: needs ≥ 3 steps with T and ≥ 2 distinct T"
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="pass",
+            confidence="high",
+            title=f"Phase split: {split}; no fit of t_step = a·T + b ({values['fit']})",
+            formula=formula,
+            substituted=values["fit"],
+            values=values,
+            table=table,
+            evidence=_evidence(ctx, steps),
+        )
+    a, b = fit["a_ns_per_token"], fit["b_ns"]
+    values |= {"a_ns_per_token": a, "b_ns": b, "r2": fit["r2"], "fit_steps": fit["n"], "distinct_T": fit["distinct_T"]}
+    decode_med = median([s["step_ns"] for s in phases.get("decode", []) if s["step_ns"] is not None])
+    substituted = f"t_step = {a / 1e6:.4g} ms/token · T + {_ms(b)} (R² {fit['r2']:.2f}, {fit['n']} steps)"
+    if a < 0:
+        slow = max(table, key=lambda r: r["step_ns_median"] or 0)
+        fast = min(table, key=lambda r: r["step_ns_median"] or 0)
+        return Check(
+            rule=RULE.id,
+            step=RULE.step,
+            status="finding",
+            severity="warning",
+            confidence="high" if fit["r2"] >= 0.5 else "medium",
+            impact=slow["time_share"],
+            title=(
+                f"Step time falls as T grows (a = {a / 1e3:.3g} µs/token): {slow['phase']} steps (T "
+                f"{slow['T_median']:g}) take {_ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
+                f"{fast['T_median']:g}) {_ms(fast['step_ns_median'])} — a per-step stall, not token work, drives "
+                f"{slow['phase']}"
+            ),
+            formula=formula,
+            substituted=substituted,
+            values=values,
+            table=table,
+            evidence=_evidence(ctx, steps),
+            next_check=(
+                f"Look inside the slow {slow['phase']} steps for what does not scale with tokens: waits in "
+                "collectives (rank skew, COL005), GPU idle gaps and host syncs (KRN006), sleeps or I/O on the host."
+            ),
+        )
+    if decode_med:
+        share = b / decode_med
+        values |= {"decode_step_ns_median": decode_med, "fixed_cost_share_decode": share}
+        substituted += f"; b / median decode step = {_ms(b)} / {_ms(decode_med)} = {share:.2f}"
+        if share >= FIXED_COST_SHARE:
+            dec = next(r for r in table if r["phase"] == "decode")
+            return Check(
+                rule=RULE.id,
+                step=RULE.step,
+                status="finding",
+                severity="info",
+                confidence="high" if fit["r2"] >= 0.5 else "medium",
+                impact=dec["time_share"] * min(share, 1.0),
+                title=(
+                    f"Decode steps are fixed-cost bound: b / t_decode = {share:.2f} (b = {_ms(b)}, median decode "
+                    f"step {_ms(decode_med)}, a = {a / 1e3:.3g} µs/token); {split}"
+                ),
+                formula=formula,
+                substituted=substituted,
+                values=values,
+                table=table,
+                evidence=_evidence(ctx, steps),
+                next_check=(
+                    "Compare b with the decode floor max(bytes/BW, FLOPs/peak) (KRN005) and with the GPU idle "
+                    "share inside decode steps (KRN006): b far above the weight-read time is launch, host or "
+                    "synchronisation overhead (CUDA graphs, fewer syncs); otherwise more sequences per step "
+                    "cost only ≈ a per token."
+                ),
+            )
+    return Check(
+        rule=RULE.id,
+        step=RULE.step,
+        status="pass",
+        confidence="high",
+        title=f"Phase split: {split}; t_step = {a / 1e3:.3g} µs·T + {_ms(b)} (R² {fit['r2']:.2f})",
+        formula=formula,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=_evidence(ctx, steps),
+    )
+
+
+def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
+    meta = {
+        (r["rank"], r["step_id"]): r
+        for r in ctx.rows("SELECT rank, step_id, name, ts_ns, marker_source, phase_source, t_source FROM steps")
+    }
+    seen, out = set(), []
+    for s in steps:  # first step of each phase
+        if s["phase"] in seen:
+            continue
+        seen.add(s["phase"])
+        m = meta[(s["rank"], s["step_id"])]
+        out.append(
+            {
+                "rank": s["rank"],
+                "step": s["step_id"],
+                "ts_ns": m["ts_ns"],
+                "name": m["name"],
+                "phase": phase_name(s["phase"]),
+                "phase_from": m["phase_source"],
+                "T": s["T"],
+                "T_from": m["t_source"],
+                "step_ns": s["step_ns"],
+                "marker": m["marker_source"],
+            }
+        )
+    return out[: ctx.settings.max_evidence]
