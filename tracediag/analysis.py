@@ -87,7 +87,7 @@ def detect_tp(con: duckdb.DuckDBPyConnection, override: int | None) -> TPDegree 
         return TPDegree(int(row[0]), "distributedInfo.world_size")
     n = con.execute("SELECT count(DISTINCT rank) FROM inputs").fetchone()[0]
     if n > 1:
-        return TPDegree(n, "number of rank traces given")
+        return TPDegree(n, "number of ranks in the inputs")
     return None
 
 
