@@ -920,6 +920,13 @@ def run_facts(doc: dict[str, Any], measures: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _expectation_outcome(
+    e: Expectation, status: OutcomeStatus, message: str, step: int | None = None, **more: Any
+) -> Outcome:
+    """One expectation's outcome: suite "expectations", id EXPECT:<key>, named by the expectation."""
+    return Outcome("expectations", f"{EXPECT_RULE}:{e.key}", EXPECT_RULE, step, e.describe(), status, message, **more)
+
+
 def judge_expectations(
     expectations: list[Expectation], doc: dict[str, Any], measures: dict[str, Any], fail_on: str
 ) -> list[Outcome]:
@@ -927,7 +934,6 @@ def judge_expectations(
     by_rule = {c["rule"]: c for c in doc.get("checks", [])}
     out = []
     for e in expectations:
-        name = e.describe()
         if e.rule == "run":
             found, v = resolve(facts, e.value)
             if not found or v in (None, {}):
@@ -935,56 +941,24 @@ def judge_expectations(
                     "tp": "the TP degree is not known from the inputs; pass --tp or check the trace",
                     "attention_family": "no attention kernels or ops in the inputs",
                 }.get(e.value.split(".")[0], f"the run has no fact '{e.value}'")
-                out.append(Outcome("expectations", f"{EXPECT_RULE}:{e.key}", EXPECT_RULE, None, name, "skipped", why))
+                out.append(_expectation_outcome(e, "skipped", why))
                 continue
         else:
             c = by_rule.get(e.rule)
             if c is None:
-                out.append(
-                    Outcome(
-                        "expectations",
-                        f"{EXPECT_RULE}:{e.key}",
-                        EXPECT_RULE,
-                        None,
-                        name,
-                        "skipped",
-                        f"rule {e.rule} did not run",
-                    )
-                )
+                out.append(_expectation_outcome(e, "skipped", f"rule {e.rule} did not run"))
                 continue
             if c["status"] == "not_applicable":
-                out.append(
-                    Outcome(
-                        "expectations",
-                        f"{EXPECT_RULE}:{e.key}",
-                        EXPECT_RULE,
-                        None,
-                        name,
-                        "skipped",
-                        f"{e.rule}: {c.get('reason')}",
-                    )
-                )
+                out.append(_expectation_outcome(e, "skipped", f"{e.rule}: {c.get('reason')}"))
                 continue
             found, v = resolve({"status": c["status"], "severity": c.get("severity"), **c.get("values", {})}, e.value)
             if not found:
-                out.append(
-                    Outcome(
-                        "expectations",
-                        f"{EXPECT_RULE}:{e.key}",
-                        EXPECT_RULE,
-                        None,
-                        name,
-                        "skipped",
-                        f"{e.rule} has no value '{e.value}'",
-                    )
-                )
+                out.append(_expectation_outcome(e, "skipped", f"{e.rule} has no value '{e.value}'"))
                 continue
         if _meets(e, v):
-            out.append(
-                Outcome("expectations", f"{EXPECT_RULE}:{e.key}", EXPECT_RULE, None, name, "pass", f"{e.key} = {v!r}")
-            )
+            out.append(_expectation_outcome(e, "pass", f"{e.key} = {v!r}"))
             continue
-        title = f"Expected {name}; the run has {v!r}"
+        title = f"Expected {e.describe()}; the run has {v!r}"
         chk = Check(
             rule=EXPECT_RULE,
             step=1 if e.value == "tp" else 5 if e.value.startswith("attention_family") else 1,
@@ -1002,19 +976,7 @@ def judge_expectations(
             next_check="Compare the deployment's configuration with the expectation in the check config.",
         ).to_dict()
         status: OutcomeStatus = "fail" if at_or_above(e.severity, fail_on) else "finding"
-        out.append(
-            Outcome(
-                "expectations",
-                f"{EXPECT_RULE}:{e.key}",
-                EXPECT_RULE,
-                chk["step"],
-                name,
-                status,
-                title,
-                e.severity,
-                check=chk,
-            )
-        )
+        out.append(_expectation_outcome(e, status, title, chk["step"], severity=e.severity, check=chk))
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tracediag import __version__
+from tracediag import cli_options as opt
 from tracediag.errors import TracediagError, UsageError
 
 app = typer.Typer(
@@ -23,31 +24,22 @@ EXIT_OK, EXIT_USAGE = 0, 2
 
 @app.command()
 def analyze(
-    inputs: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Profiler traces (Kineto .json/.json.gz, nsys .sqlite) or folders of them, one per rank."),
-    ] = None,
-    model: Annotated[
-        Path | None, typer.Option("--model", "-m", help="Hugging Face config.json of the served model.")
-    ] = None,
-    tp: Annotated[
-        int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree; overrides what the trace says.")
-    ] = None,
+    inputs: opt.Inputs = None,
+    model: opt.Model = None,
+    tp: opt.Tp = None,
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Output folder for report.html, findings.json, trace.duckdb.")
     ] = Path("tracediag-out"),
-    keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
+    keep_python: opt.KeepPython = False,
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", help="Parallel parser processes (default: one per rank file, up to the cores)."),
     ] = None,
-    metrics: Annotated[
-        list[Path] | None, typer.Option("--metrics", help="vLLM /metrics scrapes (Prometheus text).")
-    ] = None,
-    log: Annotated[list[Path] | None, typer.Option("--log", help="vLLM engine/server logs.")] = None,
-    bench: Annotated[list[Path] | None, typer.Option("--bench", help="`vllm bench serve` result JSON.")] = None,
-    nccl_tests: Annotated[list[Path] | None, typer.Option("--nccl-tests", help="nccl-tests output.")] = None,
-    topology: Annotated[list[Path] | None, typer.Option("--topology", help="`tracediag env` snapshot JSON.")] = None,
+    metrics: opt.Metrics = None,
+    log: opt.Log = None,
+    bench: opt.Bench = None,
+    nccl_tests: opt.NcclTests = None,
+    topology: opt.Topology = None,
     hbm_bandwidth: Annotated[
         float | None, typer.Option("--hbm-bandwidth", min=0.001, help="GPU memory bandwidth, GB/s.")
     ] = None,
@@ -59,7 +51,7 @@ def analyze(
     ] = None,
     tp1_baseline: Annotated[Path | None, typer.Option("--tp1-baseline", help="A TP=1 trace of the same model.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    debug: opt.Debug = False,
 ) -> None:
     """Ingest traces and telemetry into DuckDB, run the rules, write report.html, findings.json, trace.duckdb."""
     from tracediag.analysis import analyze as run_analysis

@@ -77,6 +77,16 @@ def not_applicable(meta: RuleMeta, reason: str) -> Check:
     return Check(rule=meta.id, step=meta.step, status="not_applicable", title=meta.title, reason=reason)
 
 
+def finding(meta: RuleMeta, **fields: Any) -> Check:
+    """A finding of the rule `meta` declares; `fields` are the other Check fields (title, severity, ...)."""
+    return Check(rule=meta.id, step=meta.step, status="finding", **fields)
+
+
+def passed(meta: RuleMeta, **fields: Any) -> Check:
+    """A pass of the rule `meta` declares; `fields` are the other Check fields (title, confidence, ...)."""
+    return Check(rule=meta.id, step=meta.step, status="pass", **fields)
+
+
 def rank_key(c: Check) -> tuple:
     """Walk step, then severity, then impact (larger first), then confidence."""
     return (

@@ -9,6 +9,7 @@ findings added, removed or changed (identity: rule id + values.key, never the ti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,11 +70,17 @@ def _side(run: RunData) -> dict[str, Any]:
     }
 
 
+def _pairs(b: dict, a: dict, name: str, order: Callable[[str], Any] | None = None) -> list[tuple[str, Any, Any]]:
+    """(key, before, after) for every key of measure `name` on either side (None where a side lacks it),
+    sorted by `order` when one is given."""
+    bs, as_ = b.get(name, {}), a.get(name, {})
+    keys = set(bs) | set(as_)
+    return [(key, bs.get(key), as_.get(key)) for key in (keys if order is None else sorted(keys, key=order))]
+
+
 def _step_time(b: dict, a: dict) -> list[dict[str, Any]]:
-    bs, as_ = b.get("step_time_ns", {}), a.get("step_time_ns", {})
     rows = []
-    for key in set(bs) | set(as_):
-        x, y = bs.get(key), as_.get(key)
+    for _, x, y in _pairs(b, a, "step_time_ns"):
         m = x or y
         rows.append(
             {
@@ -90,19 +97,16 @@ def _step_time(b: dict, a: dict) -> list[dict[str, Any]]:
 
 
 def _shares(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
-    bs, as_ = b.get(name, {}), a.get(name, {})
     rows = []
-    for phase in sorted(set(bs) | set(as_), key=_phase_key):
-        x, y = (bs.get(phase) or {}).get("value"), (as_.get(phase) or {}).get("value")
+    for phase, x, y in _pairs(b, a, name, order=_phase_key):
+        x, y = (x or {}).get("value"), (y or {}).get("value")
         rows.append({"phase": phase, "before": x, "after": y, "change": _abs(x, y)})
     return rows
 
 
 def _collectives(b: dict, a: dict) -> list[dict[str, Any]]:
-    bs, as_ = b.get("collectives_per_step", {}), a.get("collectives_per_step", {})
     rows = []
-    for key in set(bs) | set(as_):
-        x, y = bs.get(key), as_.get(key)
+    for _, x, y in _pairs(b, a, "collectives_per_step"):
         m = x or y
         rows.append(
             {
@@ -119,10 +123,9 @@ def _collectives(b: dict, a: dict) -> list[dict[str, Any]]:
 
 
 def _payloads(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
-    bs, as_ = b.get(name, {}), a.get(name, {})
     rows = []
-    for key in sorted(set(bs) | set(as_)):
-        x, y = bs.get(key) or {}, as_.get(key) or {}
+    for key, x, y in _pairs(b, a, name, order=str):  # by key text
+        x, y = x or {}, y or {}
         rows.append(
             {
                 "key": key,
@@ -139,10 +142,9 @@ def _payloads(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
 
 
 def _families(b: dict, a: dict) -> list[dict[str, Any]]:
-    bs, as_ = b.get("kernel_family_time", {}), a.get("kernel_family_time", {})
     rows = []
-    for key in set(bs) | set(as_):
-        x, y = bs.get(key) or {}, as_.get(key) or {}
+    for _, x, y in _pairs(b, a, "kernel_family_time"):
+        x, y = x or {}, y or {}
         m = x or y
         per_step = x.get("per_step_ns") is not None and y.get("per_step_ns") is not None
         basis = "per_step_ns" if per_step else "total_ns"

@@ -13,6 +13,8 @@ from typing import Annotated
 import orjson
 import typer
 
+from tracediag import cli_options as opt
+
 EXIT_FAILED = 1
 _MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
 
@@ -22,16 +24,9 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    inputs: Annotated[
-        list[Path] | None,
-        typer.Argument(help="Profiler traces (Kineto .json/.json.gz, nsys .sqlite) or folders of them, one per rank."),
-    ] = None,
-    model: Annotated[
-        Path | None, typer.Option("--model", "-m", help="Hugging Face config.json of the served model.")
-    ] = None,
-    tp: Annotated[
-        int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree; overrides what the trace says.")
-    ] = None,
+    inputs: opt.Inputs = None,
+    model: opt.Model = None,
+    tp: opt.Tp = None,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -67,17 +62,15 @@ def check(
         Path | None,
         typer.Option("--out", "-o", help="Also write report.html, findings.json, trace.duckdb and check.json here."),
     ] = None,
-    metrics: Annotated[
-        list[Path] | None, typer.Option("--metrics", help="vLLM /metrics scrapes (Prometheus text).")
-    ] = None,
-    log: Annotated[list[Path] | None, typer.Option("--log", help="vLLM engine/server logs.")] = None,
-    bench: Annotated[list[Path] | None, typer.Option("--bench", help="`vllm bench serve` result JSON.")] = None,
-    nccl_tests: Annotated[list[Path] | None, typer.Option("--nccl-tests", help="nccl-tests output.")] = None,
-    topology: Annotated[list[Path] | None, typer.Option("--topology", help="`tracediag env` snapshot JSON.")] = None,
-    keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
+    metrics: opt.Metrics = None,
+    log: opt.Log = None,
+    bench: opt.Bench = None,
+    nccl_tests: opt.NcclTests = None,
+    topology: opt.Topology = None,
+    keep_python: opt.KeepPython = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel parser processes.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    debug: opt.Debug = False,
 ) -> None:
     """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline)."""
     from tracediag.cli import _guard, extra_inputs_from

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from tracediag.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -31,3 +35,17 @@ class Parsed:
     @property
     def ranks(self) -> list[int]:
         return [r["rank"] for r in self.inputs_rows if r.get("rank") is not None]
+
+
+def read_gunzipped(path: Path, what: str) -> bytes:
+    """The file's bytes, decompressed when they start with the gzip magic; `what` names the file in errors."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read {what} ({exc.strerror or exc})") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise InputError(path, f"corrupt gzip {what} ({exc})") from None
+    return raw

@@ -334,6 +334,12 @@ def _keep(cols: dict[str, list], rank: list[int | None]) -> dict[str, list]:
     return {k: [v[i] for i in idx] for k, v in cols.items()} | {"rank": [rank[i] for i in idx]}
 
 
+def _keep_host(cols: dict[str, list], rank: list[int | None], dropped: Counter) -> dict[str, list]:
+    """_keep for host-side rows: the ones without a rank (no GPU work in their process) counted in `dropped` by pid."""
+    dropped.update(p for p, r in zip(cols["pid"], rank) if r is None)
+    return _keep(cols, rank)
+
+
 def _payload_schemas(ex: _Export) -> tuple[dict[tuple[int, int], list[SchemaEntry]], dict[int, dict[int, str]]]:
     t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
     schemas: dict[tuple[int, int], dict[int, SchemaEntry]] = {}
@@ -440,10 +446,9 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             r if (r := corr_rank.get((p, c))) is not None else urank.get((p, d), prank.get(p))
             for p, d, c in zip(cols["pid"], cols["device"], cols["correlation"])
         ]
-        dropped.update(p for p, r in zip(cols["pid"], rank) if r is None)
         cols["name"] = [_SYNC_KIND.get(k, "Unknown") for k in cols.pop("kind")]
         if cols["ts_ns"]:
-            out["gpu_sync"] = _keep(cols, rank)
+            out["gpu_sync"] = _keep_host(cols, rank, dropped)
 
     # --- CUDA runtime / driver calls ---
     rt = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -459,7 +464,6 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
             for p, c in zip(cols["pid"], cols["correlation"])
         ]
-        dropped.update(p for p, r in zip(cols["pid"], rank) if r is None)
         classes, has_class = ex.enum("ENUM_NSYS_EVENT_CLASS", {}), "eventClass" in ex.cols(rt)
         pairs = list(zip(cols.pop("raw_name"), cols.pop("event_class")))
         clean = {pair: _CUPTI_VERSION_SUFFIX.sub("", pair[0] or "") for pair in set(pairs)}
@@ -467,7 +471,7 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
         cols["name"] = [clean[x] for x in pairs]
         cols["cat"] = [cat[x] for x in pairs]
         if cols["ts_ns"]:
-            out["runtime"] = _keep(cols, rank)
+            out["runtime"] = _keep_host(cols, rank, dropped)
 
     # --- NVTX ---
     ends = [max(map(operator.add, c["ts_ns"], c["dur_ns"]), default=0) for c in out.values()]

@@ -19,7 +19,6 @@ Metric names: vllm/v1/metrics/loggers.py (PrometheusStatLogger), vllm/v1/spec_de
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
@@ -30,7 +29,7 @@ import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
 from tracediag.errors import InputError
-from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.base import IngestOptions, Parsed, read_gunzipped
 
 # metric family (without _total/_bucket/_sum/_count/_created) -> (canonical name, rank: 0 current, 1 deprecated)
 CANONICAL: dict[str, tuple[str, int]] = {
@@ -121,16 +120,7 @@ SCHEMA = pa.schema(
 
 
 def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read metrics file ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(path, f"corrupt gzip metrics file ({exc})") from None
-    return raw.decode("utf-8", errors="replace")
+    return read_gunzipped(path, "metrics file").decode("utf-8", errors="replace")
 
 
 def _split_scrapes(lines: list[str]) -> list[tuple[dict[str, str], list[tuple[int, str]]]]:

@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracediag.errors import InputError
-from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.base import IngestOptions, Parsed, read_gunzipped
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 RECORD = re.compile(
@@ -175,16 +175,20 @@ _UNITS = {
     "max_seq_len": "tokens",
 }
 
+# Where a record stands (`base` in parse_vllm_log): the leading columns of the stats, event and spec tables.
+_RECORD_COLUMNS = [
+    ("input_id", pa.int32()),
+    ("line", pa.int32()),
+    ("ts_text", pa.string()),
+    ("t_s", pa.float64()),
+    ("process", pa.string()),
+    ("pid", pa.int32()),
+]
+_ENGINE_COLUMNS = [("engine", pa.int32()), ("log_format", pa.string())]
 STATS_SCHEMA = pa.schema(
     [
-        ("input_id", pa.int32()),
-        ("line", pa.int32()),
-        ("ts_text", pa.string()),
-        ("t_s", pa.float64()),
-        ("process", pa.string()),
-        ("pid", pa.int32()),
-        ("engine", pa.int32()),
-        ("log_format", pa.string()),
+        *_RECORD_COLUMNS,
+        *_ENGINE_COLUMNS,
         ("prompt_tput_tok_s", pa.float64()),
         ("gen_tput_tok_s", pa.float64()),
         ("running", pa.int32()),
@@ -202,12 +206,7 @@ STATS_SCHEMA = pa.schema(
 )
 EVENTS_SCHEMA = pa.schema(
     [
-        ("input_id", pa.int32()),
-        ("line", pa.int32()),
-        ("ts_text", pa.string()),
-        ("t_s", pa.float64()),
-        ("process", pa.string()),
-        ("pid", pa.int32()),
+        *_RECORD_COLUMNS,
         ("kind", pa.string()),
         ("seq_group", pa.string()),
         ("mode", pa.string()),
@@ -230,14 +229,8 @@ STARTUP_SCHEMA = pa.schema(
 )
 SPEC_SCHEMA = pa.schema(
     [
-        ("input_id", pa.int32()),
-        ("line", pa.int32()),
-        ("ts_text", pa.string()),
-        ("t_s", pa.float64()),
-        ("process", pa.string()),
-        ("pid", pa.int32()),
-        ("engine", pa.int32()),
-        ("log_format", pa.string()),
+        *_RECORD_COLUMNS,
+        *_ENGINE_COLUMNS,
         ("cumulative", pa.bool_()),
         ("num_spec_tokens", pa.int32()),
         ("num_drafts", pa.float64()),
@@ -257,17 +250,7 @@ MAX_EXAMPLES = 5
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read log ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        import gzip
-
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(path, f"corrupt gzip log ({exc})") from None
+    raw = read_gunzipped(path, "log")
     if b"\x00" in raw[:4096]:
         raise InputError(path, "not a vLLM log: binary content")
     text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
@@ -489,12 +472,9 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
                 if ident in seen_facts:
                     continue
                 seen_facts.add(ident)
-                startup.append(
+                startup.append(  # STARTUP_SCHEMA keeps base's input_id, line, process and pid
                     {
-                        "input_id": order,
-                        "line": n,
-                        "process": proc,
-                        "pid": pid,
+                        **base,
                         "key": key,
                         "value": value,
                         "value_num": num,

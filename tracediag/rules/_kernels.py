@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -59,6 +60,22 @@ def dispatch_rows(ctx: Context, klasses: tuple[str, ...]) -> list[dict[str, Any]
     for r in rows:
         r["family_label"] = family_label(r["family"])
     return rows
+
+
+def call_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> dict[str, Any]:
+    """Evidence for a kernel_steps row or group: its (first) event's rank, step, ts_ns and name, `extra`, its calls."""
+    event = {"rank": r["rank"], "step": r[step_key], "ts_ns": r["ts_ns"], "name": r["name"]}
+    return event | extra | {"calls": r["calls"]}
+
+
+def phase_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> dict[str, Any]:
+    """call_evidence with the step's phase before `extra`, and the time (ns) after the calls."""
+    return call_evidence(r, step_key, phase=phase_name(r["phase"]), **extra) | {"time_ns": r["time_ns"]}
+
+
+def ms(ns: float | None) -> str:
+    """Nanoseconds as milliseconds, 3 significant digits: "12.3 ms" ("?" when unknown)."""
+    return "?" if ns is None else f"{ns / 1e6:.3g} ms"
 
 
 def median(xs: list[float]) -> float | None:
@@ -170,6 +187,25 @@ def tp_degree(ctx: Context) -> tuple[int, str]:
     return 1, "p = 1: no tensor-parallel group in the trace (single rank) and no --tp"
 
 
+@dataclass(frozen=True)
+class DecodeReads:
+    """What one rank reads per decode step, by part, at TP degree p (KRN004, KRN005)."""
+
+    p: int
+    p_source: str
+    b: int  # bytes per activation / KV element: the config's torch_dtype, 2 when it has none
+    w: dict[str, Any]  # w16_w4_bytes: W16_bytes, W4_bytes, quantized_share_f, G, ...
+    c: int  # KV bytes per token of context, c = 2·L·H_kv·D·b
+
+
+def decode_reads(ctx: Context) -> DecodeReads:
+    """DecodeReads of ctx.model at the run's TP degree (tp_degree)."""
+    m = ctx.model
+    p, p_source = tp_degree(ctx)
+    b = m.dtype_bytes or 2
+    return DecodeReads(p, p_source, b, w16_w4_bytes(m, p), kv_bytes_per_token(m, p, b))
+
+
 # ------------------------------------------------------------------ bandwidth
 
 
@@ -208,6 +244,7 @@ def _bw_from_props(raw: str | None) -> float | None:
 
 # ------------------------------------------------------------------ decode context (B sequences, S tokens each)
 
+NO_DECODE_STEPS = "missing decode steps: no step of the trace is a decode step (see SCH001)"
 _ROCM_GEN = re.compile(r"_generation_(\d+)\(sq(\d+)sk(\d+)")
 
 
@@ -248,6 +285,20 @@ def decode_context(ctx: Context) -> list[dict[str, Any]]:
             B, b_src = s["T"], "T (one token per sequence in decode)"
         out.append(s | {"B": B, "B_source": b_src, "S": S, "S_source": s_src})
     return out
+
+
+def step_events(steps: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """(rank, step_id) -> the head of an evidence row for that step: rank, step, ts_ns, name."""
+    return {
+        (s["rank"], s["step_id"]): {"rank": s["rank"], "step": s["step_id"], "ts_ns": s["ts_ns"], "name": s["name"]}
+        for s in steps
+    }
+
+
+def decode_steps(ctx: Context) -> list[dict[str, Any]]:
+    """decode_context once kernel_steps / step_activity exist; empty when the trace has none (NO_DECODE_STEPS)."""
+    prepare(ctx)
+    return decode_context(ctx)
 
 
 # ------------------------------------------------------------------ weight-only 4-bit configs

@@ -23,6 +23,12 @@ def short(path: str | None) -> str:
     return Path(path).name if path else "?"
 
 
+def series_label(path: str | None, engine: Any) -> str:
+    """A log's or scrape's file name, with the engine when it has one: "server.log engine 1"."""
+    eng = "" if engine is None else f" engine {engine}"
+    return f"{short(path)}{eng}"
+
+
 def table_rows(ctx: Context, table: str) -> int:
     return ctx.scalar(f"SELECT count(*) FROM {table}") if has_table(ctx.con, table) else 0  # name is ours
 
@@ -39,8 +45,7 @@ class Series:
 
     @property
     def label(self) -> str:
-        eng = "" if self.engine is None else f" engine {self.engine}"
-        return f"{short(self.path)}{eng}"
+        return series_label(self.path, self.engine)
 
     def xy(self) -> tuple[list[float], list[float]]:
         pts = [p for p in self.points if p["t_s"] is not None and p["value"] is not None]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._tp_collectives import example_calls, marked_steps, tp_allreduce_where
 
 RULE = RuleMeta(
@@ -102,10 +102,8 @@ def check(ctx: Context) -> Check:
     formula = "n_AR(step) ∈ [2L, 2L + c]"
     substituted = f"2L = 2×{L} = {two_l}; accepted {two_l}…{two_l + slack}; observed mode {mode_n}"
     if not bad:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=f"{mode_n} all-reduces per step = 2L + {mode_n - two_l} on every rank and step ({len(rows)} steps)",
             formula=formula,
@@ -157,10 +155,8 @@ def check(ctx: Context) -> Check:
                 "all-reduce, MoE all-to-all, debug syncs) and remove or fuse it."
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity=severity,
         confidence="high",
         impact=len(bad) / len(rows),

@@ -22,7 +22,7 @@ from collections import Counter
 
 from tracediag.dtypes import element_size
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._tp_collectives import tp_allreduce_where
 
 RULE = RuleMeta(
@@ -177,10 +177,8 @@ def check(ctx: Context) -> Check:
         ]
 
     if share >= MATCH_SHARE:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=f"{matched} of {len(sized)} all-reduce payloads = T·H·e_a (e_a = {e_a} B)",
             formula=formula,
@@ -211,10 +209,8 @@ def check(ctx: Context) -> Check:
         title = f"All-reduce payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls"
         nxt = "Check the sharding and what tensor is reduced; compare with the GEMM shapes (SHP002)."
         severity = "warning"
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity=severity,
         confidence="high",
         impact=len(bad) / len(sized),

@@ -31,7 +31,7 @@ from typing import Any
 
 from tracediag import tpmath
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._tp_collectives import tp_allreduce_where
 from tracediag.rules.col005_rank_skew import matched_collectives
 
@@ -422,8 +422,6 @@ def check(ctx: Context) -> Check:
     if fit.line.r2 is not None and fit.line.r2 < 0.5 and fit.bus_bw_bytes_per_s is not None:
         confidence = "low" if a_is_estimate else "medium"
     common = {
-        "rule": RULE.id,
-        "step": RULE.step,
         "formula": formula,
         "substituted": substituted,
         "values": values,
@@ -443,9 +441,9 @@ def check(ctx: Context) -> Check:
                 f"{values['median_T']:g} < T* = {t_star:.3g}; the fixed latency of 2L = {2 * m.L} dependent "
                 f"all-reduces ({two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
             )
-        return Check(
+        return finding(
+            RULE,
             **common,
-            status="finding",
             severity="warning",
             confidence=confidence,
             impact=share,
@@ -457,9 +455,9 @@ def check(ctx: Context) -> Check:
                 + "."
             ),
         )
-    return Check(
+    return passed(
+        RULE,
         **common,
-        status="pass",
         confidence=confidence,
         title=(
             f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; {fit_text}"

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="COL004",
@@ -234,8 +234,6 @@ def check(ctx: Context) -> Check:
     )
     evidence = [k | {"step": None} for k in kernels[: ctx.settings.max_evidence]]
     common = {
-        "rule": RULE.id,
-        "step": RULE.step,
         "formula": formula,
         "substituted": substituted,
         "values": values,
@@ -243,18 +241,18 @@ def check(ctx: Context) -> Check:
         "evidence": evidence,
     }
     if share < EXPOSED_SHARE_FINDING:
-        return Check(
+        return passed(
+            RULE,
             **common,
-            status="pass",
             confidence="high",
             title=(
                 f"Communication is mostly hidden or small: exposed collective time is {share:.1%} of step time "
                 f"({values['overlapped_share_of_collective']:.0%} of collective time overlaps compute)"
             ),
         )
-    return Check(
+    return finding(
+        RULE,
         **common,
-        status="finding",
         severity="warning",
         confidence="high",
         impact=min(1.0, share),

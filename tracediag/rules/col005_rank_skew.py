@@ -27,7 +27,7 @@ import statistics
 from collections import defaultdict
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="COL005",
@@ -233,10 +233,8 @@ def check(ctx: Context) -> Check:
         LAST_SHARE_MIN, 1.2 / len(ranks)
     )
     if not is_finding:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="medium" if reliable else "low",
             title=(
                 f"No dominant straggler: median start spread {values['median_spread_ns'] / 1e3:.0f} µs, other "
@@ -248,10 +246,8 @@ def check(ctx: Context) -> Check:
             table=table,
             evidence=evidence,
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence=("high" if s_row["arrived_last_share"] >= 0.75 else "medium") if reliable else "low",
         impact=min(1.0, o_wait / step_ns) if step_ns else waiting_share,

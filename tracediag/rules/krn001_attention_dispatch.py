@@ -26,11 +26,13 @@ from collections import defaultdict
 import orjson
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     ATTENTION_KLASSES,
     SOURCE_LABEL,
     dispatch_rows,
+    ms,
+    phase_evidence,
     phase_name,
     phase_order,
     prepare,
@@ -45,10 +47,6 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP002",),
 )
 FALLBACK_SHARE = 0.5  # fallback share of a phase's attention time that counts as "runs the fallback"
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms"
 
 
 def _attention_inputs(ctx: Context) -> dict[str, dict]:
@@ -145,25 +143,16 @@ def check(ctx: Context) -> Check:
 
     def line(ph: str, label: bool = True) -> str:
         fams = summary[ph]["families"]
-        text = ", ".join(f"{k} ({v['calls']} calls, {_ms(v['time_ns'])})" for k, v in fams.items())
+        text = ", ".join(f"{k} ({v['calls']} calls, {ms(v['time_ns'])})" for k, v in fams.items())
         return f"{ph}: {text}" if label else text
 
     formula = "fallback share = fallback_ns / (fallback_ns + fused_ns) per phase; fallback when ≥ 0.5 or no fused"
     substituted = "; ".join(
-        f"{ph}: {_ms(s['fallback_ns'])} / ({_ms(s['fallback_ns'])} + {_ms(s['fused_ns'])}) = {s['fallback_share']:.2f}"
+        f"{ph}: {ms(s['fallback_ns'])} / ({ms(s['fallback_ns'])} + {ms(s['fused_ns'])}) = {s['fallback_share']:.2f}"
         for ph, s in summary.items()
     )
     evidence = [
-        {
-            "rank": r["rank"],
-            "step": r["step"],
-            "ts_ns": r["ts_ns"],
-            "name": r["name"],
-            "phase": phase_name(r["phase"]),
-            "family": r["family_label"],
-            "calls": r["calls"],
-            "time_ns": r["time_ns"],
-        }
+        phase_evidence(r, family=r["family_label"])
         for r in sorted(
             rows,
             key=lambda r: (
@@ -176,10 +165,8 @@ def check(ctx: Context) -> Check:
     ][: ctx.settings.max_evidence]
     if not fallback_phases:
         extra = f"; no catalogued attention in {', '.join(no_attention)}" if no_attention else ""
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title="Fused attention in every phase — " + "; ".join(line(ph) for ph in summary) + extra,
             formula=formula,
@@ -203,10 +190,8 @@ def check(ctx: Context) -> Check:
         if v is not None
     )
     impact = (s["fallback_ns"] / phase_time[worst]) if phase_time.get(worst) else s["fallback_share"]
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence="high" if source == "cpu_op" or s["fused_ns"] == 0 else "medium",
         impact=min(impact, 1.0),

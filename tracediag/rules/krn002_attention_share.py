@@ -19,8 +19,8 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
-from tracediag.rules._kernels import SOURCE_LABEL, phase_name, phase_order, prepare, source_of
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN002",
@@ -80,25 +80,12 @@ def check(ctx: Context) -> Check:
            ORDER BY time_ns DESC LIMIT ?""",
         [ctx.settings.max_evidence],
     )
-    evidence = [
-        {
-            "rank": e["rank"],
-            "step": e["step_id"],
-            "ts_ns": e["ts_ns"],
-            "name": e["name"],
-            "phase": phase_name(e["phase"]),
-            "calls": e["calls"],
-            "time_ns": e["time_ns"],
-        }
-        for e in ex
-    ]
+    evidence = [phase_evidence(e, "step_id") for e in ex]
     top = max(table, key=lambda t: t["f"])
     summary = "; ".join(f"{t['phase']} f = {t['f']:.1%} → ≤ {t['speedup_bound_s2']:.2f}×" for t in table)
     if top["f"] >= SHARE_FINDING:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="info",
             confidence="high" if source == "gpu_kernel" else "medium",
             impact=top["f"],
@@ -116,10 +103,8 @@ def check(ctx: Context) -> Check:
                 "which one ran), and keep the other phases' bounds in mind — they do not move with it."
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="high" if source == "gpu_kernel" else "medium",
         title=f"Attention is a small share of every phase ({summary}): a faster attention kernel buys little",
         formula=formula,

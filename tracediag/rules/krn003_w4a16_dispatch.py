@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     SOURCE_LABEL,
     bandwidth,
+    call_evidence,
+    phase_evidence,
     phase_name,
     prepare,
     source_of,
@@ -81,18 +83,7 @@ def check(ctx: Context) -> Check:
         {k: r[k] for k in ("klass", "name", "family", "calls", "time_ns", "steps")} | {"phase": phase_name(r["phase"])}
         for r in rows
     ]
-    evidence = [
-        {
-            "rank": r["rank"],
-            "step": r["step"],
-            "ts_ns": r["ts_ns"],
-            "name": r["name"],
-            "phase": phase_name(r["phase"]),
-            "calls": r["calls"],
-            "time_ns": r["time_ns"],
-        }
-        for r in rows
-    ][: ctx.settings.max_evidence]
+    evidence = [phase_evidence(r) for r in rows][: ctx.settings.max_evidence]
     formula = "Δ (dequantize time per step) vs budget (W16 − W4) / BW"
     if not wo:
         dense = ctx.scalar("SELECT coalesce(sum(calls), 0) FROM kernel_steps WHERE klass = 'gemm'")
@@ -103,10 +94,8 @@ def check(ctx: Context) -> Check:
                WHERE klass = 'gemm' AND step_id IS NOT NULL ORDER BY time_ns DESC LIMIT ?""",
             [ctx.settings.max_evidence],
         )
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="high",
             impact=1.0,
@@ -115,17 +104,12 @@ def check(ctx: Context) -> Check:
             substituted=f"W4A16 calls = 0; dense GEMM calls = {dense}",
             values=values | {"dense_gemm_calls": dense},
             table=table,
-            evidence=[
-                {"rank": e["rank"], "step": e["step_id"], "ts_ns": e["ts_ns"], "name": e["name"], "calls": e["calls"]}
-                for e in ex
-            ],
+            evidence=[call_evidence(e, "step_id") for e in ex],
             next_check="See SHP003: the weights are not used quantized; fix the load path before the kernel path.",
         )
     if not dq:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=(
                 f"Fused W4A16 path: {values['w4a16_calls']} calls of {', '.join(sorted({r['name'] for r in wo}))}, "
@@ -159,10 +143,8 @@ def check(ctx: Context) -> Check:
         values["budget"] = "not computed: " + (bw_source if bw is None else "config lacks h, H_kv, D or I")
         substituted = f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms per step; budget {values['budget']}"
     over = budget_ns is not None and delta[worst_ph] > budget_ns
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning" if over or budget_ns is None else "info",
         confidence="high" if budget_ns is not None else "medium",
         impact=min(1.0, delta[worst_ph] / budget_ns) if budget_ns else 0.5,

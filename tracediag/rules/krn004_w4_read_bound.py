@@ -20,15 +20,8 @@ weights dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up 
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
-from tracediag.rules._kernels import (
-    decode_context,
-    kv_bytes_per_token,
-    median,
-    prepare,
-    tp_degree,
-    w16_w4_bytes,
-)
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import NO_DECODE_STEPS, decode_reads, decode_steps, median, step_events
 
 RULE = RuleMeta(
     id="KRN004",
@@ -47,10 +40,9 @@ def s_read(w16: float, w4: float, bk: float) -> float:
 
 def check(ctx: Context) -> Check:
     m = ctx.model
-    prepare(ctx)
-    steps = decode_context(ctx)
+    steps = decode_steps(ctx)
     if not steps:
-        return not_applicable(RULE, "missing decode steps: no step of the trace is a decode step (see SCH001)")
+        return not_applicable(RULE, NO_DECODE_STEPS)
     known = [s for s in steps if s["S"] and s["B"]]
     if not known:
         return not_applicable(
@@ -58,10 +50,8 @@ def check(ctx: Context) -> Check:
             "missing context length S of the decode steps: no aten::scaled_dot_product_attention with recorded "
             "key shapes and no vLLM annotation carrying KV lengths",
         )
-    p, p_source = tp_degree(ctx)
-    w = w16_w4_bytes(m, p)
-    b = m.dtype_bytes or 2
-    c = kv_bytes_per_token(m, p, b)
+    reads = decode_reads(ctx)
+    p, p_source, b, w, c = reads.p, reads.p_source, reads.b, reads.w, reads.c
     table = []
     for s in known:
         bk = s["B"] * s["S"] * c
@@ -111,24 +101,13 @@ def check(ctx: Context) -> Check:
         f"S_read = ({w['W16_bytes']:,} + {mid['BK_bytes']:,}) / ({w['W4_bytes']:,} + {mid['BK_bytes']:,}) "
         f"= {mid['S_read']:.3f}"
     )
-    meta = {(r["rank"], r["step_id"]): r for r in steps}
+    events = step_events(steps)
     evidence = [
-        {
-            "rank": t["rank"],
-            "step": t["step"],
-            "ts_ns": meta[(t["rank"], t["step"])]["ts_ns"],
-            "name": meta[(t["rank"], t["step"])]["name"],
-            "B": t["B"],
-            "S": t["S"],
-            "S_read": round(t["S_read"], 4),
-        }
-        for t in table
+        events[(t["rank"], t["step"])] | {"B": t["B"], "S": t["S"], "S_read": round(t["S_read"], 4)} for t in table
     ][: ctx.settings.max_evidence]
     if sr <= KV_DOMINATES:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="info",
             confidence="high" if known[0]["S_source"] else "medium",
             impact=values["kv_share_median"],
@@ -147,10 +126,8 @@ def check(ctx: Context) -> Check:
                 "4-bit weights still save memory (more sequences fit) but not decode time."
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="high",
         title=(
             f"Weights dominate decode reads: 4-bit weights could cut them up to {sr:.2f}× "

@@ -20,17 +20,16 @@ only fewer bytes help (W4A16 where weights dominate — KRN004 — or KV quantiz
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
+    NO_DECODE_STEPS,
     SOURCE_LABEL,
     bandwidth,
-    decode_context,
-    kv_bytes_per_token,
+    decode_reads,
+    decode_steps,
     median,
-    prepare,
     source_of,
-    tp_degree,
-    w16_w4_bytes,
+    step_events,
     weight_params,
 )
 
@@ -47,25 +46,22 @@ LOW_EFFICIENCY = 0.3  # floor / measured below this: the step loses most of its 
 
 def check(ctx: Context) -> Check:
     m = ctx.model
-    prepare(ctx)
-    steps = decode_context(ctx)
+    steps = decode_steps(ctx)
     if not steps:
-        return not_applicable(RULE, "missing decode steps: no step of the trace is a decode step (see SCH001)")
+        return not_applicable(RULE, NO_DECODE_STEPS)
     bw, bw_source = bandwidth(ctx)
     if bw is None:
         return not_applicable(RULE, bw_source)
-    p, p_source = tp_degree(ctx)
+    reads = decode_reads(ctx)
+    p, p_source, dtype_b, w, c = reads.p, reads.p_source, reads.b, reads.w, reads.c
     source = source_of(ctx)
-    w = w16_w4_bytes(m, p)
     params = weight_params(m, p)
     n_params = params["projections"] + params["lm_head"]
     w4_in_decode = ctx.scalar("SELECT count(*) FROM kernel_steps WHERE phase = 'decode' AND klass = 'wo_gemm'")
-    dtype_b = m.dtype_bytes or 2
     if w4_in_decode:
         w_bytes, w_how = w["W4_bytes"], "W4 (W4A16 kernels ran in decode)"
     else:
         w_bytes, w_how = n_params * dtype_b, f"all projection + lm_head weights at {dtype_b} B ({m.dtype or 'assumed'})"
-    c = kv_bytes_per_token(m, p, dtype_b)
     peak = ctx.settings.peak_tflops * 1e12 if ctx.settings.peak_tflops else None
     measured = {
         (r["rank"], r["step_id"]): r["step_ns"]
@@ -128,13 +124,10 @@ def check(ctx: Context) -> Check:
         + (f"; FLOPs {mid['flops']:.3g} → {mid['t_flops_ns'] / 1e6:.3g} ms" if mid["t_flops_ns"] else "")
         + f"; floor {mid['floor_ns'] / 1e6:.3g} ms / measured {mid['step_ns'] / 1e6:.3g} ms = {mid['efficiency']:.3f}"
     )
-    meta = {(s["rank"], s["step_id"]): s for s in steps}
+    events = step_events(steps)
     evidence = [
-        {
-            "rank": r["rank"],
-            "step": r["step"],
-            "ts_ns": meta[(r["rank"], r["step"])]["ts_ns"],
-            "name": meta[(r["rank"], r["step"])]["name"],
+        events[(r["rank"], r["step"])]
+        | {
             "floor_ns": round(r["floor_ns"]),
             "step_ns": r["step_ns"],
             "efficiency": round(r["efficiency"], 4),
@@ -142,10 +135,8 @@ def check(ctx: Context) -> Check:
         for r in sorted(table, key=lambda r: r["efficiency"])
     ][: ctx.settings.max_evidence]
     if eff < LOW_EFFICIENCY:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="high" if kv_known else "medium",
             impact=1.0 - eff,
@@ -163,10 +154,8 @@ def check(ctx: Context) -> Check:
                 "decode steps (KRN006) — CUDA graphs, fewer synchronisations, larger batches."
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="high" if kv_known else "medium",
         title=(
             f"Decode steps near their floor: {eff:.0%} efficiency ({values['step_ns_median'] / 1e6:.3g} ms vs "

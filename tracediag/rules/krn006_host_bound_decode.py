@@ -26,7 +26,7 @@ from collections import defaultdict
 import orjson
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import median, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
@@ -143,10 +143,8 @@ def check(ctx: Context) -> Check:
         "host": [f"{h['name']} ({h['kind']}, {h['dur_ns'] / 1e6:.3g} ms)" for h in host],
     }
     if not bad:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title="GPU busy inside steps: idle " + ", ".join(f"{t['idle_share']:.1%} of {t['phase']}" for t in judged),
             formula=formula,
@@ -179,10 +177,8 @@ def check(ctx: Context) -> Check:
         names = ", ".join(h["name"] for h in host) or "no host event recorded in the gap"
         cause = f"host work in the longest gap: {names}"
         nxt = "Move that host work off the step's critical path (overlap scheduling with GPU work), or make it async."
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence="high" if host else "medium",
         impact=t["idle_share"],

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="PATH001",
@@ -173,17 +173,15 @@ def check(ctx: Context) -> Check:
         f"; min {values['expected_group_busbw_gbs']} GB/s" if expected else ""
     )
     common = {
-        "rule": RULE.id,
-        "step": RULE.step,
         "formula": formula,
         "substituted": substituted,
         "values": values,
         "table": table,
     }
     if not problems:
-        return Check(
+        return passed(
+            RULE,
             **common,
-            status="pass",
             confidence="high",
             title=(
                 f"TP group on {len(idx)} GPUs joined by {CLASS_WORDS[worst]} with all links active and P2P OK "
@@ -205,9 +203,9 @@ def check(ctx: Context) -> Check:
     else:
         title = f"NVLink degraded: {'; '.join(x['name'] for x in problems)}"
         nxt = "Check `nvidia-smi nvlink -s` and the fabric manager; reseat or replace the GPU/baseboard before tuning."
-    return Check(
+    return finding(
+        RULE,
         **common,
-        status="finding",
         severity="warning",
         confidence="high" if "synthetic" not in str(snap.get("host")) else "medium",
         impact=1.0 if weak else 0.5,

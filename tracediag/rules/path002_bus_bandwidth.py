@@ -34,7 +34,7 @@ from collections import defaultdict
 
 from tracediag import tpmath
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules.col003_alpha_beta_breakeven import allreduce_samples, fit_by_group_size
 from tracediag.rules.path001_link_class import group_gpus, snapshots
 
@@ -269,8 +269,6 @@ def check(ctx: Context) -> Check:
         )
     substituted = "; ".join(parts) or formula
     common = {
-        "rule": RULE.id,
-        "step": RULE.step,
         "formula": formula,
         "substituted": substituted,
         "values": values,
@@ -296,11 +294,11 @@ def check(ctx: Context) -> Check:
             )
         if values.get("app_fitted_busbw_gbs"):
             what.append(f"the application's fitted B is {values['app_fitted_busbw_gbs']:.3g} GB/s")
-        return Check(**common, status="pass", title="Bus bandwidth as expected: " + "; ".join(what))
+        return passed(RULE, **common, title="Bus bandwidth as expected: " + "; ".join(what))
     step3 = any("step 3" in v for v in verdicts)
-    return Check(
+    return finding(
+        RULE,
         **common,
-        status="finding",
         severity="warning",
         impact=1.0 if step3 else min(1.0, 1 - 1 / values.get("app_over_bench_median", 2.0)),
         title=verdicts[0][0].upper() + verdicts[0][1:] + (f"; also {verdicts[1]}" if len(verdicts) > 1 else ""),

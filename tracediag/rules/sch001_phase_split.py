@@ -24,8 +24,18 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
-from tracediag.rules._kernels import SOURCE_LABEL, fit_line, median, phase_name, phase_table, prepare, step_rows
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import (
+    SOURCE_LABEL,
+    fit_line,
+    median,
+    ms,
+    phase_name,
+    phase_table,
+    prepare,
+    step_events,
+    step_rows,
+)
 
 RULE = RuleMeta(
     id="SCH001",
@@ -34,10 +44,6 @@ RULE = RuleMeta(
     requires_tables=("steps",),
 )
 FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fixed-cost dominated
-
-
-def _ms(ns: float | None) -> str:
-    return "?" if ns is None else f"{ns / 1e6:.3g} ms"
 
 
 def check(ctx: Context) -> Check:
@@ -81,10 +87,8 @@ def check(ctx: Context) -> Check:
     formula = "t_step = a·T + b (least squares over steps with T); fixed-cost share of decode = b / median t_decode"
     if fit is None:
         values["fit"] = "not possible: needs ≥ 3 steps with T and ≥ 2 distinct T"
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=f"Phase split: {split}; no fit of t_step = a·T + b ({values['fit']})",
             formula=formula,
@@ -96,21 +100,19 @@ def check(ctx: Context) -> Check:
     a, b = fit["a_ns_per_token"], fit["b_ns"]
     values |= {"a_ns_per_token": a, "b_ns": b, "r2": fit["r2"], "fit_steps": fit["n"], "distinct_T": fit["distinct_T"]}
     decode_med = median([s["step_ns"] for s in phases.get("decode", []) if s["step_ns"] is not None])
-    substituted = f"t_step = {a / 1e6:.4g} ms/token · T + {_ms(b)} (R² {fit['r2']:.2f}, {fit['n']} steps)"
+    substituted = f"t_step = {a / 1e6:.4g} ms/token · T + {ms(b)} (R² {fit['r2']:.2f}, {fit['n']} steps)"
     if a < 0:
         slow = max(table, key=lambda r: r["step_ns_median"] or 0)
         fast = min(table, key=lambda r: r["step_ns_median"] or 0)
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="high" if fit["r2"] >= 0.5 else "medium",
             impact=slow["time_share"],
             title=(
                 f"Step time falls as T grows (a = {a / 1e3:.3g} µs/token): {slow['phase']} steps (T "
-                f"{slow['T_median']:g}) take {_ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
-                f"{fast['T_median']:g}) {_ms(fast['step_ns_median'])} — a per-step stall, not token work, drives "
+                f"{slow['T_median']:g}) take {ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
+                f"{fast['T_median']:g}) {ms(fast['step_ns_median'])} — a per-step stall, not token work, drives "
                 f"{slow['phase']}"
             ),
             formula=formula,
@@ -126,19 +128,17 @@ def check(ctx: Context) -> Check:
     if decode_med:
         share = b / decode_med
         values |= {"decode_step_ns_median": decode_med, "fixed_cost_share_decode": share}
-        substituted += f"; b / median decode step = {_ms(b)} / {_ms(decode_med)} = {share:.2f}"
+        substituted += f"; b / median decode step = {ms(b)} / {ms(decode_med)} = {share:.2f}"
         if share >= FIXED_COST_SHARE:
             dec = next(r for r in table if r["phase"] == "decode")
-            return Check(
-                rule=RULE.id,
-                step=RULE.step,
-                status="finding",
+            return finding(
+                RULE,
                 severity="info",
                 confidence="high" if fit["r2"] >= 0.5 else "medium",
                 impact=dec["time_share"] * min(share, 1.0),
                 title=(
-                    f"Decode steps are fixed-cost bound: b / t_decode = {share:.2f} (b = {_ms(b)}, median decode "
-                    f"step {_ms(decode_med)}, a = {a / 1e3:.3g} µs/token); {split}"
+                    f"Decode steps are fixed-cost bound: b / t_decode = {share:.2f} (b = {ms(b)}, median decode "
+                    f"step {ms(decode_med)}, a = {a / 1e3:.3g} µs/token); {split}"
                 ),
                 formula=formula,
                 substituted=substituted,
@@ -152,12 +152,10 @@ def check(ctx: Context) -> Check:
                     "cost only ≈ a per token."
                 ),
             )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="high",
-        title=f"Phase split: {split}; t_step = {a / 1e3:.3g} µs·T + {_ms(b)} (R² {fit['r2']:.2f})",
+        title=f"Phase split: {split}; t_step = {a / 1e3:.3g} µs·T + {ms(b)} (R² {fit['r2']:.2f})",
         formula=formula,
         substituted=substituted,
         values=values,
@@ -167,10 +165,9 @@ def check(ctx: Context) -> Check:
 
 
 def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
-    meta = {
-        (r["rank"], r["step_id"]): r
-        for r in ctx.rows("SELECT rank, step_id, name, ts_ns, marker_source, phase_source, t_source FROM steps")
-    }
+    rows = ctx.rows("SELECT rank, step_id, name, ts_ns, marker_source, phase_source, t_source FROM steps")
+    meta = {(r["rank"], r["step_id"]): r for r in rows}
+    events = step_events(rows)
     seen, out = set(), []
     for s in steps:  # first step of each phase
         if s["phase"] in seen:
@@ -178,11 +175,8 @@ def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
         seen.add(s["phase"])
         m = meta[(s["rank"], s["step_id"])]
         out.append(
-            {
-                "rank": s["rank"],
-                "step": s["step_id"],
-                "ts_ns": m["ts_ns"],
-                "name": m["name"],
+            events[(s["rank"], s["step_id"])]
+            | {
                 "phase": phase_name(s["phase"]),
                 "phase_from": m["phase_source"],
                 "T": s["T"],

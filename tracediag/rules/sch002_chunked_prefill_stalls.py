@@ -23,7 +23,7 @@ from __future__ import annotations
 from statistics import median
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import bench_evidence, bench_runs, run_label
 from tracediag.servingmath import nearest_rank
 
@@ -107,18 +107,14 @@ def _from_requests(ctx: Context) -> Check | None:
         "smaller chunks; compare per-request max stall and TTFT after the change."
     )
     if not over:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             **common,
             title=f"No request stalls beyond {values['budget_ms']:.1f} ms (max stall {values['max_stall_ms']:.1f} ms)",
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning" if share >= WARN_SHARE else "info",
         confidence="medium",
         impact=share,
@@ -154,10 +150,8 @@ def _from_steps(ctx: Context) -> Check | None:
         "gap_measure": "GPU span of the step's kernels" if any(s["on_gpu"] for s in steps) else "host step duration",
     }
     if not mixed:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="medium",
             formula=FORMULA,
             values=values,
@@ -205,10 +199,8 @@ def _from_steps(ctx: Context) -> Check | None:
         for s in (over or mixed)[: ctx.settings.max_evidence]
     ]
     if not over:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="medium",
             formula=FORMULA,
             values=values,
@@ -217,10 +209,8 @@ def _from_steps(ctx: Context) -> Check | None:
             evidence=evidence,
             title=f"Mixed prefill/decode steps stay within {budget * 1000:.1f} ms ({budget_src})",
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence="medium",
         impact=len(over) / len(steps),

@@ -22,7 +22,7 @@ shed load before tuning kernels, then re-measure inside a window where the queue
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import (
     MIN_TREND_POINTS,
     SIGNIFICANCE,
@@ -113,10 +113,8 @@ def check(ctx: Context) -> Check:
                 f"over {t.n} samples"
             )
         values |= {"S": t.s, "p_increase": t.p_increase, "sen_slope_per_s": t.sen_slope, "n": t.n}
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high" if t.n >= 8 else "medium",
             title=title,
             formula=FORMULA,
@@ -140,10 +138,8 @@ def check(ctx: Context) -> Check:
         "first": ys[0],
         "last": ys[-1],
     }
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="error" if ys[-1] > 0 and t.p_increase < SIGNIFICANCE / 5 else "warning",
         confidence="high" if t.n >= 8 else "medium",
         impact=min(1.0, len(growing) / len(tested)),

@@ -22,7 +22,7 @@ replicas.
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import (
     input_paths,
     log_evidence,
@@ -144,10 +144,8 @@ def check(ctx: Context) -> Check:
         "capacity the engine actually got."
     )
     if preempted > 0 or max_swapped > 0:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="high",
             impact=min(1.0, kv_max / 100),
@@ -165,10 +163,8 @@ def check(ctx: Context) -> Check:
         )
     if full_waiting:
         s, p = full_waiting[0]
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="high",
             impact=len(full_waiting) / max(1, sum(len(s.points) for s in kv_logs)),
@@ -184,10 +180,8 @@ def check(ctx: Context) -> Check:
             ),
         )
     if high:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="info",
             confidence="medium",
             impact=kv_max / 100,
@@ -199,10 +193,8 @@ def check(ctx: Context) -> Check:
             next_check="Watch for preemptions as load grows; " + nxt,
             title=f"KV cache usage high: up to {kv_max:.1f} % (no preemption, no request waiting yet)",
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="high",
         formula=formula,
         substituted=substituted,

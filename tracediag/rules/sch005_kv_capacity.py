@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import DTYPE_BYTES
-from tracediag.rules._serving import input_paths, log_evidence, startup_facts
+from tracediag.rules._serving import input_paths, log_evidence, short, startup_facts
 from tracediag.servingmath import kv_bytes_per_token
 
 RULE = RuleMeta(
@@ -96,7 +96,7 @@ def _evaluate(ctx: Context, path: str, facts: dict) -> dict | str:
     ratio = reported / expected
     tol = TOLERANCE + 0.005 / mem["value_num"]  # the log rounds the GiB to 2 decimals: widen by that rounding
     values = {
-        "log": path.rsplit("/", 1)[-1],
+        "log": short(path),
         "reported_tokens": reported,
         "kv_cache_memory_gib": mem["value_num"],
         "L": m.L,
@@ -156,10 +156,8 @@ def check(ctx: Context) -> Check:
     if len(results) > 1:
         common["table"] = table
     if worst["ok"]:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=(
                 f"Reported KV capacity {v['reported_tokens']:,} tokens = config's {v['bytes_per_token_per_gpu']:,.0f} "
@@ -169,10 +167,8 @@ def check(ctx: Context) -> Check:
         )
     why = _interpret(v["ratio"], m, v["tensor_parallel_size"], v["kv_element_bytes"])
     v["likely_cause"] = why
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence="high",
         impact=min(1.0, abs(v["ratio"] - 1)),

@@ -23,8 +23,8 @@ last, check the chat template; do not expect the cache to fix TTFT when requests
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
-from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, short, startup_facts
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
 
 RULE = RuleMeta(id="SCH006", step=6, title="Prefix cache reuses a useful share of prompt tokens")
 LOW_REUSE = 0.10
@@ -44,8 +44,7 @@ def _from_logs(ctx: Context) -> list[dict]:
         out.append(
             {
                 "source": "log stats lines",
-                "series": f"{short(paths.get(r['input_id']))}"
-                + ("" if r["engine"] is None else f" engine {r['engine']}"),
+                "series": series_label(paths.get(r["input_id"]), r["engine"]),
                 "token_reuse": r["last_pct"] / 100,
                 "token_reuse_mean": r["mean_pct"] / 100,
                 "external_reuse": r["external_pct"] / 100 if r["external_pct"] is not None else None,
@@ -72,7 +71,7 @@ def _from_metrics(ctx: Context) -> list[dict]:
         out.append(
             {
                 "source": "metrics counters (since process start)",
-                "series": short(paths.get(r["input_id"])) + ("" if r["engine"] is None else f" engine {r['engine']}"),
+                "series": series_label(paths.get(r["input_id"]), r["engine"]),
                 "token_reuse": r["hits"] / r["queries"],
                 "token_reuse_mean": None,
                 "external_reuse": None,
@@ -132,10 +131,8 @@ def check(ctx: Context) -> Check:
             if worst.get("external_reuse")
             else ""
         )
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="medium",
             formula=FORMULA,
             substituted=substituted,
@@ -152,10 +149,8 @@ def check(ctx: Context) -> Check:
         if worst["max_waiting"]
         else ""
     )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="info",
         confidence="medium",
         impact=1 - worst["token_reuse"],

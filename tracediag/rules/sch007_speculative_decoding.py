@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
-from tracediag.rules._serving import input_paths, log_evidence, metric_evidence
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label
 from tracediag.servingmath import conditional_acceptance, expected_tokens_per_round
 
 RULE = RuleMeta(id="SCH007", step=6, title="Speculative decoding yields enough tokens per round")
@@ -45,7 +45,7 @@ def _log_groups(ctx: Context) -> list[dict]:
     out = []
     for (input_id, engine, pid), rs in groups.items():
         path = paths.get(input_id, "?")
-        label = path.rsplit("/", 1)[-1] + ("" if engine is None else f" engine {engine}")
+        label = series_label(path, engine)
         waits = {
             r["line"]: r["waiting"]
             for r in ctx.rows(
@@ -132,7 +132,7 @@ def _metric_groups(ctx: Context) -> list[dict]:
         e = expected_tokens_per_round(joint) if joint else (1 + accepted / drafts if drafts and accepted else None)
         out.append(
             {
-                "series": paths.get(input_id, "?").rsplit("/", 1)[-1] + ("" if engine is None else f" engine {engine}"),
+                "series": series_label(paths.get(input_id, "?"), engine),
                 "source": "metrics counters (since process start)",
                 "k": len(joint) if joint else None,
                 "rounds": drafts,
@@ -198,10 +198,8 @@ def check(ctx: Context) -> Check:
         rej = 1 - g["loaded_acceptance"]
         values["rejected_share_under_load"] = round(rej, 4)
         values["max_waiting"] = g["max_waiting"]
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="medium",
             impact=rej,
@@ -222,10 +220,8 @@ def check(ctx: Context) -> Check:
         )
     if tails:
         g = tails[0]
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="warning",
             confidence="medium",
             impact=1 - g["joint"][-1],
@@ -243,10 +239,8 @@ def check(ctx: Context) -> Check:
                 "num_speculative_tokens and compare T_round / E with the plain decode step time."
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="pass",
+    return passed(
+        RULE,
         confidence="medium",
         formula=FORMULA,
         substituted=substituted,

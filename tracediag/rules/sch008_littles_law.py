@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import (
     bench_runs,
     bench_stat,
@@ -154,10 +154,8 @@ def check(ctx: Context) -> Check:
     evidence = w["evidence"][: ctx.settings.max_evidence]
     conf = "medium" if w["samples"] >= 5 else "low"
     if not bad:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence=conf,
             formula=FORMULA,
             substituted=substituted,
@@ -169,10 +167,8 @@ def check(ctx: Context) -> Check:
                 f"(ratio {w['ratio']:.2f}, {w['samples']} samples)"
             ),
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence=conf,
         impact=min(1.0, abs(1 - w["ratio"])),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import bench_evidence, bench_runs, bench_stat, finite, run_label
 
 RULE = RuleMeta(id="SCH009", step=6, title="The load test measured open-loop arrivals without dropping errors")
@@ -125,10 +125,8 @@ def check(ctx: Context) -> Check:
             else ""
         )
         values |= {"request_rate_rps": finite(r["request_rate_rps"]), "failed": r["failed"]}
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="medium" if not values["start_times_available"] else "high",
             formula=FORMULA,
             values=values,
@@ -149,10 +147,8 @@ def check(ctx: Context) -> Check:
         "failed": r["failed"],
         "completed": r["completed"],
     }
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="warning",
         confidence="high",
         impact=values["runs_with_issues"] / len(runs),

@@ -22,7 +22,7 @@ follow the walk: queue (SCH003), KV pressure (SCH004), prefill stalls (SCH002).
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
 from tracediag.servingmath import (
     RequestOutcome,
@@ -166,10 +166,8 @@ def check(ctx: Context) -> Check:
     evidence = [bench_evidence(r, attainment_low=worst["attainment_low"], attainment_high=worst["attainment_high"])]
     common = {"formula": FORMULA, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
     if worst["attainment_low"] >= TARGET:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high" if exact else "medium",
             **common,
             title=f"Joint SLO attainment {att_txt} ≥ target {TARGET:.0%} ({budgets}; errors counted)",
@@ -180,10 +178,8 @@ def check(ctx: Context) -> Check:
         "(SCH003), KV pressure (SCH004), prefill stalls (SCH002); rerun with --save-detailed for exact attainment."
     )
     if worst["attainment_high"] < TARGET:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="error",
             confidence="high" if exact else "medium",
             impact=1 - worst["attainment_high"],
@@ -191,10 +187,8 @@ def check(ctx: Context) -> Check:
             **common,
             title=f"Joint SLO attainment {att_txt} < target {TARGET:.0%} ({budgets}; errors counted)",
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="info",
         confidence="low",
         impact=1 - worst["attainment_low"],

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta
+from tracediag.findings import Check, RuleMeta, finding, passed
 
 RULE = RuleMeta(
     id="SHP001",
@@ -71,18 +71,14 @@ def check(ctx: Context) -> Check:
         severity = severity or "warning"
     common = {"formula": formula, "substituted": substituted, "values": values, "evidence": _evidence(ctx)}
     if not problems:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=f"p={p} divides h={h}, H_kv={hkv} and I={inter}",
             **common,
         )
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity=severity,
         confidence="high",
         impact=1.0,

@@ -22,7 +22,7 @@ import math
 import orjson
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="SHP002",
@@ -76,6 +76,13 @@ def _match(shapes: dict[tuple[int, int], dict], roles: dict[str, tuple[int, int]
     return relevant, by_role, matched, total
 
 
+def _shape_evidence(kn: tuple[int, int], s: dict, **extra) -> dict:
+    """Evidence for one GEMM (K, N): the first call with that shape, then `extra`."""
+    ex = s["example"]
+    event = {"rank": ex["rank"], "step": ex["step_id"], "ts_ns": ex["ts_ns"], "name": ex["name"]}
+    return event | {"K": kn[0], "N": kn[1]} | extra
+
+
 def check(ctx: Context) -> Check:
     m, p = ctx.model, ctx.tp.p
     rows = ctx.rows(
@@ -117,32 +124,16 @@ def check(ctx: Context) -> Check:
     }
     formula = "share = calls whose (K, N) matches a role at p / calls with K = H or N = H"
     evidence = [
-        {
-            "rank": s["example"]["rank"],
-            "step": s["example"]["step_id"],
-            "ts_ns": s["example"]["ts_ns"],
-            "name": s["example"]["name"],
-            "K": kn[0],
-            "N": kn[1],
-            "calls": s["calls"],
-        }
+        _shape_evidence(kn, s, calls=s["calls"])
         for kn, s in sorted(relevant.items(), key=lambda kv: -kv[1]["calls"])
         if not by_role[kn]
     ][: ctx.settings.max_evidence]
     if not shapes:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="not_applicable",
-            title=RULE.title,
-            reason="missing GEMM input shapes (trace recorded without record_shapes=True)",
-        )
+        return not_applicable(RULE, "missing GEMM input shapes (trace recorded without record_shapes=True)")
     if total == 0:
         widths = sorted({d for kn in shapes for d in kn})
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="finding",
+        return finding(
+            RULE,
             severity="error",
             confidence="high",
             impact=1.0,
@@ -152,17 +143,7 @@ def check(ctx: Context) -> Check:
             substituted=f"0 of {sum(s['calls'] for s in shapes.values())} GEMM calls have K or N = {m.H}",
             values=values | {"gemm_widths_seen": widths[:20]},
             table=table[:20],
-            evidence=[
-                {
-                    "rank": s["example"]["rank"],
-                    "step": s["example"]["step_id"],
-                    "ts_ns": s["example"]["ts_ns"],
-                    "name": s["example"]["name"],
-                    "K": kn[0],
-                    "N": kn[1],
-                }
-                for kn, s in list(shapes.items())[: ctx.settings.max_evidence]
-            ],
+            evidence=[_shape_evidence(kn, s) for kn, s in list(shapes.items())[: ctx.settings.max_evidence]],
             next_check="Pass the served model's config.json; every later rule would use the wrong H.",
             cost_model_applies=False,
         )
@@ -170,10 +151,8 @@ def check(ctx: Context) -> Check:
     substituted = f"share = {matched} / {total} = {share:.2f} (need ≥ {MATCH_SHARE})"
     common = {"formula": formula, "substituted": substituted, "table": table[:20], "evidence": evidence}
     if share >= MATCH_SHARE:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=f"{matched} of {total} hidden-size GEMM calls match the config's roles at p={p}",
             values=values,
@@ -186,10 +165,8 @@ def check(ctx: Context) -> Check:
             alt[q] = mq / tq if tq else 0.0
     best = max(alt, key=alt.get) if alt else None
     hint = f"; the shapes fit p={best} ({alt[best]:.0%} of calls)" if best and alt[best] >= MATCH_SHARE else ""
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity="error" if hint else "warning",
         confidence="medium",
         impact=1 - share,

@@ -23,9 +23,10 @@ exist for this GPU arch and dtype, and the engine flags (--quantization) — the
 from __future__ import annotations
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     SOURCE_LABEL,
+    call_evidence,
     dense_projection_gemms,
     phase_name,
     prepare,
@@ -70,10 +71,7 @@ def check(ctx: Context) -> Check:
         )
         dense_calls = sum(r["calls"] for r in dense_kernels)
         dense_how = "dense GEMM kernels (no GEMM shapes recorded: roles not checked)"
-        dense_ev = [
-            {"rank": r["rank"], "step": r["step"], "ts_ns": r["ts_ns"], "name": r["name"], "calls": r["calls"]}
-            for r in dense_kernels
-        ]
+        dense_ev = [call_evidence(r) for r in dense_kernels]
         roles: dict[str, int] = {}
     else:
         dense_calls = len(dense)
@@ -113,17 +111,13 @@ def check(ctx: Context) -> Check:
         {"kind": "W4A16", "name": r["name"], "family": r["family"], "calls": r["calls"], "time_ns": r["time_ns"]}
         for r in wo
     ] + [{"kind": "dense projection", "role": k, "calls": v} for k, v in roles.items()]
-    wo_ev = [
-        {"rank": r["rank"], "step": r["step"], "ts_ns": r["ts_ns"], "name": r["name"], "calls": r["calls"]} for r in wo
-    ]
+    wo_ev = [call_evidence(r) for r in wo]
     n = ctx.settings.max_evidence
     if not wo_calls and not dense_calls:
         return not_applicable(RULE, "missing GEMMs: neither W4A16 nor dense projection GEMMs in the trace")
     if wo_calls and not dense_calls:
-        return Check(
-            rule=RULE.id,
-            step=RULE.step,
-            status="pass",
+        return passed(
+            RULE,
             confidence="high",
             title=(
                 f"Quantization applied ({declared}): {wo_calls} W4A16 calls "
@@ -148,10 +142,8 @@ def check(ctx: Context) -> Check:
             f"still dense ({', '.join(f'{k} ×{v}' for k, v in roles.items()) or 'dense GEMM kernels'})"
         )
         severity, impact = "warning", dense_calls / (dense_calls + wo_calls)
-    return Check(
-        rule=RULE.id,
-        step=RULE.step,
-        status="finding",
+    return finding(
+        RULE,
         severity=severity,
         confidence="high" if roles else "medium",
         impact=impact,

@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, not_applicable
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="SHP004",
@@ -152,17 +152,15 @@ def check(ctx: Context) -> Check:
         f"{one['kv_tokens_that_fit']:,} tokens ({one['kv_bytes_per_token']:,} B/token) vs {ctx_len or 1:,} needed"
     )
     common = {
-        "rule": RULE.id,
-        "step": RULE.step,
         "formula": formula,
         "substituted": substituted,
         "values": values,
         "table": table,
     }
     if p_used > 1 and one["fits"]:
-        return Check(
+        return finding(
+            RULE,
             **common,
-            status="finding",
             severity="info",
             confidence="medium",
             impact=0.0,
@@ -188,4 +186,4 @@ def check(ctx: Context) -> Check:
         title = f"TP={p_used} is needed for capacity: the smallest p that fits is {min_p}"
         if p_used > min_p:
             values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
-    return Check(**common, status="pass", confidence="medium", title=title)
+    return passed(RULE, **common, confidence="medium", title=title)

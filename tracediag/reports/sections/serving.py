@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from tracediag.reports.sections import Section
 from tracediag.reports.svg import scatter
+from tracediag.rules._serving import input_paths, series_label, short
 
 MAX_SERIES = 6
 TELEMETRY = ("prometheus", "vllm-log", "vllm-bench")
@@ -16,26 +16,26 @@ TELEMETRY = ("prometheus", "vllm-log", "vllm-bench")
 def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
     """Log stats series and timed metric series of one quantity, keyed by a readable label."""
     out: dict[str, list[tuple[float, float]]] = {}
-    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    paths = input_paths(ctx)
     for r in ctx.rows(
         f"SELECT input_id, engine, pid, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
         "AND t_s IS NOT NULL ORDER BY input_id, engine, pid, t_s"  # column names are ours
     ):
-        label = paths.get(r["input_id"], "?") + ("" if r["engine"] is None else f" engine {r['engine']}")
+        label = series_label(paths.get(r["input_id"]), r["engine"])
         out.setdefault(label, []).append((r["t_s"], float(r["v"])))
     return out
 
 
 def _metric(ctx, canonical: str, scale: float = 1.0) -> dict[str, list[tuple[float, float]]]:
     out: dict[str, list[tuple[float, float]]] = {}
-    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    paths = input_paths(ctx)
     for r in ctx.rows(
         "SELECT input_id, engine, scrape, min(t_s) AS t_s, sum(value) AS v FROM metric_samples "
         "WHERE canonical = ? AND part = 'value' AND preferred AND t_s IS NOT NULL "
         "GROUP BY input_id, engine, scrape ORDER BY input_id, engine, scrape",
         [canonical],
     ):
-        label = paths.get(r["input_id"], "?") + ("" if r["engine"] is None else f" engine {r['engine']}") + " (metrics)"
+        label = series_label(paths.get(r["input_id"]), r["engine"]) + " (metrics)"
         out.setdefault(label, []).append((r["t_s"], float(r["v"] or 0) * scale))
     return {k: v for k, v in out.items() if len(v) > 1}
 
@@ -49,12 +49,12 @@ def _chart(title: str, ylabel: str, series: dict[str, list[tuple[float, float]]]
 
 def _preemptions(ctx) -> dict[str, list[tuple[float, float]]]:
     out = _series(ctx, "preemptions")
-    paths = {r["input_id"]: Path(r["path"]).name for r in ctx.rows("SELECT DISTINCT input_id, path FROM inputs")}
+    paths = input_paths(ctx)
     for r in ctx.rows(
         "SELECT input_id, t_s, cumulative FROM serving_events WHERE kind = 'preemption' AND t_s IS NOT NULL "
         "ORDER BY input_id, t_s"
     ):
-        label = paths.get(r["input_id"], "?") + " (V0 cumulative preemptions)"
+        label = short(paths.get(r["input_id"])) + " (V0 cumulative preemptions)"
         out.setdefault(label, []).append((r["t_s"], float(r["cumulative"] or 0)))
     for label, pts in _series(ctx, "swapped").items():
         if any(v for _, v in pts):
@@ -75,7 +75,7 @@ def build(ctx) -> Section | None:
     notes, summary = [], []
     for i in inputs:
         meta = json.loads(i["meta_json"] or "{}")
-        name = Path(i["path"]).name
+        name = short(i["path"])
         summary.append(
             {
                 "input": name,
@@ -119,13 +119,13 @@ def build(ctx) -> Section | None:
         "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY s.input_id, s.t_s, s.line"
     )
     if stats:
-        tables["engine stats lines"] = [{**r, "path": Path(r["path"]).name} for r in stats]
+        tables["engine stats lines"] = [{**r, "path": short(r["path"])} for r in stats]
     facts = ctx.rows(
         "SELECT i.path, f.key, f.value, f.unit, f.line, f.process FROM serving_startup f "
         "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY f.input_id, f.line"
     )
     if facts:
-        tables["startup facts"] = [{**r, "path": Path(r["path"]).name} for r in facts]
+        tables["startup facts"] = [{**r, "path": short(r["path"])} for r in facts]
     spec = ctx.rows(
         "SELECT input_id, line, ts_text, engine, log_format, num_spec_tokens AS k, draft_tokens, accepted_tokens, "
         "emitted_tokens, acceptance_rate, mean_acceptance_length, per_position FROM spec_decode ORDER BY input_id, t_s"
