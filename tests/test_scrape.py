@@ -224,7 +224,10 @@ def test_unreachable_server_is_a_clear_error(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_keeps_the_scrapes(server, tmp_path):
     out = tmp_path / "metrics.prom"
+    # A process started in the background of a non-interactive shell inherits SIGINT *ignored*; restore
+    # Python's default handler in the child, as an interactive terminal would have it.
     code = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "import typer\nfrom tracediag.commands.scrape import register\napp = typer.Typer()\n"
         "@app.callback()\ndef main():\n    pass\nregister(app)\napp()\n"
     )
