@@ -21,6 +21,15 @@ def shared_file(name: str) -> Path:
     return p
 
 
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/*.json from this run")
+
+
+@pytest.fixture(scope="session")
+def update_golden(request) -> bool:
+    return request.config.getoption("--update-golden")
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     return SAMPLES
