@@ -105,7 +105,9 @@ def scrape_to_file(
     res = ScrapeResult()
     planned = max(1, int(duration_s / interval_s + 1e-9))
     start = time.monotonic()
-    deadline = start + duration_s
+    # The schedule is `planned` scrapes `interval_s` apart; one interval of grace past the duration keeps a
+    # briefly stalled machine (or a slow endpoint) from silently dropping the last scrape.
+    deadline = start + duration_s + interval_s
     consecutive = 0
     with open(out, "w", encoding="utf-8") as f:
         try:
