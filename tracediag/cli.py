@@ -19,7 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_USAGE = 2
 
 
 @app.command()

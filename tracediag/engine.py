@@ -13,7 +13,7 @@ import duckdb
 from tracediag.findings import Check, RuleMeta, not_applicable, rank_key
 from tracediag.model import ModelConfig
 from tracediag.rules import RULE_MODULES
-from tracediag.store import query_dicts
+from tracediag.store import query_dicts, table_count
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ TABLE_MEANING = {
 
 def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     for table in meta.requires_tables:
-        if not ctx.scalar(f"SELECT count(*) FROM {table}"):  # table names come from rule metadata
+        if not table_count(ctx.con, table):
             return f"missing {TABLE_MEANING.get(table, table)}: none in the trace"
     if meta.requires_model:
         if ctx.model is None:

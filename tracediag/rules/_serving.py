@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from tracediag.engine import Context
-from tracediag.store import has_table
 
 MIN_TREND_POINTS = 4  # fewest samples a trend test runs on (exact one-sided p can reach 1/24 < 0.05)
 SIGNIFICANCE = 0.05  # one-sided significance level of the trend tests
@@ -27,10 +26,6 @@ def series_label(path: str | None, engine: Any) -> str:
     """A log's or scrape's file name, with the engine when it has one: "server.log engine 1"."""
     eng = "" if engine is None else f" engine {engine}"
     return f"{short(path)}{eng}"
-
-
-def table_rows(ctx: Context, table: str) -> int:
-    return ctx.scalar(f"SELECT count(*) FROM {table}") if has_table(ctx.con, table) else 0  # name is ours
 
 
 @dataclass

@@ -69,7 +69,8 @@ def run_sql_file(con: duckdb.DuckDBPyConnection, package: str, name: str) -> Non
 
 
 def table_count(con: duckdb.DuckDBPyConnection, table: str) -> int:
-    return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    """Rows in a store table (0 when the table does not exist); `table` is a name of ours, never input."""
+    return con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if has_table(con, table) else 0
 
 
 def query_dicts(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
