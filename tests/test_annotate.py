@@ -24,8 +24,8 @@ from conftest import SAMPLES, shared_file
 from typer.testing import CliRunner
 
 from tracediag.analysis import analyze
-from tracediag.annotate import us, write_annotated_trace
-from tracediag.commands import check as check_cmd
+from tracediag.cli import check as check_cmd
+from tracediag.gate.annotate import us, write_annotated_trace
 from tracediag.ingest.kineto import parse_kineto
 
 FP32 = SAMPLES / "fault_fp32_comm_tp2"

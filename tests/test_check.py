@@ -19,18 +19,12 @@ import typer
 from conftest import REPO, SAMPLES
 from typer.testing import CliRunner
 
-from tracediag.checkrun import (
-    CheckConfig,
-    Tolerances,
-    compare_measures,
-    finding_id,
-    load_config,
-    parse_config,
-    select_rules,
-    t_bucket,
-)
-from tracediag.commands import check as check_cmd
+from tracediag.cli import check as check_cmd
 from tracediag.errors import InputError
+from tracediag.gate.baseline import compare_measures
+from tracediag.gate.config import CheckConfig, Tolerances, load_config, parse_config, select_rules
+from tracediag.gate.outcome import finding_id
+from tracediag.measures import t_bucket
 from tracediag.rules import RULE_MODULES
 
 DATA = REPO / "tests" / "data"
@@ -393,9 +387,9 @@ def test_compare_measures_tolerances():
 
 
 def test_installed_cli_when_registered(tmp_path):
-    from tracediag.commands import COMMAND_MODULES
+    from tracediag.cli.commands import COMMAND_MODULES
 
-    assert "tracediag.commands.check" in COMMAND_MODULES
+    assert "tracediag.cli.check" in COMMAND_MODULES
     d, cfg = sample("fault_fp32_comm_tp2")
     r = subprocess.run(
         [sys.executable, "-m", "tracediag", "check", str(d), "-m", str(cfg), "--junit", str(tmp_path / "j.xml")],
@@ -408,7 +402,7 @@ def test_installed_cli_when_registered(tmp_path):
 
 
 def test_readme_documents_check_diff_and_every_config_key():
-    from tracediag.checkrun import config_reference
+    from tracediag.gate.config import config_reference
 
     readme = (REPO / "README.md").read_text()
     for needle in ("tracediag diff", "--baseline", "--junit", "--annotated-trace", "--fail-on", "tracediag.toml"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracediag.cli import extra_inputs_from, parse_slo
+from tracediag.cli import extra_inputs_from
+from tracediag.engine import parse_slo
 from tracediag.errors import UsageError
 
 

@@ -12,8 +12,8 @@ import typer
 from conftest import SAMPLES, SHARED
 from typer.testing import CliRunner
 
-from tracediag.commands import check as check_cmd
-from tracediag.commands import diff as diff_cmd
+from tracediag.cli import check as check_cmd
+from tracediag.cli import diff as diff_cmd
 
 HEALTHY = SAMPLES / "healthy_tp2"
 NSYS = SHARED / "data" / "nsys"

@@ -1,7 +1,7 @@
 """`tracediag env`: the NVML snapshot command, on this machine (no GPU driver) and on fake NVML modules.
 
 No GPU is available where these tests run, so the multi-GPU snapshots in tests/data/topology/ are made by
-a SYNTHETIC BUILDER: the real snapshot code (tracediag.commands.env.take_snapshot) run against
+a SYNTHETIC BUILDER: the real snapshot code (tracediag.live.topology.take_snapshot) run against
 `FakeNVML`, a stand-in for the pynvml module that answers the same calls with the values a machine
 description gives (and raises pynvml.NVMLError the way NVML does for unsupported queries). The machine
 descriptions below say what each one imitates. `test_committed_snapshots_are_reproducible` regenerates
@@ -22,7 +22,8 @@ from types import SimpleNamespace
 import pynvml
 from typer.testing import CliRunner
 
-from tracediag.commands import env as env_cmd
+from tracediag.cli import env as env_cmd
+from tracediag.live import topology
 
 TOPO_DATA = Path(__file__).parent / "data" / "topology"
 
@@ -239,13 +240,13 @@ MACHINES: dict[str, tuple[str, FakeMachine]] = {
 def build_snapshot(name: str) -> dict:
     """The committed synthetic snapshot `name`: take_snapshot on FakeNVML, with fixed host and time."""
     description, machine = MACHINES[name]
-    snap = env_cmd.take_snapshot(FakeNVML(machine))
+    snap = topology.take_snapshot(FakeNVML(machine))
     snap["host"] = "synthetic-" + name.replace("_", "-")
     snap["created_utc"] = "2026-11-29T00:00:00Z"
     snap["environment"] = {"CUDA_VISIBLE_DEVICES": None, "CUDA_DEVICE_ORDER": None}
     snap["tool"]["version"] = "0.1.0"
     snap["provenance"] = (
-        "SYNTHETIC: tracediag.commands.env.take_snapshot run against tests/test_env_command.py FakeNVML "
+        "SYNTHETIC: tracediag.live.topology.take_snapshot run against tests/test_env_command.py FakeNVML "
         f"(no GPU where the tests were written); machine: {description}"
     )
     return snap
@@ -255,7 +256,7 @@ def build_snapshot(name: str) -> dict:
 
 
 def _ensure_registered(app) -> None:
-    """`env` is registered by the CLI once tracediag.commands.env is in COMMAND_MODULES; before that, here."""
+    """`env` is registered by the CLI once tracediag.cli.env is in COMMAND_MODULES; before that, here."""
     if "env" not in {c.name or c.callback.__name__ for c in app.registered_commands}:
         env_cmd.register(app)
 
@@ -286,7 +287,7 @@ def test_unwritable_output_is_one_line_exit_2(tmp_path):
 def test_snapshot_from_fake_nvml_records_links_pairs_and_unsupported_calls():
     _, machine = MACHINES["l40sx4_pcie"]
     machine = FakeMachine(**{**machine.__dict__, "unsupported": frozenset({"nvmlDeviceGetNumaNodeId"})})
-    snap = env_cmd.take_snapshot(FakeNVML(machine))
+    snap = topology.take_snapshot(FakeNVML(machine))
     assert snap["nvml"]["available"] is True and len(snap["gpus"]) == 4 and len(snap["pairs"]) == 6
     g0 = snap["gpus"][0]
     assert g0["nvlinks"] == [] and g0["pcie"] == {"gen": 4, "gen_max": 4, "width": 16, "width_max": 16}
@@ -294,17 +295,17 @@ def test_snapshot_from_fake_nvml_records_links_pairs_and_unsupported_calls():
     assert {e["call"] for e in snap["errors"]} == {"nvmlDeviceGetNumaNodeId"}
     cross = next(p for p in snap["pairs"] if (p["a"], p["b"]) == (0, 2))
     assert cross["topology"] == "SYS" and cross["p2p"]["read"] == "chipset_not_supported"
-    h = env_cmd.take_snapshot(FakeNVML(MACHINES["h100x2_nvswitch"][1]))
+    h = topology.take_snapshot(FakeNVML(MACHINES["h100x2_nvswitch"][1]))
     links = h["gpus"][1]["nvlinks"]
     assert len(links) == 18 and all(k["state"] == "active" and k["version"] == "4.0" for k in links)
     assert links[0]["remote_type"] == "switch" and h["gpus"][1]["pci_bus_id"] == "00000000:3B:00.0"
 
 
 def test_cpulist():
-    assert env_cmd._cpulist([0b1111, 0]) == "0-3"
-    assert env_cmd._cpulist([(1 << 64) - 1, 1]) == "0-64"
-    assert env_cmd._cpulist([0b1011]) == "0-1,3"
-    assert env_cmd._cpulist([0]) is None
+    assert topology._cpulist([0b1111, 0]) == "0-3"
+    assert topology._cpulist([(1 << 64) - 1, 1]) == "0-64"
+    assert topology._cpulist([0b1011]) == "0-1,3"
+    assert topology._cpulist([0]) is None
 
 
 def test_committed_snapshots_are_reproducible():

@@ -22,9 +22,11 @@ from conftest import SAMPLES
 from junitparser import Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
-from tracediag.checkrun import CheckConfig, judge, run_measures
-from tracediag.commands import check as check_cmd
-from tracediag.junit import junit_xml
+from tracediag.cli import check as check_cmd
+from tracediag.gate.config import CheckConfig
+from tracediag.gate.judge import judge
+from tracediag.gate.junit import junit_xml
+from tracediag.measures import run_measures
 
 # junit-10.xsd, restated: element -> (required attributes, allowed attributes, allowed child elements)
 _CASE_CHILDREN = {

@@ -24,11 +24,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from typer.testing import CliRunner
 
 from tracediag.analysis import analyze
-from tracediag.commands.scrape import metrics_url, parse_duration, register, scrape_to_file, stamp
+from tracediag.cli.scrape import register
 from tracediag.errors import UsageError
 from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.prometheus import parse_prometheus
+from tracediag.live.scrape import metrics_url, parse_duration, scrape_to_file, stamp
 
 
 class FakeVllm:
@@ -228,7 +229,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_scrapes(server, tmp_path):
     # Python's default handler in the child, as an interactive terminal would have it.
     code = (
         "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "import typer\nfrom tracediag.commands.scrape import register\napp = typer.Typer()\n"
+        "import typer\nfrom tracediag.cli.scrape import register\napp = typer.Typer()\n"
         "@app.callback()\ndef main():\n    pass\nregister(app)\napp()\n"
     )
     proc = subprocess.Popen(

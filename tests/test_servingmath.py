@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tracediag.servingmath import (
+from tracediag.model.servingmath import (
     RequestOutcome,
     attainment_bounds,
     conditional_acceptance,

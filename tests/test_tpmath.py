@@ -1,6 +1,6 @@
 """The RULEBOOK's worked example for the TP communication account (seed, "TP article")."""
 
-from tracediag import tpmath
+from tracediag.model import tpmath
 
 
 def test_worked_example_h8192_l80_t32_bf16_p4():

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, SHARED
 
-from tracediag import tpmath
 from tracediag.analysis import analyze
 from tracediag.engine import Settings
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nccl_tests import parse_nccl_tests
+from tracediag.model import tpmath
 
 # the seed's example ("TP article", 用纯 Python 核对...): all of it assumptions, not measurements
 SEED = {

@@ -10,6 +10,7 @@ from typing import Any
 
 import duckdb
 
+from tracediag.errors import UsageError
 from tracediag.findings import Check, RuleMeta, not_applicable, rank_key
 from tracediag.model import ModelConfig
 from tracediag.rules import RULE_MODULES
@@ -37,6 +38,27 @@ class Settings:
     # Expectations of the deployment (tracediag.toml): checked by `tracediag check`, readable by rules.
     expected_tp: int | None = None  # tensor-parallel degree the deployment must run with
     expected_attention_family: tuple[tuple[str, str], ...] = ()  # (phase or "any", catalog family)
+
+
+SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
+
+
+def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
+    """'ttft=500,tpot=50' -> (("ttft", 500.0), ("tpot", 50.0)); milliseconds."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().lower()
+        try:
+            ms = float(value.strip().removesuffix("ms"))
+        except ValueError:
+            ms = -1.0
+        if not sep or key not in SLO_KEYS or ms <= 0:
+            raise UsageError(f"--slo: '{part}' is not KEY=MS with KEY one of {', '.join(SLO_KEYS)} and MS > 0")
+        out.append((key, ms))
+    return tuple(out)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import orjson
 import pyarrow as pa
 
 from tracediag.catalog import normalize_collective_name
-from tracediag.dtypes import canonical_dtype, element_size
+from tracediag.model.dtypes import canonical_dtype, element_size
 from tracediag.store import query_dicts, run_sql_file
 
 COLLECTIVES_SCHEMA = pa.schema(

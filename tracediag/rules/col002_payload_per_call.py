@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tracediag.dtypes import element_size
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.dtypes import element_size
 from tracediag.rules._tp_collectives import tp_allreduce_where
 
 RULE = RuleMeta(

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracediag import tpmath
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import tpmath
 from tracediag.rules._tp_collectives import tp_allreduce_where
 from tracediag.rules.col005_rank_skew import matched_collectives
 

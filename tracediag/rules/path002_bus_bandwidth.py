@@ -32,9 +32,9 @@ import math
 import statistics
 from collections import defaultdict
 
-from tracediag import tpmath
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import tpmath
 from tracediag.rules.col003_alpha_beta_breakeven import allreduce_samples, fit_by_group_size
 from tracediag.rules.path001_link_class import group_gpus, snapshots
 

@@ -24,8 +24,8 @@ from statistics import median
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import nearest_rank
 from tracediag.rules._serving import bench_evidence, bench_runs, run_label
-from tracediag.servingmath import nearest_rank
 
 RULE = RuleMeta(id="SCH002", step=6, title="Decoding requests are not stalled by prefill chunks")
 STALL_FACTOR = 5.0

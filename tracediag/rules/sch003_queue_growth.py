@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import Trend, mann_kendall
 from tracediag.rules._serving import (
     MIN_TREND_POINTS,
     SIGNIFICANCE,
@@ -31,7 +32,6 @@ from tracediag.rules._serving import (
     metric_series,
     series_evidence,
 )
-from tracediag.servingmath import Trend, mann_kendall
 
 RULE = RuleMeta(id="SCH003", step=6, title="Waiting requests and queue time are not rising over the window")
 FORMULA = "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05 and Sen slope > 0"

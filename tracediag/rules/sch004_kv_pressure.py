@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import kv_bytes_per_token, paged_tail_waste_bound
 from tracediag.rules._serving import (
     input_paths,
     log_evidence,
@@ -32,7 +33,6 @@ from tracediag.rules._serving import (
     short,
     startup_facts,
 )
-from tracediag.servingmath import kv_bytes_per_token, paged_tail_waste_bound
 
 RULE = RuleMeta(id="SCH004", step=6, title="KV cache has headroom and no request is preempted")
 HIGH_PCT = 90.0

@@ -24,8 +24,8 @@ import math
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import DTYPE_BYTES
+from tracediag.model.servingmath import kv_bytes_per_token
 from tracediag.rules._serving import input_paths, log_evidence, short, startup_facts
-from tracediag.servingmath import kv_bytes_per_token
 
 RULE = RuleMeta(
     id="SCH005",

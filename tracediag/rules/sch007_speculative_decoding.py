@@ -27,8 +27,8 @@ import json
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import conditional_acceptance, expected_tokens_per_round
 from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label
-from tracediag.servingmath import conditional_acceptance, expected_tokens_per_round
 
 RULE = RuleMeta(id="SCH007", step=6, title="Speculative decoding yields enough tokens per round")
 MIN_TAIL_YIELD = 0.10  # tokens per round a trailing draft position must add

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import littles_law_l
 from tracediag.rules._serving import (
     bench_runs,
     bench_stat,
@@ -33,7 +34,6 @@ from tracediag.rules._serving import (
     run_label,
     short,
 )
-from tracediag.servingmath import littles_law_l
 
 RULE = RuleMeta(id="SCH008", step=6, title="Requests in system = arrival rate × time in system (Little's law)")
 FACTOR = 2.0

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
-from tracediag.servingmath import (
+from tracediag.model.servingmath import (
     RequestOutcome,
     attainment_bounds,
     joint_attainment,
@@ -32,6 +31,7 @@ from tracediag.servingmath import (
     metric_bounds_from_percentiles,
     nearest_rank,
 )
+from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
 
 RULE = RuleMeta(id="SCH010", step=6, title="Requests meet every latency budget jointly (errors counted)")
 TARGET = 0.95  # attainment a run must reach (the capacity article's example target q)

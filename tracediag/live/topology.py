@@ -1,4 +1,5 @@
-"""`tracediag env -o topo.json`: snapshot this machine's GPUs with NVML (nvidia-ml-py) for PATH001.
+"""GPU topology snapshot (`tracediag env -o topo.json`): this machine's GPUs read with NVML (nvidia-ml-py),
+for PATH001.
 
 Per GPU: name, UUID, PCI bus id, memory, clocks, PCIe generation/width (current and max), NUMA node and
 local CPUs, and every NVLink link (state, version, what is at the other end); per GPU pair: the PCIe
@@ -13,14 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import json
 import os
 import socket
-from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from tracediag import __version__
 
@@ -224,26 +221,3 @@ def summary(snap: dict[str, Any]) -> list[str]:
     if snap["errors"]:
         lines.append(f"  {len(snap['errors'])} NVML queries not supported here (listed in the file)")
     return lines
-
-
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def env(
-        out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the snapshot JSON.")] = Path("topo.json"),
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the summary.")] = False,
-    ) -> None:
-        """Snapshot the GPUs with NVML (name, memory, clocks, NVLink per link, P2P, PCIe, NUMA) for --topology."""
-        snap = take_snapshot()
-        try:
-            out.write_text(json.dumps(snap, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            typer.echo(f"tracediag: error: {out}: cannot write ({exc.strerror or exc})", err=True)
-            raise typer.Exit(2) from None
-        if not quiet:
-            for line in summary(snap):
-                typer.echo(line)
-            typer.echo(
-                f"Wrote {out}"
-                + ("" if snap["nvml"]["available"] else " (it records that no GPU data could be read)")
-                + "; pass it to `tracediag analyze --topology`."
-            )

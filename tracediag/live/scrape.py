@@ -1,4 +1,5 @@
-"""`tracediag scrape URL`: poll a live vLLM /metrics endpoint into a file `tracediag analyze --metrics` reads.
+"""Metrics scraping (`tracediag scrape URL`): poll a live vLLM /metrics endpoint into a file that
+`tracediag analyze --metrics` reads.
 
 Each scrape is written as soon as it is taken — a marker comment `# tracediag-scrape seq=N unix_ms=T url=U`
 followed by the exposition with every sample stamped with the scrape time (Prometheus text format:
@@ -12,17 +13,13 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
-
-import typer
 
 from tracediag.errors import UsageError
 
@@ -146,54 +143,3 @@ def scrape_to_file(
         except KeyboardInterrupt:
             res.stopped = "interrupted (Ctrl-C)"
     return res
-
-
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def scrape(
-        url: Annotated[str, typer.Argument(help="vLLM /metrics URL, e.g. http://127.0.0.1:8000/metrics.")],
-        interval: Annotated[str, typer.Option("--interval", help="Time between scrapes: 500ms, 1s, 5s…")] = "1s",
-        duration: Annotated[str, typer.Option("--duration", help="How long to scrape: 30s, 5m, 1h…")] = "5m",
-        out: Annotated[Path, typer.Option("--out", "-o", help="Output file (overwritten).")] = Path("metrics.prom"),
-        timeout: Annotated[str, typer.Option("--timeout", help="HTTP timeout per scrape.")] = "5s",
-        max_failures: Annotated[
-            int, typer.Option("--max-failures", min=1, help="Stop after this many failed scrapes in a row.")
-        ] = 5,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress.")] = False,
-    ) -> None:
-        """Poll a vLLM /metrics endpoint into a file of timestamped scrapes (read it with analyze --metrics)."""
-        try:
-            target = metrics_url(url)
-            interval_s = parse_duration(interval, "--interval")
-            duration_s = parse_duration(duration, "--duration")
-            timeout_s = parse_duration(timeout, "--timeout")
-            if out.parent and not out.parent.exists():
-                raise UsageError(f"--out: folder {out.parent} does not exist")
-        except UsageError as exc:
-            typer.echo(f"tracediag: error: {exc}", err=True)
-            raise typer.Exit(2) from None
-        tty = sys.stderr.isatty()
-
-        def progress(res: ScrapeResult, planned: int, status: str) -> None:
-            if quiet:
-                return
-            line = (
-                f"scrape {res.scrapes + res.failures}/{planned}: {status} — {res.scrapes} written "
-                f"({res.samples:,} samples, {res.bytes / 1024:,.1f} KiB), {res.failures} failed"
-            )
-            typer.echo(("\r" + line[:150].ljust(150)) if tty else line, err=True, nl=not tty)
-
-        if not quiet:
-            typer.echo(
-                f"scraping {target} every {interval_s:g} s for {duration_s:g} s into {out} (Ctrl-C to stop)", err=True
-            )
-        res = scrape_to_file(target, out, interval_s, duration_s, timeout_s, max_failures, progress)
-        if tty and not quiet:
-            typer.echo("", err=True)
-        summary = f"{res.scrapes} scrapes ({res.samples:,} samples) written to {out}; stopped: {res.stopped}"
-        if res.scrapes == 0:
-            typer.echo(
-                f"tracediag: error: no scrape succeeded from {target}: {res.last_error or res.stopped}", err=True
-            )
-            raise typer.Exit(2)
-        typer.echo(summary, err=True)

@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 
 from tracediag import __version__
-from tracediag.checkrun import CheckResult, Outcome
+from tracediag.gate.judge import CheckResult
+from tracediag.gate.outcome import Outcome
 
 SUITES = (
     ("rules", "tracediag.rules"),

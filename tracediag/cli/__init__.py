@@ -1,0 +1,125 @@
+"""Command line: parses options, calls the library, picks a renderer. Errors users can fix are one line.
+
+One module per command (`analyze.py`, `check.py`, `diff.py`, `env.py`, `scrape.py`), each with
+`register(app)`, listed in `commands.py`; shared option declarations in `options.py`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracediag import __version__
+from tracediag.errors import TracediagError
+
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Why is this LLM inference deployment slow? Evidence from profiler traces and serving telemetry.\n\n"
+    "Start with: tracediag analyze TRACES... --model config.json",
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: metavars (FILE, N, DIR) instead of type names, brackets kept as written
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+def _hide_type_placeholders() -> None:
+    """Help shows an option's metavar (FILE, N) or nothing — never typer's `<list[Path]>`/`<bool>` labels or
+    `[x>=1]`: bounds are stated in the help text."""
+    from typer import core
+
+    core.TyperOption.display_type = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]
+    core.TyperArgument.display_type = lambda self, ctx: ""  # type: ignore[method-assign]  (the name is shown)
+    core.TyperOption._get_number_range_help_str = lambda self: ""  # type: ignore[method-assign]
+    # Usage line in the usual convention: required NAME, optional [NAME], repeatable NAME... (not `{NAME}`).
+    core.TyperArgument._usage_display_name = lambda self: (  # type: ignore[method-assign]
+        (self.display_name_raw if self.required else f"[{self.display_name_raw}]") + ("..." if self.nargs != 1 else "")
+    )
+
+
+_hide_type_placeholders()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracediag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Why is this LLM inference deployment slow? Evidence from profiler traces and serving telemetry."""
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(f"tracediag {__version__}")
+
+
+# CLI flag -> input format, for telemetry and micro-benchmark files given with an explicit kind.
+FLAG_FORMATS = {
+    "metrics": "prometheus",
+    "log": "vllm-log",
+    "bench": "vllm-bench",
+    "nccl_tests": "nccl-tests",
+    "topology": "topology",
+}
+
+
+def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
+    """(path, format) pairs from the --metrics/--log/--bench/--nccl-tests/--topology options."""
+    return [(p, FLAG_FORMATS[flag]) for flag, paths in flags.items() for p in paths or []]
+
+
+def _guard(fn, debug: bool):
+    try:
+        return fn()
+    except TracediagError as exc:
+        if debug:
+            raise
+        typer.echo(f"tracediag: error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except Exception as exc:  # a bug in tracediag, not in the input: say so in one line
+        if debug:
+            raise
+        typer.echo(
+            f"tracediag: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+            "traceback and report it)",
+            err=True,
+        )
+        raise typer.Exit(EXIT_INTERNAL) from None
+    except KeyboardInterrupt:
+        typer.echo("tracediag: interrupted; no output written", err=True)
+        raise typer.Exit(130) from None
+
+
+def _register_commands() -> None:
+    import importlib
+
+    from tracediag.cli.commands import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    try:
+        app()
+    except MemoryError:
+        print("tracediag: error: out of memory while analysing; pass fewer rank files at once", file=sys.stderr)
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,86 @@
+"""`tracediag analyze`: ingest, derive, run every rule, write report.html, findings.json and trace.duckdb."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracediag.cli import options as opt
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
+
+
+def analyze(
+    inputs: opt.Inputs = None,
+    model: opt.Model = None,
+    tp: opt.Tp = None,
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="DIR", help="Output folder for report.html, findings.json, trace.duckdb."),
+    ] = Path("tracediag-out"),
+    keep_python: opt.KeepPython = False,
+    jobs: opt.Jobs = None,
+    metrics: opt.Metrics = None,
+    log: opt.Log = None,
+    bench: opt.Bench = None,
+    nccl_tests: opt.NcclTests = None,
+    topology: opt.Topology = None,
+    hbm_bandwidth: Annotated[
+        float | None,
+        typer.Option("--hbm-bandwidth", min=0.001, metavar="GB/S", help="GPU memory bandwidth, GB/s (> 0)."),
+    ] = None,
+    peak_tflops: Annotated[
+        float | None,
+        typer.Option("--peak-tflops", min=0.001, metavar="TF/S", help="GPU dense peak, TFLOP/s (> 0)."),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option("--slo", metavar="BUDGETS", help="Latency budgets in ms, e.g. ttft=500,tpot=50,e2el=10000."),
+    ] = None,
+    tp1_baseline: Annotated[
+        Path | None, typer.Option("--tp1-baseline", metavar="TRACE", help="A TP=1 trace of the same model.")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    debug: opt.Debug = False,
+) -> None:
+    """Ingest traces and telemetry, run the rules, write report.html, findings.json and trace.duckdb.
+
+    \b
+    Examples:
+      tracediag analyze traces/ --model config.json
+      tracediag analyze rank0.json.gz rank1.json.gz -m config.json --tp 2 -o incident-123/
+      tracediag analyze --log server.log --metrics metrics.prom --bench result.json --slo ttft=500,tpot=50
+    """
+    from tracediag.analysis import analyze as run_analysis
+    from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.engine import Settings, parse_slo
+    from tracediag.output import staged_outputs
+    from tracediag.reports.terminal import print_summary
+
+    extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
+
+    def produce(staging: Path):
+        settings = Settings(
+            hbm_bandwidth_gbs=hbm_bandwidth,
+            peak_tflops=peak_tflops,
+            slo_ms=parse_slo(slo),
+            tp1_baseline=str(tp1_baseline) if tp1_baseline else None,
+        )
+        return run_analysis(
+            inputs or [],
+            model=model,
+            tp=tp,
+            db_path=staging / "trace.duckdb",
+            keep_python=keep_python,
+            jobs=jobs,
+            settings=settings,
+            extra_inputs=extra,
+        )
+
+    report = _guard(lambda: staged_outputs(out, produce), debug)
+    if not quiet:
+        print_summary(report, out)

@@ -1,0 +1,149 @@
+"""`tracediag check`: the rules in CI. Exit 0 when nothing at or above --fail-on is new, 1 when something
+is, 2 on usage or input errors (one line on stderr), 3 on an internal error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracediag.cli import options as opt
+
+EXIT_FAILED = 1
+_MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+
+
+def check(
+    inputs: opt.Inputs = None,
+    model: opt.Model = None,
+    tp: opt.Tp = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            metavar="LEVEL",
+            help="Lowest severity that fails: info, warning or error (config: fail_on; default warning).",
+        ),
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="RUN",
+            help="A previous run: its findings.json (or analyze output folder), or its traces. Only new or "
+            "worsened findings and regressed key measures fail.",
+        ),
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
+    ] = None,
+    annotated_trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--annotated-trace",
+            metavar="FILE",
+            help="Write a Chrome-trace JSON with each finding marked (Perfetto UI).",
+        ),
+    ] = None,
+    rules: Annotated[
+        str | None,
+        typer.Option(
+            "--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="tracediag.toml or pyproject.toml ([tool.tracediag]); default: found from the current folder up.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="DIR",
+            help="Also write report.html, findings.json, trace.duckdb and check.json here.",
+        ),
+    ] = None,
+    metrics: opt.Metrics = None,
+    log: opt.Log = None,
+    bench: opt.Bench = None,
+    nccl_tests: opt.NcclTests = None,
+    topology: opt.Topology = None,
+    keep_python: opt.KeepPython = False,
+    jobs: opt.Jobs = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
+    debug: opt.Debug = False,
+) -> None:
+    """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline).
+
+    \b
+    Examples:
+      tracediag check traces/ -m config.json --junit rules.xml
+      tracediag check traces/ -m config.json --baseline last-good/findings.json --fail-on error
+      tracediag check traces/ -m config.json --rules 'COL*,SHP001' --annotated-trace marked.json
+    """
+    from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.gate.run import run_check
+
+    extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
+    result, warnings = _guard(
+        lambda: run_check(
+            inputs or [],
+            model=model,
+            tp=tp,
+            fail_on=fail_on,
+            baseline=baseline,
+            junit=junit,
+            annotated_trace=annotated_trace,
+            rules=rules,
+            config=config,
+            out=out,
+            extra_inputs=extra,
+            keep_python=keep_python,
+            jobs=jobs,
+        ),
+        debug,
+    )
+    for w in warnings:
+        typer.echo(f"tracediag: warning: {w}", err=True)
+    print_result(result, quiet=quiet, junit=junit, annotated_trace=annotated_trace, out=out)
+    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+
+
+def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None) -> None:
+    file = file or sys.stdout
+    c = {s: [o for o in result.outcomes if o.status == s] for s in ("fail", "finding", "pass", "skipped")}
+    if not quiet:
+        base = f", baseline {result.baseline.label}" if result.baseline else ""
+        cfg = f", config {result.config.path}" if result.config.path else ""
+        print(f"tracediag check: {len(result.rules_selected)} rule(s), fail on {result.fail_on}{base}{cfg}", file=file)
+        for o in result.outcomes:
+            if o.suite == "baseline" and o.status in ("pass", "skipped"):
+                continue  # many measures: only regressions are listed; counts below
+            vs = f" [{o.vs_baseline}]" if o.vs_baseline and o.status in ("fail", "finding") else ""
+            sev = f" {o.severity}" if o.severity and o.status in ("fail", "finding") else ""
+            print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {o.message}", file=file)
+        measured = [o for o in result.outcomes if o.suite == "baseline"]
+        if measured:
+            ok = sum(1 for o in measured if o.status == "pass")
+            print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
+        for label, path in (("junit", junit), ("annotated trace", annotated_trace), ("outputs", out)):
+            if path is not None:
+                print(f"  {label}: {path}", file=file)
+    if result.passed:
+        known = len(c["finding"])
+        tail = f" ({known} finding(s) known or below {result.fail_on})" if known else ""
+        print(f"PASSED: nothing new at or above {result.fail_on}{tail}", file=file)
+    else:
+        ids = ", ".join(o.id for o in c["fail"])
+        print(f"FAILED: {len(c['fail'])} new at or above {result.fail_on}: {ids}", file=file)

@@ -1,0 +1,9 @@
+"""The sub-commands, one module each with `register(app: typer.Typer)`; the CLI adds them in this order."""
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "tracediag.cli.analyze",
+    "tracediag.cli.check",
+    "tracediag.cli.diff",
+    "tracediag.cli.env",
+    "tracediag.cli.scrape",
+)

@@ -1,0 +1,78 @@
+"""`tracediag diff BEFORE AFTER`: what changed between two runs, as diff.html and diff.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tracediag.cli import options as opt
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diff")(diff)
+
+
+def diff(
+    before: Annotated[
+        Path,
+        typer.Argument(
+            metavar="BEFORE", help="The earlier run: findings.json, an analyze output folder, or its traces."
+        ),
+    ],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The later run, in any of the same forms.")],
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", "-m", metavar="FILE", help="Hugging Face config.json, for sides given as traces (both sides)."
+        ),
+    ] = None,
+    before_model: Annotated[
+        Path | None,
+        typer.Option("--before-model", metavar="FILE", help="config.json for BEFORE only (overrides --model)."),
+    ] = None,
+    after_model: Annotated[
+        Path | None,
+        typer.Option("--after-model", metavar="FILE", help="config.json for AFTER only (overrides --model)."),
+    ] = None,
+    tp: Annotated[
+        int | None,
+        typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree (≥ 1) for sides given as traces."),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
+    ] = Path("tracediag-diff"),
+    keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
+    jobs: opt.Jobs = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Compare two runs: step time, kernel-family time, collectives, payloads, dispatch, findings.
+
+    \b
+    Examples:
+      tracediag diff last-good/ incident-123/
+      tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
+    """
+    from tracediag.cli import _guard
+    from tracediag.diff import run_diff
+
+    d = _guard(
+        lambda: run_diff(
+            before,
+            after,
+            before_model=before_model or model,
+            after_model=after_model or model,
+            tp=tp,
+            out=out,
+            keep_python=keep_python,
+            jobs=jobs,
+        ),
+        debug,
+    )
+    if not quiet:
+        typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
+        for line in d["headlines"] or ["no change beyond the thresholds (see the tables)"]:
+            typer.echo(f"  {line}")
+        typer.echo(f"report: {out}/diff.html  data: {out}/diff.json")

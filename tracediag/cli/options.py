@@ -1,0 +1,50 @@
+"""Typer parameter declarations shared by the commands: one place for each flag's name, metavar and help.
+Used as `opt.Model` etc.
+
+Not in cli/__init__.py itself: that module registers the sub-commands when it is imported, so a command
+module that imported from it would be imported half-way when it is loaded first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Inputs = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        metavar="TRACES",
+        help="Profiler traces (Kineto .json/.json.gz, nsys .sqlite) or folders of them, one file per rank.",
+        show_default=False,
+    ),
+]
+Model = Annotated[
+    Path | None, typer.Option("--model", "-m", metavar="FILE", help="Hugging Face config.json of the served model.")
+]
+Tp = Annotated[
+    int | None,
+    typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree (≥ 1); overrides what the trace says."),
+]
+Jobs = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        help="Parallel parser processes (default: one per rank file, up to the cores).",
+    ),
+]
+Metrics = Annotated[
+    list[Path] | None, typer.Option("--metrics", metavar="FILE", help="vLLM /metrics scrapes (Prometheus text).")
+]
+Log = Annotated[list[Path] | None, typer.Option("--log", metavar="FILE", help="vLLM engine/server logs.")]
+Bench = Annotated[list[Path] | None, typer.Option("--bench", metavar="FILE", help="`vllm bench serve` result JSON.")]
+NcclTests = Annotated[list[Path] | None, typer.Option("--nccl-tests", metavar="FILE", help="nccl-tests output.")]
+Topology = Annotated[
+    list[Path] | None, typer.Option("--topology", metavar="FILE", help="`tracediag env` snapshot JSON.")
+]
+KeepPython = Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")]

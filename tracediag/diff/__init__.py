@@ -1,0 +1,43 @@
+"""`tracediag diff` as a library: load (or analyse) two runs and say what changed, as diff.json and diff.html.
+
+`compare.py` computes the differences (step time, shares, kernel families, collectives, payloads,
+dispatch, findings) and the headlines; `render.py` writes them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tracediag.diff.compare import diff_runs
+from tracediag.diff.render import write_diff
+from tracediag.errors import UsageError
+from tracediag.runs import load_run
+
+
+def run_diff(
+    before: Path,
+    after: Path,
+    *,
+    before_model: Path | None = None,
+    after_model: Path | None = None,
+    tp: int | None = None,
+    out: Path | None = None,
+    keep_python: bool = False,
+    jobs: int | None = None,
+) -> dict:
+    """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given."""
+    if out is not None and Path(out).is_file():
+        raise UsageError(f"--out {out} is a file; give a folder")
+    with tempfile.TemporaryDirectory(prefix="tracediag-diff-") as tmp:
+        runs = [
+            load_run(p, Path(tmp) / name, model=m, tp=tp, jobs=jobs, keep_python=keep_python)
+            for p, m, name in ((before, before_model, "before"), (after, after_model, "after"))
+        ]
+        d = diff_runs(*runs)
+    if out is not None:
+        try:
+            write_diff(d, Path(out))
+        except OSError as exc:
+            raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    return d

@@ -1,0 +1,154 @@
+"""Judging a check run: every selected rule is one outcome; a finding at or above `fail_on` fails the
+check unless the baseline already had it (same identity, no worse); then expectations and baseline measures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracediag.errors import UsageError
+from tracediag.findings import SEVERITY_ORDER
+from tracediag.gate.baseline import MeasureChange, compare_measures, judge_baseline
+from tracediag.gate.config import FAIL_ON_LEVELS, CheckConfig, Tolerances
+from tracediag.gate.expectations import judge_expectations
+from tracediag.gate.outcome import Outcome, at_or_above, finding_id
+from tracediag.runs import RunData
+
+CHECK_SCHEMA_ID = "tracediag/check-v1"
+
+
+def _vs_baseline(c: dict[str, Any], base: dict[str, Any] | None, tol: Tolerances) -> str:
+    if base is None or base.get("status") != "finding":
+        return "new"
+    sc, sb = SEVERITY_ORDER.get(c.get("severity") or "info", 2), SEVERITY_ORDER.get(base.get("severity") or "info", 2)
+    if sc < sb:
+        return "worsened"
+    ic, ib = c.get("impact"), base.get("impact")
+    if ic is not None and ib is not None and ic - ib > tol.impact + 1e-12:
+        return "worsened"
+    if sc > sb or (ic is not None and ib is not None and ib - ic > tol.impact + 1e-12):
+        return "improved"
+    return "known"
+
+
+def rule_titles() -> dict[str, str]:
+    """Rule id -> the rule's fixed title (RuleMeta.title): stable test-case names across runs."""
+    from tracediag.engine import load_rules
+
+    return {m.RULE.id: m.RULE.title for m in load_rules()}
+
+
+def judge_rules(
+    checks: list[dict[str, Any]],
+    fail_on: str,
+    baseline_doc: dict[str, Any] | None,
+    tol: Tolerances,
+    titles: dict[str, str] | None = None,
+) -> list[Outcome]:
+    base = {finding_id(c): c for c in baseline_doc["checks"]} if baseline_doc else None
+    titles = rule_titles() if titles is None else titles
+    out = []
+    for c in checks:
+        fixed = titles.get(c["rule"]) or (c["title"] if c["status"] == "not_applicable" else "")
+        name = f"{c['rule']} {fixed}".strip()
+        if c["status"] == "pass":
+            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, "pass", c["title"]))
+            continue
+        if c["status"] == "not_applicable":
+            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, "skipped", c.get("reason") or ""))
+            continue
+        fid = finding_id(c)
+        vs = _vs_baseline(c, base.get(fid), tol) if base is not None else None
+        fails = at_or_above(c.get("severity"), fail_on) and vs in (None, "new", "worsened")
+        out.append(
+            Outcome(
+                "rules",
+                fid,
+                c["rule"],
+                c["step"],
+                name,
+                "fail" if fails else "finding",
+                c["title"],
+                severity=c.get("severity"),
+                vs_baseline=vs,
+                check=c,
+            )
+        )
+    return out
+
+
+@dataclass
+class CheckResult:
+    config: CheckConfig
+    fail_on: str
+    rules_selected: list[str]
+    outcomes: list[Outcome]
+    doc: dict[str, Any]  # findings.json of this run (selected rules only)
+    measures: dict[str, Any]
+    baseline: RunData | None = None
+    changes: list[MeasureChange] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == "fail"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    def findings(self) -> list[dict[str, Any]]:
+        """Every finding of the run: rules, unmet expectations and baseline regressions (findings.json shape)."""
+        return [o.check | {"new": o.vs_baseline not in ("known", "improved")} for o in self.outcomes if o.check]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": CHECK_SCHEMA_ID,
+            "passed": self.passed,
+            "fail_on": self.fail_on,
+            "config": str(self.config.path) if self.config.path else None,
+            "rules_selected": self.rules_selected,
+            "baseline": {"path": self.baseline.label, "kind": self.baseline.kind} if self.baseline else None,
+            "counts": {
+                s: sum(1 for o in self.outcomes if o.status == s) for s in ("pass", "fail", "finding", "skipped")
+            },
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "measures": self.measures,
+            "measure_changes": [c.to_dict() for c in self.changes],
+        }
+
+
+def judge(
+    doc: dict[str, Any],
+    measures: dict[str, Any],
+    cfg: CheckConfig,
+    *,
+    fail_on: str | None = None,
+    baseline: RunData | None = None,
+    db_path: Path | None = None,
+    rules_selected: list[str] | None = None,
+) -> CheckResult:
+    """Judge one analysed run (its findings.json document and measures) against config and baseline."""
+    level = fail_on or cfg.fail_on
+    if level not in FAIL_ON_LEVELS:
+        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{level}'")
+    cfg = dataclasses.replace(cfg, fail_on=level)
+    outcomes = judge_rules(doc["checks"], level, baseline.doc if baseline else None, cfg.tolerances)
+    outcomes += judge_expectations(cfg.all_expectations(), doc, measures, level)
+    changes: list[MeasureChange] = []
+    if baseline is not None:
+        changes = compare_measures(baseline.measures, measures, cfg.tolerances)
+        outcomes += judge_baseline(changes, cfg, baseline.label, db_path)
+    return CheckResult(
+        config=cfg,
+        fail_on=level,
+        rules_selected=rules_selected if rules_selected is not None else [c["rule"] for c in doc["checks"]],
+        outcomes=outcomes,
+        doc=doc,
+        measures=measures,
+        baseline=baseline,
+        changes=changes,
+    )

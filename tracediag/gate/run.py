@@ -1,0 +1,116 @@
+"""A whole check run: config, rule selection, the analysis, the judgement, and the files it writes
+(check.json in --out, --junit, --annotated-trace). The CLI (`tracediag check`) only parses options and prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from tracediag.analysis import analyze
+from tracediag.engine import load_rules
+from tracediag.errors import UsageError
+from tracediag.gate.annotate import write_annotated_trace
+from tracediag.gate.config import FAIL_ON_LEVELS, load_config, parse_rule_globs, select_rules
+from tracediag.gate.judge import judge
+from tracediag.gate.junit import write_junit
+from tracediag.measures import run_measures
+from tracediag.output import findings_json, staged_outputs
+from tracediag.runs import load_run
+
+
+def run_check(
+    inputs: list[Path],
+    *,
+    model: Path | None = None,
+    tp: int | None = None,
+    fail_on: str | None = None,
+    baseline: Path | None = None,
+    junit: Path | None = None,
+    annotated_trace: Path | None = None,
+    rules: str | None = None,
+    config: Path | None = None,
+    out: Path | None = None,
+    extra_inputs: list[tuple[Path, str]] = (),
+    keep_python: bool = False,
+    jobs: int | None = None,
+):
+    """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix."""
+    t0 = time.monotonic()
+    if not inputs and not extra_inputs:
+        raise UsageError("no inputs given: pass the traces of the run to check")
+    if fail_on is not None and fail_on not in FAIL_ON_LEVELS:
+        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{fail_on}'")
+    cfg = load_config(config)
+    patterns = parse_rule_globs(rules) if rules is not None else cfg.rules
+    if patterns is None:
+        raise UsageError(f"--rules: {rules!r} is not rule ids or globs such as COL*,SHP001")
+    known = [m.RULE.id for m in load_rules()]
+    selected, unmatched = select_rules(patterns, known)
+    warnings = []
+    if patterns and not selected:
+        raise UsageError(f"--rules {','.join(patterns)} matches no rule (rules: {', '.join(known)})")
+    for p in unmatched:
+        warnings.append(f"rule selection '{p}' matches no rule in this version (rules: {', '.join(known)})")
+    for p in (junit, annotated_trace):
+        if p is not None and Path(p).is_dir():
+            raise UsageError(f"{p} is a folder; give a file path")
+    holder = {}
+    with tempfile.TemporaryDirectory(prefix="tracediag-check-") as tmp:
+        base = None
+        if baseline is not None:
+            base = load_run(
+                baseline,
+                Path(tmp) / "baseline",
+                model=model,
+                tp=tp,
+                jobs=jobs,
+                keep_python=keep_python,
+                settings=cfg.settings,
+            )
+
+        def produce(staging: Path):
+            db = staging / "trace.duckdb"
+            report = analyze(
+                inputs,
+                model=model,
+                tp=tp,
+                db_path=db,
+                keep_python=keep_python,
+                jobs=jobs,
+                settings=cfg.settings,
+                extra_inputs=list(extra_inputs),
+            )
+            report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
+            doc = orjson.loads(findings_json(report))
+            result = judge(
+                doc, run_measures(doc, db), cfg, fail_on=fail_on, baseline=base, db_path=db, rules_selected=selected
+            )
+            result.elapsed_s = time.monotonic() - t0
+            (staging / "check.json").write_bytes(
+                orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str)
+                + b"\n"
+            )
+            holder["result"] = result
+            return report
+
+        if out is not None:
+            staged_outputs(out, produce)
+            db_path = Path(out) / "trace.duckdb"
+        else:
+            work = Path(tmp) / "run"
+            work.mkdir()
+            produce(work)
+            db_path = work / "trace.duckdb"
+        result = holder["result"]
+        try:
+            if annotated_trace is not None:
+                write_annotated_trace(db_path, result.findings(), annotated_trace)
+            if junit is not None:
+                write_junit(result, junit, [str(p) for p in inputs])
+        except OSError as exc:
+            raise UsageError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
+    return result, warnings
