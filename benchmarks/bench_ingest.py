@@ -130,9 +130,13 @@ def snapshot_package(dest: Path, python: str, tries: int = 5, wait_s: float = 60
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(REPO / "tracediag", target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        check = subprocess.run([python, "-c", "import tracediag.analysis, tracediag.ingest, tracediag.store"],
-                               capture_output=True, text=True, cwd=dest,
-                               env=dict(os.environ, PYTHONPATH=str(dest)))
+        check = subprocess.run(
+            [python, "-c", "import tracediag.analysis, tracediag.ingest, tracediag.store"],
+            capture_output=True,
+            text=True,
+            cwd=dest,
+            env=dict(os.environ, PYTHONPATH=str(dest)),
+        )
         if check.returncode == 0:
             h = hashlib.sha256()
             for f in sorted(target.rglob("*")):
@@ -140,8 +144,12 @@ def snapshot_package(dest: Path, python: str, tries: int = 5, wait_s: float = 60
                     h.update(str(f.relative_to(dest)).encode())
                     h.update(f.read_bytes())
             return h.hexdigest()[:16]
-        print(f"tracediag does not import (attempt {attempt + 1}/{tries}), retrying in {wait_s:.0f} s:\n"
-              f"{check.stderr[-800:]}", file=sys.stderr, flush=True)
+        print(
+            f"tracediag does not import (attempt {attempt + 1}/{tries}), retrying in {wait_s:.0f} s:\n"
+            f"{check.stderr[-800:]}",
+            file=sys.stderr,
+            flush=True,
+        )
         time.sleep(wait_s)
     raise SystemExit("tracediag package does not import; giving up")
 
@@ -256,8 +264,9 @@ def wait_quiet(max_busy: float, max_wait_s: float) -> float:
 def run_once(python: str, code: str, argv: list[str], env: dict[str, str], interval: float, cwd: Path) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen([python, "-c", code.replace("MARK", MARK), *argv],
-                                stdout=out, stderr=err, env=env, cwd=cwd)
+        proc = subprocess.Popen(
+            [python, "-c", code.replace("MARK", MARK), *argv], stdout=out, stderr=err, env=env, cwd=cwd
+        )
         sampler = TreeRSS(proc.pid, interval)
         sampler.start()
         busy0, self0 = _busy_cpu_s(), _self_cpu_s()
@@ -272,28 +281,36 @@ def run_once(python: str, code: str, argv: list[str], env: dict[str, str], inter
         stdout = out.read().decode(errors="replace")
         stderr = err.read().decode(errors="replace")
     cpu = ru.ru_utime + ru.ru_stime
-    res: dict = {"rc": rc, "process_s": wall, "cpu_s": cpu, "sampler_cpu_s": self1 - self0,
-                 "other_cpu_s": max(0.0, busy1 - busy0 - cpu - (self1 - self0)),
-                 "peak_tree_rss_mb": sampler.peak / 2**20,
-                 "procs_at_peak": sampler.peak_procs, "max_procs": sampler.max_procs,
-                 "rss_samples": sampler.samples}
+    res: dict = {
+        "rc": rc,
+        "process_s": wall,
+        "cpu_s": cpu,
+        "sampler_cpu_s": self1 - self0,
+        "other_cpu_s": max(0.0, busy1 - busy0 - cpu - (self1 - self0)),
+        "peak_tree_rss_mb": sampler.peak / 2**20,
+        "procs_at_peak": sampler.peak_procs,
+        "max_procs": sampler.max_procs,
+        "rss_samples": sampler.samples,
+    }
     lines = [ln for ln in stdout.splitlines() if ln.startswith(MARK)]
     if rc != 0 or not lines:
         res["error"] = (stderr or stdout)[-3000:]
     else:
-        res.update(json.loads(lines[-1][len(MARK):]))
+        res.update(json.loads(lines[-1][len(MARK) :]))
     # Warnings/errors the tool logged (HTA logs through `logging`; keep distinct lines only).
     noisy = ("▕", "Parsed ", "Overall parsing", "leaving ", "Rounding down")
-    res["stderr_lines"] = sorted({ln.strip() for ln in stderr.splitlines()
-                                  if ln.strip() and not any(s in ln for s in noisy)})[:20]
+    res["stderr_lines"] = sorted(
+        {ln.strip() for ln in stderr.splitlines() if ln.strip() and not any(s in ln for s in noisy)}
+    )[:20]
     return res
 
 
 def pkg_version(python: str, module: str) -> str | None:
     code = f"import importlib.metadata as m; print(m.version({module!r}))"
     try:
-        return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
-                              timeout=60).stdout.strip()
+        return subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return None
 
@@ -308,8 +325,13 @@ def machine() -> dict:
     except OSError:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"host": socket.gethostname(), "cores": os.cpu_count(), "cpu": cpu,
-            "mem_gib": round(mem_gib, 1), "os": platform.platform()}
+    return {
+        "host": socket.gethostname(),
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "mem_gib": round(mem_gib, 1),
+        "os": platform.platform(),
+    }
 
 
 def _rel(path: str) -> str:
@@ -322,50 +344,74 @@ def _rel(path: str) -> str:
 
 def git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=REPO, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO, check=True
+        ).stdout.strip()
     except (subprocess.SubprocessError, OSError):
         return None
 
 
 def fmt_table(rows: list[dict]) -> str:
-    head = ("| tool | form | files | MB on disk (JSON) | load wall s | process wall s | CPU s "
-            "| peak tree RSS MB | HTA/tool load wall | HTA/tool process wall | HTA/tool CPU | tool/HTA peak RSS |")
+    head = (
+        "| tool | form | files | MB on disk (JSON) | load wall s | process wall s | CPU s "
+        "| peak tree RSS MB | HTA/tool load wall | HTA/tool process wall | HTA/tool CPU | tool/HTA peak RSS |"
+    )
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
+
         def f(x, spec=".2f", unit=""):
             return "—" if x is None else format(x, spec) + unit
-        out.append(f"| {r['tool']} | {r['form']} | {r['files']} | {r['total_mb']:.0f} ({r['json_mb']:.0f}) "
-                   f"| {f(r['load_s'])} | {f(r['process_s'])} | {f(r['cpu_s'], '.1f')} "
-                   f"| {f(r['peak_rss_mb'], '.0f')} "
-                   f"| {f(r.get('hta_over_tool_load'), unit='×')} | {f(r.get('hta_over_tool_process'), unit='×')} "
-                   f"| {f(r.get('hta_over_tool_cpu'), unit='×')} | {f(r.get('tool_over_hta_rss'))} |")
+
+        out.append(
+            f"| {r['tool']} | {r['form']} | {r['files']} | {r['total_mb']:.0f} ({r['json_mb']:.0f}) "
+            f"| {f(r['load_s'])} | {f(r['process_s'])} | {f(r['cpu_s'], '.1f')} "
+            f"| {f(r['peak_rss_mb'], '.0f')} "
+            f"| {f(r.get('hta_over_tool_load'), unit='×')} | {f(r.get('hta_over_tool_process'), unit='×')} "
+            f"| {f(r.get('hta_over_tool_cpu'), unit='×')} | {f(r.get('tool_over_hta_rss'))} |"
+        )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(REPO / "bench-work"),
-                    help="folder holding json/ and/or gz/ subfolders with only the rank trace files")
+    ap.add_argument(
+        "--data",
+        default=str(REPO / "bench-work"),
+        help="folder holding json/ and/or gz/ subfolders with only the rank trace files",
+    )
     ap.add_argument("--forms", default="json,gz", help="comma list of subfolders of --data to measure")
-    ap.add_argument("--model", default=None,
-                    help="model config for the analyze row (default: <data>/config.json if present)")
+    ap.add_argument(
+        "--model", default=None, help="model config for the analyze row (default: <data>/config.json if present)"
+    )
     ap.add_argument("--td-python", default=str(REPO / ".venv/bin/python"))
     ap.add_argument("--hta-python", default=str(REPO / ".venv-hta/bin/python"))
     ap.add_argument("--tools", default="td-ingest,td-analyze,hta")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
-                    help="page-cache state of the trace files before every run (default: cold)")
+    ap.add_argument(
+        "--cache",
+        choices=("cold", "warm"),
+        default="cold",
+        help="page-cache state of the trace files before every run (default: cold)",
+    )
     ap.add_argument("--interval", type=float, default=0.015, help="RSS sampling period, s")
-    ap.add_argument("--quiet-cores", type=float, default=0.3,
-                    help="before each run wait until fewer than this many cores are busy (0: don't wait)")
+    ap.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0.3,
+        help="before each run wait until fewer than this many cores are busy (0: don't wait)",
+    )
     ap.add_argument("--quiet-wait", type=float, default=300, help="longest wait for an idle machine, s")
-    ap.add_argument("--max-other-cores", type=float, default=0.2,
-                    help="discard and redo a run during which other processes kept more than this many "
-                         "cores busy on average (0: keep every run)")
+    ap.add_argument(
+        "--max-other-cores",
+        type=float,
+        default=0.2,
+        help="discard and redo a run during which other processes kept more than this many "
+        "cores busy on average (0: keep every run)",
+    )
     ap.add_argument("--redo", type=int, default=3, help="most redos per run")
-    ap.add_argument("--results", default=str(REPO / "benchmarks/results"),
-                    help="folder for <date>-<host>-<cores>c.json; '' to skip")
+    ap.add_argument(
+        "--results", default=str(REPO / "benchmarks/results"), help="folder for <date>-<host>-<cores>c.json; '' to skip"
+    )
     args = ap.parse_args(argv)
 
     data = Path(args.data).resolve()
@@ -408,41 +454,60 @@ def main(argv: list[str] | None = None) -> int:
                         busy = wait_quiet(args.quiet_cores, args.quiet_wait) if args.quiet_cores > 0 else None
                         set_page_cache(files, args.cache)
                         # cwd is the snapshot: `python -c` puts the cwd first on sys.path, ahead of PYTHONPATH.
-                        r = run_once(python, code, [str(d), str(Path(tmp) / "store.duckdb"), model, str(REPO)],
-                                     env, args.interval, snap_dir)
+                        r = run_once(
+                            python,
+                            code,
+                            [str(d), str(Path(tmp) / "store.duckdb"), model, str(REPO)],
+                            env,
+                            args.interval,
+                            snap_dir,
+                        )
                     r.update(tool=label, form=form, repeat=rep, attempt=attempt, busy_cores_before=busy)
-                    noisy = (args.max_other_cores > 0
-                             and r["other_cpu_s"] / r["process_s"] > args.max_other_cores)
+                    noisy = args.max_other_cores > 0 and r["other_cpu_s"] / r["process_s"] > args.max_other_cores
                     if noisy and attempt < args.redo and "error" not in r:
                         r["discarded"] = "other processes busy during the run"
                         discarded.append(r)
-                        print(f"[{form}] {label:18s} run {rep + 1}: redo, other processes used "
-                              f"{r['other_cpu_s']:.1f} CPU s in {r['process_s']:.1f} s", file=sys.stderr, flush=True)
+                        print(
+                            f"[{form}] {label:18s} run {rep + 1}: redo, other processes used "
+                            f"{r['other_cpu_s']:.1f} CPU s in {r['process_s']:.1f} s",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         continue
                     break
                 runs.append(r)
                 per[t].append(r)
                 status = "ERROR" if "error" in r else "ok"
-                print(f"[{form}] {label:18s} run {rep + 1}/{args.repeats}: {status} "
-                      f"load {r.get('load_s', float('nan')):.2f} s, process {r['process_s']:.2f} s, "
-                      f"CPU {r['cpu_s']:.1f} s, peak tree RSS {r['peak_tree_rss_mb']:.0f} MB, "
-                      f"other processes used {r['other_cpu_s']:.1f} CPU s meanwhile",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{form}] {label:18s} run {rep + 1}/{args.repeats}: {status} "
+                    f"load {r.get('load_s', float('nan')):.2f} s, process {r['process_s']:.2f} s, "
+                    f"CPU {r['cpu_s']:.1f} s, peak tree RSS {r['peak_tree_rss_mb']:.0f} MB, "
+                    f"other processes used {r['other_cpu_s']:.1f} CPU s meanwhile",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if "error" in r:
                     print(r["error"], file=sys.stderr)
         form_rows = {}
         for t in chosen:
             ok = [r for r in per[t] if "error" not in r]
             label = tools[t][0]
-            row = {"tool": label, "form": form, "files": len(files), "total_mb": total_mb, "json_mb": json_mb,
-                   "runs_ok": len(ok), "runs": len(per[t]),
-                   "load_s": statistics.median(r["load_s"] for r in ok) if ok else None,
-                   "process_s": statistics.median(r["process_s"] for r in ok) if ok else None,
-                   "cpu_s": statistics.median(r["cpu_s"] for r in ok) if ok else None,
-                   "other_cpu_s_max": max(r["other_cpu_s"] for r in ok) if ok else None,
-                   "peak_rss_mb": statistics.median(r["peak_tree_rss_mb"] for r in ok) if ok else None,
-                   "peak_rss_mb_max": max(r["peak_tree_rss_mb"] for r in ok) if ok else None,
-                   "errors": [r["error"] for r in per[t] if "error" in r][:1]}
+            row = {
+                "tool": label,
+                "form": form,
+                "files": len(files),
+                "total_mb": total_mb,
+                "json_mb": json_mb,
+                "runs_ok": len(ok),
+                "runs": len(per[t]),
+                "load_s": statistics.median(r["load_s"] for r in ok) if ok else None,
+                "process_s": statistics.median(r["process_s"] for r in ok) if ok else None,
+                "cpu_s": statistics.median(r["cpu_s"] for r in ok) if ok else None,
+                "other_cpu_s_max": max(r["other_cpu_s"] for r in ok) if ok else None,
+                "peak_rss_mb": statistics.median(r["peak_tree_rss_mb"] for r in ok) if ok else None,
+                "peak_rss_mb_max": max(r["peak_tree_rss_mb"] for r in ok) if ok else None,
+                "errors": [r["error"] for r in per[t] if "error" in r][:1],
+            }
             for key in ("import_s", "parse_all_s", "store_load_s"):
                 if ok and all(key in r for r in ok):
                     row[key] = statistics.median(r[key] for r in ok)
@@ -463,10 +528,12 @@ def main(argv: list[str] | None = None) -> int:
         if r["tool"] == "tracediag ingest" and r.get("hta_over_tool_load") is not None:
             speed_ok = r["hta_over_tool_load"] >= 5
             mem_ok = r["tool_over_hta_rss"] <= 1
-            verdicts.append(f"{r['form']}: {r['hta_over_tool_load']:.1f}× faster than HTA "
-                            f"({'meets' if speed_ok else 'MISSES'} 5×), "
-                            f"{r['tool_over_hta_rss']:.2f}× HTA's peak RSS "
-                            f"({'meets' if mem_ok else 'MISSES'} <= 1×)")
+            verdicts.append(
+                f"{r['form']}: {r['hta_over_tool_load']:.1f}× faster than HTA "
+                f"({'meets' if speed_ok else 'MISSES'} 5×), "
+                f"{r['tool_over_hta_rss']:.2f}× HTA's peak RSS "
+                f"({'meets' if mem_ok else 'MISSES'} <= 1×)"
+            )
     for v in verdicts:
         print("goal", v)
 
@@ -481,17 +548,25 @@ def main(argv: list[str] | None = None) -> int:
             "tracediag_commit": git_commit(),
             "tracediag_source_sha256_16": src_hash,
             "versions": {
-                "python_tracediag": subprocess.run([args.td_python, "-V"], capture_output=True,
-                                                   text=True).stdout.strip(),
+                "python_tracediag": subprocess.run(
+                    [args.td_python, "-V"], capture_output=True, text=True
+                ).stdout.strip(),
                 "msgspec": pkg_version(args.td_python, "msgspec"),
                 "duckdb": pkg_version(args.td_python, "duckdb"),
                 "pyarrow": pkg_version(args.td_python, "pyarrow"),
                 "HolisticTraceAnalysis": pkg_version(args.hta_python, "HolisticTraceAnalysis"),
                 "pandas_hta": pkg_version(args.hta_python, "pandas"),
             },
-            "settings": {"repeats": args.repeats, "cache": args.cache, "rss_interval_s": args.interval,
-                         "quiet_cores": args.quiet_cores, "max_other_cores": args.max_other_cores,
-                         "model": _rel(model) if model else None, "data": _rel(str(data)), "forms": forms},
+            "settings": {
+                "repeats": args.repeats,
+                "cache": args.cache,
+                "rss_interval_s": args.interval,
+                "quiet_cores": args.quiet_cores,
+                "max_other_cores": args.max_other_cores,
+                "model": _rel(model) if model else None,
+                "data": _rel(str(data)),
+                "forms": forms,
+            },
             "rows": rows,
             "goals": verdicts,
             "runs": runs,

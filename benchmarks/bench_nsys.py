@@ -1,8 +1,8 @@
 """Ingest benchmark for Nsight Systems exports, next to the Kineto ingester on this machine.
 
 Not a test. Measures `parse_nsys_sqlite` (sqlite3 read + row mapping + Arrow) and the DuckDB load of the
-largest Nsight Systems export in ../shared/data/nsys (the one with the most kernel, memcpy/memset, runtime
-and NVTX rows), and the same two phases for the largest Kineto trace in ../shared/data/kineto, so both
+largest Nsight Systems export in tests/data/external/nsys (the one with the most kernel, memcpy/memset, runtime
+and NVTX rows), and the same two phases for the largest Kineto trace in tests/data/external/kineto, so both
 figures come from the same machine and the same run. Each measurement runs in a fresh subprocess (imports
 excluded from the timed part; peak RSS of that process reported); the median and minimum of --repeat runs
 are printed, with events per second (Nsight: rows stored; Kineto: traceEvents entries).
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("TRACEDIAG_SHARED", REPO.parent / "shared"))
+EXTERNAL = REPO / "tests" / "data" / "external"
 MARK = "BENCH_RESULT "
 
 CHILD = """
@@ -68,14 +68,14 @@ def _richest_export(folder: Path) -> Path:
 
     files = sorted(folder.glob("*.sqlite"), key=events)
     if not files:
-        raise SystemExit(f"no .sqlite in {folder}: set TRACEDIAG_SHARED")
+        raise SystemExit(f"no .sqlite in {folder} (vendored real inputs: tests/data/external/README.md)")
     return files[-1]
 
 
 def _largest(folder: Path, pattern: str) -> Path:
     files = sorted(folder.glob(pattern), key=lambda p: p.stat().st_size)
     if not files:
-        raise SystemExit(f"no {pattern} in {folder}: set TRACEDIAG_SHARED")
+        raise SystemExit(f"no {pattern} in {folder} (vendored real inputs: tests/data/external/README.md)")
     return files[-1]
 
 
@@ -109,12 +109,12 @@ def measure(fmt: str, path: Path, repeat: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--nsys", type=Path, default=None, help="export to time (default: richest in shared/data/nsys)")
+    ap.add_argument("--nsys", type=Path, default=None, help="export to time (default: the richest vendored export)")
     ap.add_argument("--kineto", type=Path, default=None, help="trace to compare with (default: largest Kineto file)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
-    nsys = args.nsys or _richest_export(SHARED / "data" / "nsys")
-    kineto = args.kineto or _largest(SHARED / "data" / "kineto", "*.json*")
+    nsys = args.nsys or _richest_export(EXTERNAL / "nsys")
+    kineto = args.kineto or _largest(EXTERNAL / "kineto", "*.json*")
     results = [measure("nsys", nsys, args.repeat), measure("kineto", kineto, args.repeat)]
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}
     head = (

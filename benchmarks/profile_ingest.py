@@ -64,34 +64,43 @@ def main(argv: list[str] | None = None) -> int:
     parser_file = next((f[0] for f in stats if f[0].endswith(("ingest/kineto.py",))), None)
     phases = [
         ("gunzip (gzip/zlib decompress)", own(lambda f: f[0] == "~" and ("decompress" in f[2]))),
-        ("file read / mmap", own(lambda f: f[0] == "~" and (
-            "read' of '_io" in f[2] or "mmap" in f[2]))),
+        ("file read / mmap", own(lambda f: f[0] == "~" and ("read' of '_io" in f[2] or "mmap" in f[2]))),
         ("msgspec JSON decode", own(lambda f: f[0] == "~" and "msgspec" in f[2] and "decode" in f[2])),
-        ("pyarrow array/table construction", own(lambda f: f[0] == "~" and "pyarrow" in f[2])
-            + own(lambda f: "pyarrow" in f[0])),
-        ("numpy array construction/math", own(lambda f: f[0] == "~" and "numpy" in f[2])
-            + own(lambda f: "numpy" in f[0])),
+        (
+            "pyarrow array/table construction",
+            own(lambda f: f[0] == "~" and "pyarrow" in f[2]) + own(lambda f: "pyarrow" in f[0]),
+        ),
+        (
+            "numpy array construction/math",
+            own(lambda f: f[0] == "~" and "numpy" in f[2]) + own(lambda f: "numpy" in f[0]),
+        ),
         ("regex (name classification etc.)", own(lambda f: f[0] == "~" and "re.Pattern" in f[2])),
-        ("parser's own Python code (loops, list comprehensions)",
-            own(lambda f: parser_file is not None and f[0] == parser_file)),
+        (
+            "parser's own Python code (loops, list comprehensions)",
+            own(lambda f: parser_file is not None and f[0] == parser_file),
+        ),
         ("other tracediag Python code", own(lambda f: "tracediag" in f[0] and f[0] != parser_file)),
     ]
     accounted = sum(t for _, t in phases)
     print(f"file: {path} ({path.stat().st_size / 1e6:.0f} MB on disk)")
-    print(f"parse_all (one file, in-process, under cProfile): {t_parse:.2f} s wall; "
-          f"profiled own time {total_prof:.2f} s")
+    print(
+        f"parse_all (one file, in-process, under cProfile): {t_parse:.2f} s wall; profiled own time {total_prof:.2f} s"
+    )
     print(f"load into DuckDB file (not profiled): {t_load:.2f} s wall\n")
     print("| phase | own time s | share of profiled |")
     print("|---|---|---|")
     for label, t in phases:
         print(f"| {label} | {t:.2f} | {t / total_prof:.0%} |")
-    print(f"| everything else (builtins: len/isinstance/list ops, GC, ...) | {total_prof - accounted:.2f} "
-          f"| {(total_prof - accounted) / total_prof:.0%} |")
+    print(
+        f"| everything else (builtins: len/isinstance/list ops, GC, ...) | {total_prof - accounted:.2f} "
+        f"| {(total_prof - accounted) / total_prof:.0%} |"
+    )
     print(f"| DuckDB insert (load, separate wall) | {t_load:.2f} | — |\n")
 
     print("Parser functions by cumulative time:")
-    rows = sorted(((v[3], v[2], v[1], f) for f, v in stats.items() if parser_file and f[0] == parser_file),
-                  reverse=True)
+    rows = sorted(
+        ((v[3], v[2], v[1], f) for f, v in stats.items() if parser_file and f[0] == parser_file), reverse=True
+    )
     print("| function | cumulative s | own s | calls |")
     print("|---|---|---|---|")
     for ct, tt, nc, f in rows[:15]:

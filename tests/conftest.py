@@ -1,23 +1,23 @@
-"""Shared fixtures: paths to the committed sample traces and the external real traces."""
+"""Shared fixtures: paths to the committed sample traces and the vendored external real inputs."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
-# External real traces (HolisticTraceAnalysis, TraceLens test data...) live beside the checkout.
-SHARED = Path(os.environ.get("TRACEDIAG_SHARED", REPO.parent / "shared"))
-KINETO_DATA = SHARED / "data" / "kineto"
+# Real inputs from outside the project (HolisticTraceAnalysis, TraceLens, nsys-ai, pipit, vLLM and SGLang
+# threads...), vendored with their source and licence: tests/data/external/README.md.
+EXTERNAL = REPO / "tests" / "data" / "external"
+KINETO_DATA = EXTERNAL / "kineto"
 
 
-def shared_file(name: str) -> Path:
+def kineto_file(name: str) -> Path:
     p = KINETO_DATA / name
     if not p.exists():
-        raise FileNotFoundError(f"{p} missing: set TRACEDIAG_SHARED to the folder holding data/kineto")
+        raise FileNotFoundError(f"{p} missing (vendored real traces: tests/data/external/README.md)")
     return p
 
 

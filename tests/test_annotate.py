@@ -20,7 +20,7 @@ import duckdb
 import orjson
 import pytest
 import typer
-from conftest import SAMPLES, shared_file
+from conftest import SAMPLES, kineto_file
 from typer.testing import CliRunner
 
 from tracediag.analysis import analyze
@@ -144,7 +144,7 @@ def test_loads_back_through_kineto_ingester(fp32_annotated):
 def test_gpu_trace_kernels_runtime_flows_round_trip(tmp_path):
     # A real A100 trace (NCCL kernels with collective args, runtime calls, ac2g flows). No rule finds
     # anything on it without a model, so the finding here is a stand-in built from one of its kernels.
-    src = shared_file("hta_a100_rank0of2_nccl_args.json.gz")
+    src = kineto_file("hta_a100_rank0of2_nccl_args.json.gz")
     db = tmp_path / "trace.duckdb"
     analyze([src], db_path=db)
     con = duckdb.connect(str(db), read_only=True)
@@ -185,11 +185,11 @@ def test_gpu_trace_kernels_runtime_flows_round_trip(tmp_path):
 def test_nsys_export_round_trips(tmp_path):
     # An Nsight Systems export (2×H100, nsys-ai fixtures) written as one Chrome trace: both ranks, NVTX
     # ranges as Kineto user annotations.
-    from conftest import SHARED
+    from conftest import EXTERNAL
 
     from tracediag.ingest import parser_for
 
-    src = SHARED / "data" / "nsys" / "nsysai_2xh100_after.sqlite"
+    src = EXTERNAL / "nsys" / "nsysai_2xh100_after.sqlite"
     parser_for("nsys-sqlite")
     db = tmp_path / "trace.duckdb"
     analyze([src], db_path=db)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from importlib import resources
 from pathlib import Path
 
 import pytest
+from conftest import EXTERNAL
 
 from tracediag.catalog import (
     CATALOG_VERSION,
@@ -24,9 +24,7 @@ from tracediag.catalog import (
     normalize_collective_name,
 )
 
-# External real traces (HolisticTraceAnalysis test data) live in shared/ beside the checkout.
-SHARED = Path(os.environ.get("TRACEDIAG_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-NCCL_ARGS_TRACE = SHARED / "data" / "kineto" / "hta_a100_rank0of2_nccl_args.json.gz"
+NCCL_ARGS_TRACE = EXTERNAL / "kineto" / "hta_a100_rank0of2_nccl_args.json.gz"
 
 REQUIRED_KEYS = {"id", "klass", "family", "applies_to", "regex", "phase_hint", "source", "pos", "neg"}
 OPTIONAL_KEYS = {"collective_op", "note"}
@@ -336,7 +334,7 @@ GPU_TRACE_EXPECTATIONS = [
 
 @pytest.mark.parametrize(("trace", "prefix", "expected"), GPU_TRACE_EXPECTATIONS, ids=lambda v: str(v)[:40])
 def test_real_gpu_trace_kernels_classify(trace: str, prefix: str, expected: tuple[str, str]) -> None:
-    with gzip.open(SHARED / "data" / "kineto" / trace, "rt") as f:
+    with gzip.open(EXTERNAL / "kineto" / trace, "rt") as f:
         names = {e["name"] for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel"}
     hits = [n for n in names if n.startswith(prefix)]
     assert hits, prefix

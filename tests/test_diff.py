@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import SAMPLES, SHARED
+from conftest import EXTERNAL, SAMPLES
 from typer.testing import CliRunner
 
 from tracediag.cli import check as check_cmd
 from tracediag.cli import diff as diff_cmd
 
 HEALTHY = SAMPLES / "healthy_tp2"
-NSYS = SHARED / "data" / "nsys"
+NSYS = EXTERNAL / "nsys"
 
 
 def cli(*args):

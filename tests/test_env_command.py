@@ -187,7 +187,7 @@ def _h100(bus: str, numa: int, cpus: tuple[int, int], active_links: int = 18) ->
 
 
 MACHINES: dict[str, tuple[str, FakeMachine]] = {
-    # Two GPUs of an HGX H100 8-GPU node, as in the nccl-tests table ../shared/data/nccl-tests/ (same bus ids)
+    # Two GPUs of an HGX H100 8-GPU node, as in the nccl-tests table tests/data/external/nccl-tests/ (same bus ids)
     "h100x2_nvswitch": (
         "2x H100 SXM (HGX baseboard): 18 active NVLink 4.0 links each to the NVSwitches, P2P OK, PCIe gen5 x16, "
         "both GPUs on NUMA node 0",

@@ -10,7 +10,7 @@ import json
 import math
 
 import pytest
-from conftest import REPO, SAMPLES, shared_file
+from conftest import KINETO_DATA, REPO, SAMPLES, kineto_file
 
 from tracediag.analysis import analyze
 
@@ -27,9 +27,9 @@ def _cases():
             [SAMPLES / "math_decode_tp2"], model=SAMPLES / "math_decode_tp2" / "config.json"
         ),
         "vllm_mi300x_gptoss": lambda: analyze(
-            [shared_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")]
+            [kineto_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")]
         ),
-        "a100_nccl": lambda: analyze([shared_file("hta_a100_rank0of2_nccl_args.json.gz")]),
+        "a100_nccl": lambda: analyze([kineto_file("hta_a100_rank0of2_nccl_args.json.gz")]),
     }
 
 
@@ -41,8 +41,9 @@ def _normal(v):
         return {k: _normal(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_normal(x) for x in v]
-    if isinstance(v, str) and ("/" in v) and (str(REPO) in v or "shared/data" in v):
-        for root in (str(REPO) + "/", str(shared_file("hta_a100_rank0of2_nccl_args.json.gz").parent) + "/"):
+    if isinstance(v, str) and ("/" in v) and str(REPO) in v:
+        # vendored external traces by file name, the repository's own files relative to the checkout
+        for root in (str(KINETO_DATA) + "/", str(REPO) + "/"):
             v = v.replace(root, "")
         return v
     return v

@@ -1,4 +1,4 @@
-"""Nsight Systems SQLite exports: every real export in ../shared/data/nsys ingests, and what lands in the
+"""Nsight Systems SQLite exports: every real export in tests/data/external/nsys ingests, and what lands in the
 store is checked against direct sqlite3 queries of the same file (an independent read)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import SHARED
+from conftest import EXTERNAL
 
 from tracediag.analysis import analyze
 from tracediag.derive import build_all
@@ -24,7 +24,7 @@ from tracediag.ingest.nsys import parse_nsys_rep, parse_nsys_sqlite
 from tracediag.ingest.nsys_nvtx import SchemaEntry, decode_payload, innermost_open, parse_torch_range, split_blob
 from tracediag.store import open_store
 
-NSYS_DATA = SHARED / "data" / "nsys"
+NSYS_DATA = EXTERNAL / "nsys"
 ALL_FILES = sorted(p.name for p in NSYS_DATA.glob("*.sqlite"))
 BEFORE, AFTER = "nsysai_2xh100_before.sqlite", "nsysai_2xh100_after.sqlite"
 GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
@@ -33,7 +33,7 @@ GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI
 def nsys_file(name: str) -> Path:
     p = NSYS_DATA / name
     if not p.exists():
-        raise FileNotFoundError(f"{p} missing: set TRACEDIAG_SHARED to the folder holding data/nsys")
+        raise FileNotFoundError(f"{p} missing (vendored real inputs: tests/data/external/README.md)")
     return p
 
 
@@ -70,8 +70,8 @@ def _q(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
     return con.execute(sql).fetchall()
 
 
-def test_shared_nsys_data_present():
-    assert len(ALL_FILES) >= 5, f"expected the real Nsight exports in {NSYS_DATA}"
+def test_vendored_nsys_data_present():
+    assert len(ALL_FILES) >= 4, f"expected the real Nsight exports in {NSYS_DATA}"
 
 
 @pytest.mark.parametrize("name", ALL_FILES)
@@ -111,14 +111,14 @@ def test_kernel_rows_match_the_source(name, stores):
     assert got == want
 
 
-def test_2023_and_2026_export_schemas_are_both_read():
-    old = parse_nsys_sqlite(nsys_file("cutlass_benchmark_nsys2023.sqlite"))  # EXPORT_META_DATA, schema 3.1.7
+def test_2022_and_2026_export_schemas_are_both_read():
+    old = parse_nsys_sqlite(nsys_file("pipit_saxpy_mpi_nvtx.sqlite"))  # EXPORT_META_DATA, schema 2.9.1
     new = parse_nsys_sqlite(nsys_file(BEFORE))  # META_DATA_EXPORT, schema 3.25.0
     m_old, m_new = (json.loads(p.inputs_rows[0]["meta_json"]) for p in (old, new))
     assert (old.inputs_rows[0]["profiler"], m_old["export_metadata_table"], m_old["export_schema_version"]) == (
-        "nsys 2023.2.3.0",
+        "nsys 2022.2.1.31",
         "EXPORT_META_DATA",
-        "3.1.7",
+        "2.9.1",
     )
     assert (new.inputs_rows[0]["profiler"], m_new["export_metadata_table"], m_new["export_schema_version"]) == (
         "nsys 2026.2.1.210",
@@ -180,7 +180,6 @@ def test_mpi_rank_comes_from_the_nsys_mpi_thread_name(stores):
     ("name", "device", "sms", "cc", "mem", "source"),
     [
         ("nsysai_rtx3080_minimal.sqlite", "NVIDIA GeForce RTX 3080", 68, "8.6", 10736893952, "TARGET_INFO_CUDA_DEVICE"),
-        ("cutlass_benchmark_nsys2023.sqlite", "NVIDIA A100-PCIE-40GB", 108, "8.0", 42505273344, "TARGET_INFO_GPU"),
         ("pipit_saxpy_mpi_nvtx.sqlite", "NVIDIA A100-SXM4-40GB", 108, "8.0", 42297524224, "TARGET_INFO_GPU"),
         (BEFORE, None, None, None, None, "absent"),
     ],
@@ -315,13 +314,13 @@ def test_empty_and_non_sqlite_files_are_refused(tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(InputError, match="file is empty"):
         parse_nsys_sqlite(empty)
-    kineto = SHARED / "data" / "kineto" / "hta_large_integer.pt.trace.json.gz"
+    kineto = EXTERNAL / "kineto" / "hta_large_integer.pt.trace.json.gz"
     with pytest.raises(InputError, match="not an SQLite database"):
         parse_nsys_sqlite(kineto)
 
 
 def test_nsys_rep_without_nsys_names_the_command(tmp_path, monkeypatch):
-    # The report's content is never read when nsys is missing; no real .nsys-rep is in the shared data.
+    # The report's content is never read when nsys is missing; no real .nsys-rep is in the vendored data.
     rep = tmp_path / "profile run.nsys-rep"
     rep.write_bytes(b"placeholder: nsys is absent, so only the path matters")
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))

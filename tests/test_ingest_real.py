@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import duckdb
 import pytest
-from conftest import KINETO_DATA, shared_file
+from conftest import KINETO_DATA, kineto_file
 
 from tracediag.derive import build_all
 from tracediag.ingest import load
@@ -21,13 +21,13 @@ ALL_FILES = sorted(p.name for p in KINETO_DATA.glob("*.json.gz"))
 
 def _store(*names: str) -> duckdb.DuckDBPyConnection:
     con = open_store()
-    load(con, [parse_kineto(shared_file(n), order=i) for i, n in enumerate(names)])
+    load(con, [parse_kineto(kineto_file(n), order=i) for i, n in enumerate(names)])
     build_all(con)
     return con
 
 
 def _raw_events(name: str, parse_float=float) -> list[dict]:
-    with gzip.open(shared_file(name), "rt") as f:
+    with gzip.open(kineto_file(name), "rt") as f:
         return json.load(f, parse_float=parse_float)["traceEvents"]
 
 
@@ -102,9 +102,9 @@ def test_hf_generate_profiler_step_gets_t_and_phase_from_shapes():
 
 
 def test_rank_from_distributed_info_file_name_or_order():
-    pt = parse_kineto(shared_file("hta_rank_not_found.json.gz"), order=3)
+    pt = parse_kineto(kineto_file("hta_rank_not_found.json.gz"), order=3)
     assert (pt.inputs_rows[0]["rank"], pt.inputs_rows[0]["rank_source"]) == (3, "input order")
-    pt = parse_kineto(shared_file("hta_sampled_rank-1.json.gz"), order=0)
+    pt = parse_kineto(kineto_file("hta_sampled_rank-1.json.gz"), order=0)
     assert pt.inputs_rows[0]["rank_source"] in ("distributedInfo", "file name") and pt.ranks == [1]
 
 

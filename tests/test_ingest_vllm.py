@@ -1,4 +1,4 @@
-"""vLLM serving telemetry: every real file in ../shared/data/vllm/ ingests; logs, /metrics and benchmark results
+"""vLLM serving telemetry: every real file in tests/data/external/vllm/ ingests; logs, /metrics and benchmark results
 land in the store as vLLM wrote them; telemetry-only analyses run the serving rules and the serving section.
 
 Inputs no real file provides (a --save-detailed result, a log whose queue grows) are made by documented
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED
+from conftest import EXTERNAL, REPO
 
 from tracediag.analysis import analyze
 from tracediag.engine import Settings
@@ -24,7 +24,7 @@ from tracediag.ingest.prometheus import parse_prometheus
 from tracediag.ingest.vllm_bench import parse_vllm_bench
 from tracediag.ingest.vllm_log import parse_vllm_log
 
-VLLM = SHARED / "data" / "vllm"
+VLLM = EXTERNAL / "vllm"
 FORMAT_OF = {"logs": "vllm-log", "log_excerpts": "vllm-log", "metrics": "prometheus", "bench": "vllm-bench"}
 PARSER = {"vllm-log": parse_vllm_log, "prometheus": parse_prometheus, "vllm-bench": parse_vllm_bench}
 ALL_FILES = sorted((p, FORMAT_OF[p.parent.name]) for p in VLLM.glob("*/*") if p.is_file())
@@ -488,7 +488,7 @@ def test_real_queue_series_without_growth_pass():
         ),
         (VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom", "vllm-log", "not a vLLM log"),
         (LOG_023, "vllm-bench", "not a `vllm bench serve` result"),
-        (SHARED / "data/nccl-tests/h100x2_all_reduce_perf.txt", "vllm-bench", "not a `vllm bench serve` result"),
+        (EXTERNAL / "nccl-tests/h100x2_all_reduce_perf.txt", "vllm-bench", "not a `vllm bench serve` result"),
     ],
 )
 def test_a_file_of_the_wrong_kind_is_one_clear_error(path, fmt, message):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import REPO, SHARED, shared_file
+from conftest import EXTERNAL, REPO, kineto_file
 
 from tracediag.analysis import analyze
 from tracediag.derive import build_all, kernel_steps
@@ -44,12 +44,12 @@ def _rows(path, sql: str, params=None) -> list[dict]:
 
 
 def test_cuda_graph_replays_count_in_the_step_that_launched_them():
-    (act,) = _rows(shared_file(VLLM), "SELECT * FROM step_activity")
+    (act,) = _rows(kineto_file(VLLM), "SELECT * FROM step_activity")
     assert act["kernels"] == 413 and act["graphs_used"]
     assert act["graph_launches"] == 25 and act["graph_kernels"] == 361  # 25 hipGraphLaunch -> 361 kernels
     fams = {
         r["family"]: r["c"]
-        for r in _rows(shared_file(VLLM), "SELECT family, sum(graph_calls) AS c FROM kernel_steps GROUP BY 1")
+        for r in _rows(kineto_file(VLLM), "SELECT family, sum(graph_calls) AS c FROM kernel_steps GROUP BY 1")
     }
     assert fams["hipblaslt"] == 72 and fams["triton_matmul_ogs"] == 48  # GEMMs replayed inside the graphs
     assert fams["triton_attention"] == 0  # piecewise graphs: attention runs eagerly between the pieces
@@ -58,14 +58,14 @@ def test_cuda_graph_replays_count_in_the_step_that_launched_them():
 def test_kernels_whose_launch_is_not_in_the_trace_are_outside_every_step():
     # the H100 trace starts while the previous step's kernels still run: 436 kernels have no launch record
     rows = _rows(
-        shared_file(QWEN),
+        kineto_file(QWEN),
         "SELECT step_id, sum(calls) AS n FROM kernel_steps WHERE klass NOT IN ('memcpy', 'memset') GROUP BY 1",
     )
     assert {r["step_id"]: r["n"] for r in rows} == {0: 1029, None: 436}
 
 
 def test_gpu_idle_gap_and_blocking_copy_in_the_sglang_step():
-    (act,) = _rows(shared_file(SGLANG), "SELECT * FROM step_activity")
+    (act,) = _rows(kineto_file(SGLANG), "SELECT * FROM step_activity")
     assert act["max_gap_ns"] > 490e6 and act["gpu_idle_ns"] == pytest.approx(act["gpu_span_ns"] * 0.5, rel=0.01)
     assert act["sync_calls"] >= 1 and act["sync_ns"] > 490e6  # hipMemcpyWithStream, blocking
 
@@ -127,7 +127,7 @@ def test_bandwidth_from_settings_and_missing():
 
 
 def test_bandwidth_from_nsight_device_properties():
-    path = SHARED / "data" / "nsys" / "nsysai_rtx3080_minimal.sqlite"
+    path = EXTERNAL / "nsys" / "nsysai_rtx3080_minimal.sqlite"
     try:
         con = open_store()
         load(con, parse_all([(path, None)]))
@@ -181,7 +181,7 @@ def test_rules_without_model_config_say_why():
         "krn005_decode_roofline",
         "shp003_quantization_applied",
     ):
-        c = _check(shared_file(SGLANG), rule)
+        c = _check(kineto_file(SGLANG), rule)
         assert c.status == "not_applicable" and "missing model config" in c.reason, rule
 
 
@@ -189,7 +189,7 @@ def test_rules_without_model_config_say_why():
 
 
 def test_kernels_section_on_a_gpu_trace_without_model():
-    report = analyze([shared_file(QWEN)], extra_sections=["tracediag.reports.sections.kernels"])
+    report = analyze([kineto_file(QWEN)], extra_sections=["tracediag.reports.sections.kernels"])
     (sec,) = [s for s in report.sections if s.id == "kernels"]
     fams = sec.tables["families per phase"]
     attn = [r for r in fams if r["class"] == "attention"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, SAMPLES, SHARED
+from conftest import EXTERNAL, REPO, SAMPLES
 
 from tracediag.analysis import analyze
 from tracediag.errors import InputError
@@ -11,7 +11,7 @@ from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nccl_tests import parse_nccl_tests
 
-H100X2 = SHARED / "data" / "nccl-tests" / "h100x2_all_reduce_perf.txt"
+H100X2 = EXTERNAL / "nccl-tests" / "h100x2_all_reduce_perf.txt"
 H100_TOPO = REPO / "tests" / "data" / "topology" / "h100x2_nvswitch.topo.json"  # synthetic, see test_env_command
 
 
@@ -89,7 +89,7 @@ def test_older_format_without_root_and_with_error_column(tmp_path):
 
 
 def test_not_an_nccl_tests_file_is_one_clear_error():
-    log = SHARED / "data" / "vllm" / "logs" / "stellalee_v0.23.0_server_dynchunk0.log"
+    log = EXTERNAL / "vllm" / "logs" / "stellalee_v0.23.0_server_dynchunk0.log"
     with pytest.raises(InputError, match="no nccl-tests result table"):
         parse_nccl_tests(log, 0, IngestOptions())
 

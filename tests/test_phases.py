@@ -12,7 +12,7 @@ import itertools
 import json
 
 import pytest
-from conftest import REPO, shared_file
+from conftest import REPO, kineto_file
 
 from tracediag.analysis import analyze
 from tracediag.derive import build_all
@@ -89,13 +89,13 @@ def test_vllm_annotated_steps_are_not_split():
     ],
 )
 def test_real_gpu_traces_steps(name, marker, phase, T):
-    (s,) = _steps(shared_file(name))
+    (s,) = _steps(kineto_file(name))
     assert (s["marker_source"], s["phase"], s["T"]) == (marker, phase, T)
 
 
 def test_sglang_trace_has_one_forward_pass():
     # 36 attention kernels = Qwen3-8B's 36 layers once: the EXTEND batch is the only forward in the file
-    con = _store(str(shared_file("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz")))
+    con = _store(str(kineto_file("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz")))
     assert con.execute("SELECT count(*) FROM kernels WHERE klass = 'attention'").fetchone()[0] == 36
 
 
@@ -138,7 +138,7 @@ def test_phases_section_has_histograms_and_fit_chart():
 
 def test_phases_section_without_model_on_a_gpu_trace():
     report = analyze(
-        [shared_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")],
+        [kineto_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")],
         extra_sections=["tracediag.reports.sections.phases"],
     )
     (sec,) = [s for s in report.sections if s.id == "phases"]

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED
+from conftest import REPO
 
 from tracediag.analysis import analyze
 from tracediag.engine import BUILTIN_RULES, Settings
@@ -16,7 +16,7 @@ CASES_DIR = Path(__file__).parent / "cases"
 
 
 def _resolve(p: str) -> Path:
-    return SHARED / p.removeprefix("../shared/") if p.startswith("../shared/") else REPO / p
+    return REPO / p
 
 
 def _cases():
@@ -82,7 +82,7 @@ def test_case(rule, case):
         assert all({"rank", "ts_ns", "name"} <= set(e) for e in check.evidence)
 
 
-# Statuses no real input in the repository or ../shared/data can produce; each is exercised on a documented
+# Statuses no real input in the repository can produce; each is exercised on a documented
 # synthetic input instead (a real `tracediag scrape` of a local server with chosen values).
 SYNTHETIC_ONLY = {
     ("SCH003", "finding"): "tests/test_scrape.py::test_scraped_growing_queue_is_an_sch003_finding",

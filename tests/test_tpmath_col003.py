@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SAMPLES, SHARED
+from conftest import EXTERNAL, SAMPLES
 
 from tracediag.analysis import analyze
 from tracediag.engine import Settings
@@ -97,7 +97,7 @@ def test_alpha_beta_exact_and_latency_only():
 
 
 def test_alpha_beta_on_the_real_h100_nccl_tests_table():
-    path = SHARED / "data" / "nccl-tests" / "h100x2_all_reduce_perf.txt"
+    path = EXTERNAL / "nccl-tests" / "h100x2_all_reduce_perf.txt"
     rows = [
         r
         for r in parse_nccl_tests(path, 0, IngestOptions()).tables["nccl_tests"].to_pylist()
@@ -147,7 +147,7 @@ def test_tp1_baseline_measures_a():
     ("baseline", "why"),
     [
         (SAMPLES / "healthy_tp2" / "rank0.pt.trace.json.gz", "is not a TP=1 trace"),
-        (SHARED / "data" / "kineto" / "tracelens_h100_hf_qwen1.5-0.5b.json.gz", "another model"),
+        (EXTERNAL / "kineto" / "tracelens_h100_hf_qwen1.5-0.5b.json.gz", "another model"),
     ],
 )
 def test_wrong_baselines_fall_back_to_the_estimate(baseline, why):

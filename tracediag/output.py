@@ -1,17 +1,51 @@
-"""Writes the outputs of an analysis: findings.json, report.html and trace.duckdb, atomically."""
+"""Writes outputs atomically, with the user's umask: the analysis folder (findings.json, report.html,
+trace.duckdb) and single files (JUnit XML, annotated trace, diff.json, diff.html)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from tracediag.analysis import Report
-from tracediag.reports.html import render_html
+if TYPE_CHECKING:
+    from tracediag.analysis import Report
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path) -> Iterator[IO[bytes]]:
+    """A binary file written beside `path` and renamed onto it when the block ends without error.
+
+    A reader never sees half a file, a failure leaves nothing behind, and the file gets the mode a
+    plain `open()` would give it (0666 minus the umask; mkstemp's 0600 is not what users expect).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def findings_json(report: Report) -> bytes:
@@ -30,6 +64,8 @@ def staged_outputs(out_dir: Path, produce: Callable[[Path], Report]) -> Report:
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=parent))
     try:
+        from tracediag.reports.html import render_html
+
         report = produce(staging)
         (staging / "findings.json").write_bytes(findings_json(report))
         (staging / "report.html").write_text(render_html(report), encoding="utf-8")

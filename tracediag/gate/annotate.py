@@ -20,8 +20,6 @@ thread): overlapping ranges go to extra lanes.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,6 +28,7 @@ import duckdb
 import orjson
 
 from tracediag import __version__
+from tracediag.output import atomic_file
 
 PID_STRIDE = 10_000  # pids of rank r: r·stride + 1 (findings), + 2... (its host and GPU processes)
 _STEPS_TID = 1
@@ -346,9 +345,8 @@ def write_annotated_trace(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     findings = _only_findings(findings)
     con = duckdb.connect(str(db_path), read_only=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_file(out_path) as f:
             f.write(b'{"traceEvents": [')
             w = _Writer(f)
             ids = _Ids()
@@ -367,10 +365,6 @@ def write_annotated_trace(
             }
             f.write(b'\n],\n"displayTimeUnit": "ns",\n"tracediag": ' + orjson.dumps(summary) + b"}\n")
             count = w.count
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     finally:
         con.close()
     return {"events": count, "findings": len(findings), "path": str(out_path)}

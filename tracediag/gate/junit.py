@@ -12,10 +12,8 @@ their text in `<system-out>`.
 
 from __future__ import annotations
 
-import os
 import re
 import socket
-import tempfile
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +24,7 @@ import orjson
 from tracediag import __version__
 from tracediag.gate.judge import CheckResult
 from tracediag.gate.outcome import Outcome
+from tracediag.output import write_atomic
 
 SUITES = (
     ("rules", "tracediag.rules"),
@@ -156,20 +155,6 @@ def junit_xml(result: CheckResult, inputs: list[str] | None = None, name: str = 
     root.set("time", f"{result.elapsed_s:.3f}")
     ET.indent(root)
     return ET.tostring(root, encoding="UTF-8", xml_declaration=True) + b"\n"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write next to the target and rename: a reader never sees half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_junit(result: CheckResult, path: Path, inputs: list[str] | None = None) -> None:

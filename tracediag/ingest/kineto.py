@@ -7,7 +7,7 @@ each category is turned into columns with list comprehensions and numpy. That is
 on this hardware: see benchmarks/bench_ingest.py.
 
 Field names are the ones Kineto and PyTorch write (pytorch/kineto libkineto/src/output_json.cpp,
-torch/csrc/profiler/util.h); see ../shared/reference/kernel-names/CATALOG.md section 3.3.
+torch/csrc/profiler/util.h).
 """
 
 from __future__ import annotations

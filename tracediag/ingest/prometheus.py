@@ -14,7 +14,7 @@ with no valid sample at all is an input error.
 
 Metric names: vllm/v1/metrics/loggers.py (PrometheusStatLogger), vllm/v1/spec_decode/metrics.py
 (SpecDecodingProm), vllm/engine/metrics.py (V0 Metrics), checked against the real scrapes in
-../shared/data/vllm/metrics/.
+tests/data/external/vllm/metrics/.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Speculative decoding (three formats):
       Avg Draft acceptance rate: %.1f%%` (per logging interval: vllm/v1/spec_decode/metrics.py)
 Preemption (V0 scheduler warning): `Sequence group %s is preempted by PreemptionMode.%s mode because there
 is not enough KV cache space. … total_num_cumulative_preemption=%d`.
-Checked against every file in ../shared/data/vllm/logs and log_excerpts.
+Checked against every vLLM log in tests/data/external/vllm/.
 """
 
 from __future__ import annotations

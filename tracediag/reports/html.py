@@ -14,6 +14,10 @@ from markupsafe import Markup
 
 from tracediag.findings import WALK_STEPS
 
+# The method and rule reference of the project (docs/ in the repository); the report is read away from any
+# checkout (attached to a ticket), so it links to the published copy.
+DOCS_URL = "https://github.com/tracediag/tracediag/blob/main/docs/"
+
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("tracediag.reports", "templates"),
     autoescape=True,  # kernel names, annotation names and paths are untrusted text
@@ -118,4 +122,6 @@ def render_html(report) -> str:
         findings=[c for c in checks if c["status"] == "finding"],
         counts={s: sum(1 for c in checks if c["status"] == s) for s in ("finding", "pass", "not_applicable")},
         walk=walk,
+        method_url=DOCS_URL + "method.md",
+        rules_url=DOCS_URL + "rules.md",
     )
