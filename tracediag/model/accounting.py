@@ -100,7 +100,13 @@ def group_params(m: ModelConfig, p: int = 1) -> dict[str, tuple[int, float, str]
     H = m.H
     kv_note = " (K/V replicated: p > H_kv)" if m.H_kv and p > m.H_kv else ""
     aw, ar = _attention_params(m, p)
-    out["attention"] = (aw, ar, f"heads / p{kv_note}" if m.attention and m.attention.kind != "MLA" else "MLA: up-projections / p, down-projections replicated")
+    out["attention"] = (
+        aw,
+        ar,
+        f"heads / p{kv_note}"
+        if m.attention and m.attention.kind != "MLA"
+        else "MLA: up-projections / p, down-projections replicated",
+    )
     mats = 3 if m.gated_mlp else 2
     moe_layers = len(m.moe.moe_layers) if m.moe else 0
     dense_layers = m.L - moe_layers
@@ -121,7 +127,11 @@ def group_params(m: ModelConfig, p: int = 1) -> dict[str, tuple[int, float, str]
         v_rank = math.ceil(m.vocab_size / p)
         out["embeddings"] = (m.vocab_size * H, float(v_rank * H), "vocab / p")
         head = 0 if m.tie_word_embeddings else m.vocab_size * H
-        out["lm_head"] = (head, float(0 if m.tie_word_embeddings else v_rank * H), "vocab / p" + (" (tied to the embeddings)" if m.tie_word_embeddings else ""))
+        out["lm_head"] = (
+            head,
+            float(0 if m.tie_word_embeddings else v_rank * H),
+            "vocab / p" + (" (tied to the embeddings)" if m.tie_word_embeddings else ""),
+        )
     norms = (2 * m.L + 1) * H
     out["norms"] = (norms, float(norms), "replicated")
     return out

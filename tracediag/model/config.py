@@ -238,9 +238,7 @@ def _read_json(p: Path, what: str) -> Any:
         raise InputError(p, f"{what} is not valid JSON ({exc})") from None
 
 
-def _int_field(
-    p: Path, cfg: dict[str, Any], key: str, limit_key: str | None = None, strict: bool = True
-) -> int | None:
+def _int_field(p: Path, cfg: dict[str, Any], key: str, limit_key: str | None = None, strict: bool = True) -> int | None:
     """cfg[key] as a positive int within its limit; None when absent or null; InputError when malformed.
 
     strict=False (optional keys that only refine the accounting, e.g. a sliding window): a value that is not
@@ -476,7 +474,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
                 f"qk_rope_head_dim = {attention.kv_lora_rank + attention.qk_rope_head_dim} elements per token "
                 "and layer, not 2·H_kv·D"
             )
-    I_cfg = vals["intermediate_size"]  # noqa: N806
+    I_cfg = vals["intermediate_size"]
     moe = _moe(p, cfg, L, I_cfg, mt, notes)
     dense_I = I_cfg
     I = I_cfg  # noqa: E741
@@ -543,4 +541,4 @@ def load_model_config(path: str | Path) -> ModelConfig:
     return replace(model, quant=quant, notes=tuple(notes))
 
 
-__all__ = ["DTYPE_BYTES", "Attention", "ModelConfig", "MoE", "load_model_config"]
+__all__ = ["DTYPE_BYTES", "Attention", "MoE", "ModelConfig", "load_model_config"]

@@ -65,7 +65,9 @@ _TRT_CODES = {
     "Fp16": ("16-bit", 16),
     "Fp32": ("fp32", 32),
 }
-_TRT_RX = re.compile(r"(?:^|\s)[Bb]mm_[A-Za-z0-9]+?_(MxE2m1|MxE4m3|E2m1|E4m3|E5m2|Bfloat16|Fp16|Fp32)(MxE2m1|MxE4m3|E2m1|E4m3|E5m2|Bfloat16|Fp16|Fp32)_")
+_TRT_RX = re.compile(
+    r"(?:^|\s)[Bb]mm_[A-Za-z0-9]+?_(MxE2m1|MxE4m3|E2m1|E4m3|E5m2|Bfloat16|Fp16|Fp32)(MxE2m1|MxE4m3|E2m1|E4m3|E5m2|Bfloat16|Fp16|Fp32)_"
+)
 _OGS_TYPES = "mxfp4|mxfp8|fp8e4nv|fp8e4b8|fp8e4b15|fp8e5b16|fp8e5|bf16|fp16|fp32|u8|i8"
 _OGS_RX = re.compile(rf"^_(?:p_)?matmul_ogs(?:_acc)?_[NT]{{3}}_({_OGS_TYPES})x({_OGS_TYPES})x({_OGS_TYPES})_")
 _OGS = {
@@ -126,6 +128,9 @@ _BY_PATTERN: dict[str, tuple[str, int | None, str, int | None, bool]] = {
     "quant_gemm_ops": ("?", None, "?", None, False),
 }
 _GEMM_KLASSES = ("gemm", "wo_gemm")
+# element types in kernel names: CUTLASS float_e4m3_t / e4m3, cuBLASLt e4m3, Triton fp8e4nv, c10 Float8_e4m3fn
+_FP8_WORDS = re.compile(r"e4m3|e5m2|float8|fp8")
+_FP4_WORDS = re.compile(r"e2m1|fp4")
 
 
 def _refine(pid: str, name: str, base: tuple[str, int | None, str, int | None, bool]) -> tuple:
@@ -142,8 +147,21 @@ def _refine(pid: str, name: str, base: tuple[str, int | None, str, int | None, b
             return ("fp4", 4, "fp4", 4, moe)
         return (w, wb, a, ab, moe)
     if pid in ("ck_moe_gemm", "cutlass_moe_gemm", "aiter_fmoe_asm", "aiter_asm_gemm", "quant_gemm_ops", "moe_gemm_ops"):
-        if "mxfp4" in low or "f4gemm" in low or "per1x32fp4" in low or "float_e2m1" in low or "pk_fp4" in low or "a4w4" in low:
-            return ("mxfp4", 4, "mxfp4" if ("a4w4" in low or "f4gemm" in low) else "?", 4 if "a4w4" in low or "f4gemm" in low else None, moe)
+        if (
+            "mxfp4" in low
+            or "f4gemm" in low
+            or "per1x32fp4" in low
+            or "float_e2m1" in low
+            or "pk_fp4" in low
+            or "a4w4" in low
+        ):
+            return (
+                "mxfp4",
+                4,
+                "mxfp4" if ("a4w4" in low or "f4gemm" in low) else "?",
+                4 if "a4w4" in low or "f4gemm" in low else None,
+                moe,
+            )
         if "wfp4" in low:
             return ("mxfp4", 4, "16-bit", 16, moe)
         if "pk_i4" in low or "int4" in low:
@@ -178,4 +196,9 @@ def kernel_format(name: str, source: str = "gpu_kernel") -> KernelFormat | None:
         return KernelFormat(w, wb, a, ab, moe, how)
     if c.klass == "wo_gemm":
         return KernelFormat("low-bit", None, "16-bit", 16, False, f"catalog class wo_gemm ({pid})")
+    low = name.lower()
+    if _FP8_WORDS.search(low):  # a generic GEMM pattern caught an FP8 kernel (CUTLASS / cuBLASLt e4m3 names)
+        return KernelFormat("fp8", 8, "fp8", 8, False, f"FP8 element type in the name ({pid or c.family})")
+    if _FP4_WORDS.search(low):
+        return KernelFormat("fp4", 4, "?", None, False, f"FP4 element type in the name ({pid or c.family})")
     return KernelFormat("16-bit", 16, "16-bit", 16, False, f"dense GEMM ({pid or c.family})")

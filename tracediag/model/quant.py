@@ -154,7 +154,7 @@ def _family(m: ModelConfig) -> str:
         return "mixtral"
     if mt.startswith("llama4"):
         return "llama4"
-    if m.attention is not None and m.attention.kind == "MLA" or mt.startswith(("deepseek", "kimi")):
+    if (m.attention is not None and m.attention.kind == "MLA") or mt.startswith(("deepseek", "kimi")):
         return "deepseek"
     if mt == "qwen2_moe":
         return "qwen2_moe"
@@ -327,7 +327,11 @@ def _assign(
     out: dict[str, GroupQuant] = {}
     for g in present_groups(m):
         if g not in applies:
-            out[g] = GroupQuant(g, base, f"{base.name}: {not_by_method if g != 'embeddings' else 'embeddings are gathered, not quantized'}")
+            out[g] = GroupQuant(
+                g,
+                base,
+                f"{base.name}: {not_by_method if g != 'embeddings' else 'embeddings are gathered, not quantized'}",
+            )
             continue
         share, entry = _excluded_share(m, g, matcher)
         if share >= 1.0:
@@ -363,7 +367,11 @@ def _awq(m, qc, notes):
     zp = qc.get("zero_point", True) is not False
     bpw = bits + (16 + (bits if zp else 0)) / g if g and g > 0 else float(bits)
     fmt = Format(
-        f"int{bits}", bits, bpw, *_act(16, "bf16", base_format(m)), f"AWQ G={g}, 16-bit scale" + (" + zero" if zp else "")
+        f"int{bits}",
+        bits,
+        bpw,
+        *_act(16, "bf16", base_format(m)),
+        f"AWQ G={g}, 16-bit scale" + (" + zero" if zp else ""),
     )
     matcher = _Matcher(list(qc.get("modules_to_not_convert") or []), "substring", notes, "modules_to_not_convert")
     applies = _LINEAR if qc.get("lm_head") is True else _LINEAR[:-1]
@@ -518,7 +526,11 @@ def _bnb(m, qc, notes):
 
 
 def _hqq(m, qc, notes):
-    wq = ((qc.get("quant_config") or {}).get("weight_quant_params") or {}) if isinstance(qc.get("quant_config"), dict) else {}
+    wq = (
+        ((qc.get("quant_config") or {}).get("weight_quant_params") or {})
+        if isinstance(qc.get("quant_config"), dict)
+        else {}
+    )
     bits = _int_or(wq, "nbits", default=4)
     g = _int_or(wq, "group_size", default=64)
     fmt = Format(f"int{bits}", bits, bits + 32 / g, 16, base_format(m).act_format, f"HQQ G={g}")

@@ -173,23 +173,30 @@ def kv_cache_dtype(ctx: Context) -> KVDtype:
             return KVDtype(1, v, f"engine log: kv_cache_dtype={v} (line {row['line']})")
         if v in DTYPE_BYTES:
             return KVDtype(DTYPE_BYTES[v], v, f"engine log: kv_cache_dtype={v} (line {row['line']})")
-    names = [r["name"] for r in ctx.rows("SELECT DISTINCT name FROM kernels WHERE klass IN ('attention', 'elementwise')")]
+    rows = ctx.rows("SELECT DISTINCT name, klass FROM kernels WHERE klass IN ('attention', 'elementwise')")
+    names = [r["name"] for r in rows]
+    attention = {r["name"] for r in rows if r["klass"] == "attention"}
     for n in names:
         e = _KV_ENUM.search(n)
-        t = _KV_TRTLLM.search(n)
-        if (e and e.group(1) != "0") or (t and t.group(1) in ("E4m3", "E5m2")) or _KV_AITER.search(n):
+        t = _KV_TRTLLM.search(n) if n in attention else None
+        aiter = n in attention and _KV_AITER.search(n)
+        if (e and e.group(1) != "0") or (t and t.group(1) in ("E4m3", "E5m2")) or aiter:
             return KVDtype(1, "fp8", f"kernel name: FP8 KV cache ({n[:90]})")
     for n in names:
         e = _KV_ENUM.search(n)
-        t = _KV_TRTLLM.search(n)
+        t = _KV_TRTLLM.search(n) if n in attention else None
         if e or t:
             b = m.dtype_bytes if m is not None and m.dtype_bytes else 2
             what = "Fp8KVCacheDataType 0 (auto: the model dtype)" if e else f"{t.group(1)} KV"
             return KVDtype(b, m.dtype if m is not None and m.dtype else "bf16", f"kernel name: {what} ({n[:90]})")
     if m is not None and m.quant is not None and m.quant.kv_cache:
-        return KVDtype(1, m.quant.kv_cache, f"config: the checkpoint declares an {m.quant.kv_cache} KV cache ({m.quant.source})")
+        return KVDtype(
+            1, m.quant.kv_cache, f"config: the checkpoint declares an {m.quant.kv_cache} KV cache ({m.quant.source})"
+        )
     if m is not None and m.dtype_bytes:
-        return KVDtype(m.dtype_bytes, m.dtype or "?", f"model dtype {m.dtype} (no kv_cache_dtype in a log, no FP8-KV kernel)")
+        return KVDtype(
+            m.dtype_bytes, m.dtype or "?", f"model dtype {m.dtype} (no kv_cache_dtype in a log, no FP8-KV kernel)"
+        )
     return KVDtype(2, "bf16", "assumed 2 bytes (no kv_cache_dtype, no FP8-KV kernel, no torch_dtype)")
 
 
@@ -237,7 +244,7 @@ def served_formats(ctx: Context, phase: str | None = None) -> tuple[dict[str, Fo
         return accounting.formats(m), f"checkpoint formats ({m.dtype or 'bf16 assumed'})"
     ran = [r for r in gemm_dispatch(ctx) if r["fmt"].lowbit and (phase is None or r["phase"] == phase)]
     if ran:
-        return accounting.formats(m), f"checkpoint formats ({m.quant.describe()}): low-bit kernels ran"
+        return accounting.formats(m), f"W{m.quant.main_bits} as declared ({m.quant.describe()}): low-bit kernels ran"
     return accounting.formats(m, as_served=False), (
         f"every group at {accounting.base_format(m).name}: the checkpoint declares {m.quant.method} but no low-bit "
         "GEMM kernel ran (see SHP003)"
@@ -251,6 +258,34 @@ def bytes_table(m, p: int, fmts: dict[str, Format]) -> list[dict[str, Any]]:
 
 def w16_formats(m) -> dict[str, Format]:
     return {g: accounting.W16 for g in accounting.formats(m)}
+
+
+def w16_w4_bytes(m, p: int) -> dict[str, Any] | None:
+    """The seed's pair for the projections and lm_head one rank reads (every expert counted): W16 at 2 bytes per
+    weight, W4 with the projection groups at 4 bits + one 16-bit scale per G; f = the projections' share."""
+    if None in (m.h, m.H_kv, m.D) or (m.I is None and m.moe is None):
+        return None
+    _, g, g_source = accounting.hypothetical_w4(m)
+    seed4 = Format("int4 (seed)", 4, 4 + 16 / g, 16, "bf16", f"4 bits + one 16-bit scale per {g}")
+    w4_fmts = {
+        k: seed4 if k in ("attention", "dense_mlp", "experts", "shared_experts") else v
+        for k, v in w16_formats(m).items()
+    }
+    full = m.moe.experts if m.moe else 1
+    w16 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w16_formats(m)).rows
+    w4 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w4_fmts).rows
+    proj = sum(r["bytes_read"] for r in w16 if r["group"] in ("attention", "dense_mlp", "experts", "shared_experts"))
+    total16 = sum(r["bytes_read"] for r in w16)
+    total4 = sum(r["bytes_read"] for r in w4)
+    return {
+        "W16_bytes": round(total16),
+        "W4_bytes": round(total4),
+        "quantized_share_f": proj / total16 if total16 else 1.0,
+        "G": g,
+        "G_source": g_source,
+        "ratio": total4 / total16 if total16 else 1.0,
+        "experts_counted": full,
+    }
 
 
 # ------------------------------------------------------------------ bandwidth
@@ -442,7 +477,9 @@ class GroupVerdict:
         }
 
 
-def group_dispatch(ctx: Context, p: int) -> tuple[list[GroupVerdict], list[dict[str, Any]], list[dict[str, Any]] | None]:
+def group_dispatch(
+    ctx: Context, p: int
+) -> tuple[list[GroupVerdict], list[dict[str, Any]], list[dict[str, Any]] | None]:
     """For each quantized module group of the model: which GEMM kernels served it and whether they read weights of
     the declared format. MoE experts are judged on the expert GEMMs (grouped / batched MoE kernels), the other
     groups on the dense GEMMs; recorded GEMM shapes (CPU traces, eager GPU runs) tie dense GEMMs to their group.
@@ -487,7 +524,10 @@ def group_dispatch(ctx: Context, p: int) -> tuple[list[GroupVerdict], list[dict[
             if shaped and not ok:
                 v.verdict, v.why = "not_applied", "dense GEMMs with this group's full-size (K, N) and no low-bit kernel"
             elif shaped:
-                v.verdict, v.why = "partly", "low-bit kernels ran, but some of this group's GEMMs ran dense on full-size weights"
+                v.verdict, v.why = (
+                    "partly",
+                    "low-bit kernels ran, but some of this group's GEMMs ran dense on full-size weights",
+                )
             elif ok:
                 v.verdict, v.why = "applied", f"low-bit GEMMs ({', '.join(sorted({r['fmt'].weight for r in ok}))}) ran"
             elif wrong:
@@ -495,7 +535,10 @@ def group_dispatch(ctx: Context, p: int) -> tuple[list[GroupVerdict], list[dict[
             elif unknown:
                 v.verdict, v.why = "unverified", "the GEMM kernels do not print their weight format"
             elif wide:
-                v.verdict, v.why = "not_applied", "only dense 16-bit GEMM kernels ran (no GEMM shapes to tie them to roles)"
+                v.verdict, v.why = (
+                    "not_applied",
+                    "only dense 16-bit GEMM kernels ran (no GEMM shapes to tie them to roles)",
+                )
                 v.kernels = [format_row(r) for r in wide]
             else:
                 v.verdict, v.why = "not_seen", "no GEMM kernel in the trace"

@@ -123,11 +123,7 @@ def check(ctx: Context) -> Check:
         )
     if not dq:
         ran = [v for v in verdicts if v.kernels]
-        aq_note = (
-            f"; activation quantize {len(aq)} kernel(s), {values['act_quant_time_ns'] / 1e6:.3g} ms"
-            if aq
-            else ""
-        )
+        aq_note = f"; activation quantize {len(aq)} kernel(s), {values['act_quant_time_ns'] / 1e6:.3g} ms" if aq else ""
         return passed(
             RULE,
             confidence="high" if all(v.verdict == "applied" for v in verdicts) else "low",
@@ -152,7 +148,11 @@ def check(ctx: Context) -> Check:
     values["delta_ns_per_step"] = delta
     dense_groups = [v.group for v in verdicts if v.group != "experts"]
     served = accounting.formats(m)
-    w16 = sum(g.bytes_per_rank for g in accounting.weights(m, p, {g: accounting.W16 for g in served}) if g.group in dense_groups)
+    w16 = sum(
+        g.bytes_per_rank
+        for g in accounting.weights(m, p, {g: accounting.W16 for g in served})
+        if g.group in dense_groups
+    )
     wq = sum(g.bytes_per_rank for g in accounting.weights(m, p, served) if g.group in dense_groups)
     values |= {
         "W16_bytes": round(w16),

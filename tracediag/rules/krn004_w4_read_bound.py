@@ -48,6 +48,7 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002", "SHP003"),
 )
 KV_DOMINATES = 1.25  # S_read at or below this: weight quantization buys ≤ 25 % of decode reads
+PROJECTION_GROUPS = ("attention", "dense_mlp", "experts", "shared_experts")  # what 4-bit quantization covers
 ALREADY_4BIT = 0.05  # W4 within 5 % of W: the weights that matter are 4-bit already
 
 
@@ -111,13 +112,12 @@ def check(ctx: Context) -> Check:
         "W16_bytes": mid["W16_bytes"],
         "W4_bytes": mid["W4_bytes"],
         "W4_over_W": mid["W4_bytes"] / mid["W_bytes"],
+        "f": sum(r["bytes_read"] for r in reads.rows if r["group"] in PROJECTION_GROUPS) / mid["W_bytes"],
         "G": G,
         "G_source": G_source,
         "experts_touched_per_moe_layer": reads.experts_touched,
         "experts_touched_note": (
-            "estimate E·(1−(1−k/E)^T) for uniform independent routing; skewed routing touches fewer"
-            if m.moe
-            else None
+            "estimate E·(1−(1−k/E)^T) for uniform independent routing; skewed routing touches fewer" if m.moe else None
         ),
         "weight_groups": reads.rows,
         "B_median": median([t["B"] for t in table]),
@@ -131,7 +131,8 @@ def check(ctx: Context) -> Check:
     }
     formula = "S_read = (W + B·K) / (W4 + B·K), K = KV bytes of one sequence of S tokens"
     moe = (
-        f"; experts: {reads.experts_touched:.1f} of {m.moe.experts} touched per MoE layer at T = {mid['T']:g} (estimate)"
+        f"; experts: {reads.experts_touched:.1f} of {m.moe.experts} touched per MoE layer at T = {mid['T']:g} "
+        "(estimate)"
         if m.moe
         else ""
     )

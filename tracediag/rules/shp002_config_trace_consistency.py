@@ -211,8 +211,12 @@ def check(ctx: Context) -> Check:
     substituted = f"share = {matched} / {total} = {share:.2f} (need ≥ {MATCH_SHARE})"
     common = {"formula": formula, "substituted": substituted, "table": table[:20], "evidence": evidence}
     if share >= MATCH_SHARE:
-        pads = sorted({r.rsplit("padded to ", 1)[1].rstrip(")") for rs in by_role.values() for r in rs if "padded to" in r})
-        padded = f" ({values['padded_calls']} with H padded to {', '.join(pads)})" if pads and values["padded_calls"] else ""
+        pads = sorted(
+            {r.rsplit("padded to ", 1)[1].rstrip(")") for rs in by_role.values() for r in rs if "padded to" in r}
+        )
+        padded = (
+            f" ({values['padded_calls']} with H padded to {', '.join(pads)})" if pads and values["padded_calls"] else ""
+        )
         return passed(
             RULE,
             confidence="high",

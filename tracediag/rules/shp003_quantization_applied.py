@@ -112,7 +112,11 @@ def check(ctx: Context) -> Check:
         unverified = [v for v in verdicts if v.verdict in ("unverified", "not_seen")]
         applied = [v for v in verdicts if v.verdict == "applied"]
         excluded = [g.group for g in m.quant.groups.values() if not g.quantized]
-        how = "; ".join(f"{v.group} {v.declared.name} ({v.declared.scheme}) on {v.kernels[0]['name'][:50]}" for v in applied if v.kernels)
+        how = "; ".join(
+            f"{v.group} {v.declared.name} ({v.declared.scheme}) on {v.kernels[0]['name'][:50]}"
+            for v in applied
+            if v.kernels
+        )
         note = f"; {', '.join(v.group for v in unverified)}: {unverified[0].why}" if unverified else ""
         return passed(
             RULE,
@@ -156,8 +160,15 @@ def check(ctx: Context) -> Check:
         title=title,
         formula=formula,
         substituted=substituted,
-        values=values | ({} if proven else {"note": "no GEMM shapes tie the dense kernels to these groups: a low-bit "
-                                                     "kernel missing from the catalog would look the same"}),
+        values=values
+        | (
+            {}
+            if proven
+            else {
+                "note": "no GEMM shapes tie the dense kernels to these groups: a low-bit "
+                "kernel missing from the catalog would look the same"
+            }
+        ),
         table=table,
         evidence=(ev_dense[: n - 2] + ev_k[:2]) if ev_dense else ev_k[:n],
         next_check=NEXT_CHECK,

@@ -67,10 +67,8 @@ def capacity(m, kv_b: float, mem: float, p: int, ctx_len: int | None) -> dict:
     kv_need = accounting.kv_bytes(m, p, kv_b, need) or 0.0
     free = usable - weights - RUNTIME_BYTES
     capped = (accounting.kv_bytes(m, p, kv_b, need) or 0.0) - per_token * need  # sliding layers: a fixed part
-    if not per_token:  # every layer keeps a bounded window: the token count does not limit the context
-        tokens = None
-    else:
-        tokens = max(int((free - max(capped, 0.0)) // per_token), 0) if free > 0 else 0
+    # every layer keeps a bounded window (per_token = 0): the token count does not limit the context
+    tokens = (max(int((free - max(capped, 0.0)) // per_token), 0) if free > 0 else 0) if per_token else None
     return {
         "p": p,
         "weights_gib": round(weights / GiB, 3),

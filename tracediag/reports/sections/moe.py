@@ -40,7 +40,8 @@ def build(ctx) -> Section | None:
     if (m is None or m.moe is None) and not kernels:
         return None
     phase_ns = {
-        phase_name(r["phase"]): r["t"] for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY 1")
+        phase_name(r["phase"]): r["t"]
+        for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY 1")
     }
     notes = []
     tables: dict[str, list[dict]] = {}
@@ -52,7 +53,11 @@ def build(ctx) -> Section | None:
             f"{e.experts} experts per MoE layer, top-{e.top_k} per token, expert width {e.expert_I}, "
             f"{len(e.moe_layers)} of {m.L} layers MoE"
             + (f", {e.shared_experts} shared expert(s) of width {e.shared_I}" if e.shared_experts else "")
-            + (f"; experts {fmt.fmt.name} ({fmt.fmt.scheme}, {fmt.fmt.bits_per_weight:g} bits per weight)" if fmt else "")
+            + (
+                f"; experts {fmt.fmt.name} ({fmt.fmt.scheme}, {fmt.fmt.bits_per_weight:g} bits per weight)"
+                if fmt
+                else ""
+            )
             + "."
         )
         seen_T = sorted({r["T"] for r in ctx.rows("SELECT T FROM steps WHERE T IS NOT NULL")})
