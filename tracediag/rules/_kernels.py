@@ -221,6 +221,17 @@ def gemm_dispatch(ctx: Context) -> list[dict[str, Any]]:
     return [r for r in rows if r["fmt"] is not None]
 
 
+def kernels_in_words(rows: list[dict[str, Any]]) -> str:
+    """'Triton matmul_ogs (MXFP4 MoE) W4A16 (2 kernels, 48 calls)' per family, from format rows."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for k in rows:
+        by.setdefault((family_label(k["family"]), k["scheme"]), []).append(k)
+    return ", ".join(
+        f"{fam} {scheme} ({len(ks)} kernel{'s' if len(ks) > 1 else ''}, {sum(k['calls'] for k in ks)} calls)"
+        for (fam, scheme), ks in by.items()
+    )
+
+
 def format_row(r: dict[str, Any]) -> dict[str, Any]:
     f = r["fmt"]
     return {
@@ -242,7 +253,10 @@ def served_formats(ctx: Context, phase: str | None = None) -> tuple[dict[str, Fo
     m = ctx.model
     if m.quant is None or not m.quant.quantized_groups:
         return accounting.formats(m), f"checkpoint formats ({m.dtype or 'bf16 assumed'})"
-    ran = [r for r in gemm_dispatch(ctx) if r["fmt"].lowbit and (phase is None or r["phase"] == phase)]
+    rows = [r for r in gemm_dispatch(ctx) if phase is None or r["phase"] == phase]
+    if not rows:
+        return accounting.formats(m), f"declared formats ({m.quant.describe()}): no GEMM in the trace to check them"
+    ran = [r for r in rows if r["fmt"].lowbit]
     if ran:
         return accounting.formats(m), f"W{m.quant.main_bits} as declared ({m.quant.describe()}): low-bit kernels ran"
     return accounting.formats(m, as_served=False), (

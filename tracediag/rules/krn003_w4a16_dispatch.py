@@ -35,6 +35,7 @@ from tracediag.rules._kernels import (
     call_evidence,
     declared_formats,
     group_dispatch,
+    kernels_in_words,
     phase_evidence,
     phase_name,
     prepare,
@@ -58,9 +59,10 @@ def dequant_budget(w16_bytes: float, w4_bytes: float, bw_bytes_per_s: float) -> 
 
 
 def _scheme_words(v) -> str:
-    """'experts MXFP4 W4A16 on _matmul_ogs_NNT_bf16xbf16xmxfp4 (W4A16)'."""
-    ks = sorted({f"{k['name'][:48]} ({k['scheme']})" for k in v.kernels})
-    return f"{v.group} {v.declared.name} {v.declared.scheme}" + (f" on {', '.join(ks[:2])}" if ks else "")
+    """'experts mxfp4 W4A16 on Triton matmul_ogs (MXFP4 MoE) W4A16 (2 kernels, 48 calls)'."""
+    return f"{v.group} {v.declared.name} {v.declared.scheme}" + (
+        f" on {kernels_in_words(v.kernels)}" if v.kernels else ""
+    )
 
 
 def check(ctx: Context) -> Check:

@@ -31,6 +31,7 @@ from tracediag.rules._kernels import (
     call_evidence,
     declared_formats,
     group_dispatch,
+    kernels_in_words,
     phase_name,
     prepare,
     source_of,
@@ -113,7 +114,7 @@ def check(ctx: Context) -> Check:
         applied = [v for v in verdicts if v.verdict == "applied"]
         excluded = [g.group for g in m.quant.groups.values() if not g.quantized]
         how = "; ".join(
-            f"{v.group} {v.declared.name} ({v.declared.scheme}) on {v.kernels[0]['name'][:50]}"
+            f"{v.group} {v.declared.name} ({v.declared.scheme}) on {kernels_in_words(v.kernels)}"
             for v in applied
             if v.kernels
         )
@@ -141,7 +142,11 @@ def check(ctx: Context) -> Check:
     if not_applied and not lowbit:
         title = (
             f"Quantization not applied: the config declares {groups_txt}, but no low-bit kernel ran and "
-            f"{len(dense_rows) or sum(r['calls'] for r in gemms)} GEMMs ran dense"
+            + (
+                f"{len(dense_rows)} projection GEMMs ran dense"
+                if dense_rows
+                else f"{sum(r['calls'] for r in gemms)} GEMM calls ran 16-bit kernels"
+            )
             + (f" on full-size weights ({', '.join(f'{k} ×{c}' for k, c in roles.items())})" if roles else "")
         )
         impact = 1.0

@@ -31,7 +31,7 @@ from __future__ import annotations
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
-from tracediag.rules._kernels import kv_cache_dtype
+from tracediag.rules._kernels import kv_cache_dtype, served_formats
 
 RULE = RuleMeta(
     id="SHP004",
@@ -58,10 +58,11 @@ def gpu_memory(ctx: Context) -> tuple[int | None, str]:
     return None, ""
 
 
-def capacity(m, kv_b: float, mem: float, p: int, ctx_len: int | None) -> dict:
-    """One row of the per-p table: weights and KV of one rank against its usable memory."""
+def capacity(m, kv_b: float, mem: float, p: int, ctx_len: int | None, fmts: dict | None = None) -> dict:
+    """One row of the per-p table: weights (in `fmts`, default as declared) and KV of one rank against its
+    usable memory."""
     usable = mem * GPU_MEMORY_UTILIZATION
-    weights = accounting.weight_bytes(m, p)
+    weights = accounting.weight_bytes(m, p, fmts)
     per_token = accounting.kv_bytes_per_token(m, p, kv_b) or 0.0
     need = ctx_len or 1
     kv_need = accounting.kv_bytes(m, p, kv_b, need) or 0.0
@@ -94,15 +95,16 @@ def check(ctx: Context) -> Check:
             "(--topology from `tracediag env`)",
         )
     kv = kv_cache_dtype(ctx)
+    fmts, fmts_how = served_formats(ctx)
     ctx_len = m.max_position_embeddings
     p_used = ctx.tp.p if ctx.tp else 1
     ps = sorted({1, 2, 4, 8, p_used})
-    table = [capacity(m, kv.b, mem, p, ctx_len) for p in ps]
+    table = [capacity(m, kv.b, mem, p, ctx_len, fmts) for p in ps]
     by_p = {r["p"]: r for r in table}
     min_p = next((r["p"] for r in table if r["fits"]), None)
     one = by_p[1]
     params = accounting.total_params(m)
-    groups = accounting.weights(m, 1)
+    groups = accounting.weights(m, 1, fmts)
     unknown = [g.group for g in groups if g.fmt.bits_per_weight is None]
     values = {
         "p": p_used,
@@ -112,8 +114,8 @@ def check(ctx: Context) -> Check:
         "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
         "runtime_allowance_gib": RUNTIME_BYTES / GiB,
         "params_estimate": params,
-        "weights_from": m.quant.describe() if m.quant and m.quant.quantized_groups else f"{m.dtype or 'bf16'} weights",
-        "bytes_per_weight": round(accounting.weight_bytes(m, 1) / params, 4),
+        "weights_from": fmts_how,
+        "bytes_per_weight": round(accounting.weight_bytes(m, 1, fmts) / params, 4),
         "weight_groups": [g.row() for g in groups],
         "kv_bytes_per_element": kv.b,
         "kv_element_source": kv.source,
