@@ -86,7 +86,7 @@ def canonical_arrow_schemas() -> dict[str, pa.Schema]:
     con = open_store()
     try:
         names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
-        return {n: con.execute(f"SELECT * FROM {n} LIMIT 0").to_arrow_table().schema for n in names}
+        return {n: con.sql(f"SELECT * FROM {n} LIMIT 0").to_arrow_table().schema for n in names}
     finally:
         con.close()
 
