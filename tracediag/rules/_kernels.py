@@ -58,7 +58,7 @@ def dispatch_rows(ctx: Context, klasses: tuple[str, ...]) -> list[dict[str, Any]
                   arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step,
                   min(first_ts_ns) AS ts_ns
            FROM kernel_steps WHERE step_id IS NOT NULL AND klass IN ({marks})
-           GROUP BY ALL ORDER BY time_ns DESC""",
+           GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name, source""",
         list(klasses),
     )
     for r in rows:

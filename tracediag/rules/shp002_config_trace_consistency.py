@@ -146,7 +146,7 @@ def check(ctx: Context) -> Check:
     m, p = ctx.model, ctx.tp.p
     rows = ctx.rows(
         "SELECT name, act_dims, w_dims, count(*) AS calls, min(rank) AS rank, min(step_id) AS step_id, "
-        "min(ts_ns) AS ts_ns FROM gemm_shapes GROUP BY name, act_dims, w_dims"
+        "min(ts_ns) AS ts_ns FROM gemm_shapes GROUP BY name, act_dims, w_dims ORDER BY ts_ns, name, act_dims, w_dims"
     )
     shapes: dict[tuple[int, int], dict] = {}
     for r in rows:
