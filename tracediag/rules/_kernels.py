@@ -214,7 +214,8 @@ def gemm_dispatch(ctx: Context) -> list[dict[str, Any]]:
         """SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) FILTER (WHERE step_id IS NOT NULL) AS steps,
                   arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE klass IN ('gemm', 'wo_gemm') GROUP BY ALL ORDER BY time_ns DESC"""
+           FROM kernel_steps WHERE klass IN ('gemm', 'wo_gemm') GROUP BY ALL
+           ORDER BY time_ns DESC, phase, klass, family, name, source"""
     )
     for r in rows:
         r["fmt"] = kernel_format(r["name"], r["source"])

@@ -78,7 +78,7 @@ def check(ctx: Context) -> Check:
                   count(DISTINCT (rank, step_id)) AS steps, arg_min(rank, first_ts_ns) AS rank,
                   arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
            FROM kernel_steps WHERE (klass = 'dequant' OR family = 'act_quant') AND step_id IS NOT NULL
-           GROUP BY ALL ORDER BY time_ns DESC"""
+           GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name"""
     )
     dq = [r for r in aux if r["klass"] == "dequant"]
     aq = [r for r in aux if r["family"] == "act_quant"]

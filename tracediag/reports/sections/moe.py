@@ -110,13 +110,13 @@ def build(ctx) -> Section | None:
                 if phase_ns.get(phase_name(r["phase"]))
                 else None,
             }
-            for r in sorted(kernels, key=lambda r: (phase_order(r["phase"]), -r["time_ns"]))
+            for r in sorted(kernels, key=lambda r: (phase_order(r["phase"]), -r["time_ns"], r["name"]))
         ]
     comm = ctx.rows(
         """SELECT op, count(*) AS calls, sum(dur_ns) AS time_ns, avg(payload_bytes) AS mean_payload_bytes,
                   sum(payload_bytes) AS total_payload_bytes, count(DISTINCT rank) AS ranks
            FROM collectives WHERE op IN ('all_to_all', 'all_reduce', 'all_gather', 'reduce_scatter')
-           GROUP BY op ORDER BY time_ns DESC"""
+           GROUP BY op ORDER BY time_ns DESC, op"""
     )
     if comm:
         tables["collectives: expert-parallel all-to-all beside tensor-parallel all-reduce"] = comm
