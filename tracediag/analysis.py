@@ -13,7 +13,8 @@ from tracediag import __version__
 from tracediag.derive import build_all
 from tracediag.engine import Context, Settings, TPDegree, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
-from tracediag.findings import WALK_STEPS, Check
+from tracediag.findings import WALK_STEPS, Check, ranked_findings
+from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
@@ -35,7 +36,18 @@ class Report:
 
     @property
     def findings(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "finding"]
+        """Ranked by impact, each cause followed by the findings that may be its consequences."""
+        return ranked_findings(self.checks)
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """What most likely limits the run, its cost, the next check, and how many rules could run."""
+        return build_verdict(self.checks)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        from tracediag.reports.html import render_fragment
+
+        return render_fragment(self)
 
     @property
     def cost_model(self) -> dict[str, Any]:
@@ -56,6 +68,7 @@ class Report:
             "model": self.model.to_dict() if self.model else None,
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
             "cost_model": self.cost_model,
+            "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
             "checks": [c.to_dict() for c in self.checks],
             "findings": [c.to_dict() for c in self.findings],
@@ -100,7 +113,8 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             any_value(i.profiler) AS profiler, list(i.rank ORDER BY i.rank) FILTER (WHERE i.rank IS NOT NULL) AS ranks,
             any_value(i.rank_source) AS rank_source, max(i.world_size) AS world_size,
             any_value(i.backend) AS backend, any_value(i.device_name) AS device,
-            sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped
+            sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped,
+            min(i.trace_start_ns) AS trace_start_ns, max(i.trace_end_ns) AS trace_end_ns
         FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
     )
     counts = {
