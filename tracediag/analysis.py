@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,13 +147,16 @@ def analyze(
     extra_inputs: list[tuple[str | Path, str]] = (),
     extra_rules: list[str] = (),
     extra_sections: list[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
     `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
     (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
     `extra_rules` / `extra_sections` are module names run after the registered ones (development, plugins).
+    `progress(stage)` is called as each stage starts (the CLI shows it on a terminal).
     """
+    say = progress or (lambda stage: None)
     files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
     files += [(Path(p), fmt) for p, fmt in extra_inputs]
     if not files:
@@ -161,16 +165,22 @@ def analyze(
         if not p.exists():
             raise InputError(p, "no such file or directory")
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
+    size = sum(p.stat().st_size for p, _ in files if p.is_file())
+    say(f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({size / 2**20:,.1f} MiB)")
     parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
     con = open_store(db_path)
     try:
+        say("loading the store")
         load(con, parsed)
         del parsed
+        say("deriving steps, collectives and kernel classes")
         build_all(con)
         tpd = detect_tp(con, tp)
         ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings())
         rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+        say(f"running {len(rules)} rules")
         checks = run_rules(ctx, rules)
+        say("building the report")
         return Report(
             inputs=_input_rows(con),
             model=model_cfg,

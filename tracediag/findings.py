@@ -229,7 +229,7 @@ def coverage_sentence(cov: dict[str, Any], limit: int = 4) -> str:
         parts.append(f"{lead}{g['input']} to enable {shown}" + (f" ({len(rules)})" if len(rules) > limit else ""))
     rest = len(cov["not_applicable_to_inputs"])
     if rest:
-        parts.append(f"{rest} need what these inputs do not hold (reasons in the walk)")
+        parts.append(f"{rest} need what these inputs do not hold (see each rule's reason)")
     return f"{ran} of {total} rules ran; {n} could not run: " + "; ".join(parts) + "."
 
 

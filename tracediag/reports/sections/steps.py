@@ -1,25 +1,32 @@
-"""Engine steps per rank: marker, phase, T, step time (GPU span, else host duration), collectives, attention."""
+"""Engine steps per rank: marker, phase, T, host duration, step time (GPU span, else host duration),
+collectives, attention. `tracediag.measures` reads this table too (step time per phase and T bucket)."""
 
 from __future__ import annotations
 
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import prepare
+from tracediag.store import has_table
+
+_ACTIVITY = "a.step_ns, a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns"
+_NO_ACTIVITY = "NULL::BIGINT AS step_ns, NULL::BIGINT AS gpu_idle_ns, NULL::BIGINT AS attention_ns"
 
 STEPS_SQL = """
-SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.phase_source, s.T, s.t_source, s.ts_ns,
-       a.step_ns, s.dur_ns AS host_dur_ns, s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
-       a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns,
+SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.phase_source, s.T, s.t_source, s.ts_ns, s.dur_ns,
+       {activity}, s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
        count(c.op) FILTER (WHERE c.op = 'all_reduce') AS all_reduces,
        count(c.op) AS collectives, sum(c.dur_ns) AS collective_ns
-FROM steps s
-LEFT JOIN step_activity a USING (rank, step_id)
+FROM steps s {join}
 LEFT JOIN collectives c USING (rank, step_id)
 GROUP BY ALL ORDER BY s.rank, s.step_id"""
 
 
 def build(ctx) -> Section | None:
-    prepare(ctx)
-    rows = ctx.rows(STEPS_SQL)
+    # step_activity exists in every store this version writes; a store from before it still gets its steps
+    activity = has_table(ctx.con, "step_activity")
+    sql = STEPS_SQL.format(
+        activity=_ACTIVITY if activity else _NO_ACTIVITY,
+        join="LEFT JOIN step_activity a USING (rank, step_id)" if activity else "",
+    )
+    rows = ctx.rows(sql)
     if not rows:
         return None
     return Section(
@@ -28,8 +35,9 @@ def build(ctx) -> Section | None:
         title="Engine steps",
         tables={"steps per rank": rows},
         notes=(
-            "Steps come from the first marker kind present on each rank (see README). Step time is the GPU span "
-            "of the kernels the step launched, or the host duration on a CPU-only trace.",
+            "Steps come from the first marker kind present on each rank (see README). Duration is the host range "
+            "of the step's marker; step time is the GPU span of the kernels the step launched, or the host "
+            "duration on a CPU-only trace.",
         ),
-        queries={"steps per rank": " ".join(STEPS_SQL.split())},
+        queries={"steps per rank": " ".join(sql.split())},
     )
