@@ -20,7 +20,7 @@ from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
-from tracediag.store import open_store, query_dicts
+from tracediag.store import comment_columns, open_store, query_dicts
 
 SCHEMA_ID = "tracediag/findings-v1"
 
@@ -181,6 +181,8 @@ def analyze(
         say(f"running {len(rules)} rules")
         checks = run_rules(ctx, rules)
         say("building the report")
+        if db_path is not None:
+            comment_columns(con)  # unit and meaning of every column, for whoever opens the file
         return Report(
             inputs=_input_rows(con),
             model=model_cfg,

@@ -292,3 +292,32 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
             for c in also
         ],
     }
+
+
+# --- huge strings in findings.json -----------------------------------------------------------------------
+
+LONG_STRING = 4096  # characters: a longer string (a kernel name of 1 MiB) is kept in full once, not per use
+
+
+def compact_long_strings(doc: dict[str, Any], limit: int = LONG_STRING) -> dict[str, Any]:
+    """A copy of `doc` in which every string longer than `limit` is cut, with a pointer to its one full copy
+    in `doc["long_strings"]` (a list; each distinct string once). Shorter strings are untouched."""
+    table: list[str] = []
+    index: dict[str, int] = {}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > limit:
+            if v not in index:
+                index[v] = len(table)
+                table.append(v)
+            return f"{v[:200]}… [{len(v):,} characters; in full: long_strings[{index[v]}]]"
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    out = walk(doc)
+    if table:
+        out["long_strings"] = table
+    return out

@@ -139,6 +139,7 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
     """The judged items, the verdict and the coverage, then one last line that never says PASSED without
     saying how many of the selected rules ran."""
     from tracediag.findings import coverage_sentence, verdict
+    from tracediag.reports.terminal import clip
 
     file = file or sys.stdout
     c = {s: [o for o in result.outcomes if o.status == s] for s in ("fail", "finding", "pass", "skipped")}
@@ -156,14 +157,14 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
                 continue  # many measures: only regressions are listed; counts below
             vs = f" [{o.vs_baseline}]" if o.vs_baseline and o.status in ("fail", "finding") else ""
             sev = f" {o.severity}" if o.severity and o.status in ("fail", "finding") else ""
-            print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {o.message}", file=file)
+            print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {clip(o.message)}", file=file)
         measured = [o for o in result.outcomes if o.suite == "baseline"]
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
         v = verdict(result.doc["checks"])
         if v.get("rule"):
-            print(f"Verdict: {v['headline']} ({v['rule']} {v['severity']}, {v['cost']})", file=file)
+            print(f"Verdict: {clip(v['headline'])} ({v['rule']} {v['severity']}, {v['cost']})", file=file)
         print(f"Coverage: {coverage_sentence(cov)}", file=file)
         for label, path in (("junit", junit), ("annotated trace", annotated_trace), ("outputs", out)):
             if path is not None:

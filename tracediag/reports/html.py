@@ -280,6 +280,26 @@ def render_html(report) -> str:
     return _ENV.get_template("report.html").render(**report_view(report))
 
 
-def render_fragment(report) -> str:
+def fragment_view(d: dict[str, Any]) -> dict[str, Any]:
+    """The verdict and the ranked findings of a findings.json document."""
+    t0 = _trace_start(d.get("inputs") or [])
+    titles = {c["rule"]: c["title"] for c in d["checks"]}
+    from tracediag.findings import verdict as build_verdict
+
+    rows = []
+    for cause, consequences in fold([c for c in d["checks"] if c["status"] == "finding"]):
+        for depth, c in [(0, cause), *((1, k) for k in consequences)]:
+            view = check_view(c, t0)
+            rows.append({"depth": depth, **view})
+    return {
+        "summary": _summary(d),
+        "verdict": _verdict_view(d.get("verdict") or build_verdict(d["checks"]), titles),
+        "rows": rows,
+        "cost_model": d.get("cost_model") or {},
+    }
+
+
+def render_fragment(report_or_doc) -> str:
     """The verdict and the ranked findings as an HTML fragment with scoped styles (Jupyter `_repr_html_`)."""
-    return _ENV.get_template("fragment.html").render(**report_view(report))
+    d = report_or_doc if isinstance(report_or_doc, dict) else report_or_doc.to_dict()
+    return _ENV.get_template("fragment.html").render(**fragment_view(d))

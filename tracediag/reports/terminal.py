@@ -17,6 +17,13 @@ from tracediag.findings import fold
 from tracediag.reports.units import percent
 
 _SEV = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+LINE_CHARS = 600  # a title longer than this (a hostile kernel name in it) is cut; findings.json has it whole
+
+
+def clip(text: str, limit: int = LINE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 _VERDICT = {"problem": "bold", "no_problem": "bold green", "nothing_ran": "bold red"}
 
 
@@ -32,7 +39,7 @@ def verdict_lines(v: dict) -> list[Text]:
     out = []
     kicker = {"problem": "Verdict", "no_problem": "Verdict (no problem found)", "nothing_ran": "Verdict"}
     line = Text(f"{kicker[v['status']]}: ", style=_VERDICT[v["status"]])
-    line.append(Text(v["headline"], style="bold"))
+    line.append(Text(clip(v["headline"]), style="bold"))
     out.append(line)
     if v.get("rule"):
         meta = Text("  ")
@@ -42,7 +49,7 @@ def verdict_lines(v: dict) -> list[Text]:
         meta.append(f" · {v['cost']}" + (f" · confidence {v['confidence']}" if v.get("confidence") else ""))
         out.append(meta)
         if v.get("next_check"):
-            out.append(Text(f"  Next check: {v['next_check']}"))
+            out.append(Text(f"  Next check: {clip(v['next_check'])}"))
     if v.get("explains"):
         out.append(Text(f"  May explain: {', '.join(v['explains'])} (folded under it)"))
     for a in v.get("also", []):
@@ -50,7 +57,7 @@ def verdict_lines(v: dict) -> list[Text]:
         also.append(a["rule"], style="bold")
         also.append(" ")
         also.append(a["severity"] or "", style=_SEV.get(a["severity"] or "", ""))
-        also.append(f" {a['cost']}: {a['title']}")
+        also.append(f" {a['cost']}: {clip(a['title'])}")
         out.append(also)
     out.append(Text(f"Coverage: {v['coverage_text']}", style="dim" if v["coverage"]["ran"] else "bold red"))
     return out
@@ -62,7 +69,7 @@ def _finding_line(c: dict, indent: str) -> Text:
     t.append(f"{c['rule']:<8}", style="bold")
     t.append(f"{sev:<8}", style=_SEV.get(sev, ""))
     t.append(f"{percent(c['impact']) if c.get('impact') is not None else '—':>6}  ")
-    t.append(c["title"])
+    t.append(clip(c["title"]))
     return t
 
 
