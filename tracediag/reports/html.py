@@ -19,7 +19,7 @@ from markupsafe import Markup
 
 from tracediag.findings import WALK_STEPS, fold
 from tracediag.reports import units
-from tracediag.reports.units import cell, ellipsize, label, value_text
+from tracediag.reports.units import cell, ellipsize, ellipsize_path, label, value_text
 
 # The method and rule reference of the project (docs/ in the repository); the report is read away from any
 # checkout (attached to a ticket), so it links to the published copy.
@@ -161,7 +161,7 @@ def _summary(d: dict[str, Any]) -> str:
     tp = d.get("tp")
     parts.append(f"p = {tp['p']} ({tp['source']})" if tp else "TP degree unknown")
     model = d.get("model")
-    parts.append(f"model {ellipsize(str(model.get('path')), 60)[0]}" if model else "no model config")
+    parts.append(f"model {ellipsize_path(str(model.get('path')), 60)[0]}" if model else "no model config")
     ends = [i["trace_end_ns"] for i in inputs if isinstance(i.get("trace_end_ns"), int)]
     t0 = _trace_start(inputs)
     if ends and t0 is not None:
@@ -253,7 +253,7 @@ def report_view(report) -> dict[str, Any]:
         "details": details,
         "inputs": [
             {
-                "path": ellipsize(str(i.get("path")), 80),
+                "path": ellipsize_path(str(i.get("path")), 80),
                 "format": i.get("format"),
                 "profiler": i.get("profiler"),
                 "ranks": _ranks_text(i.get("ranks") or []) or "—",
@@ -268,6 +268,7 @@ def report_view(report) -> dict[str, Any]:
         "t0": units.trace_us(t0) if t0 is not None else None,
         "tp": d["tp"],
         "model": model,
+        "model_path": ellipsize_path(str(model.get("path")), 80)[0] if model else None,
         "model_view": [(label(k), value_text(k, v)) for k, v in model.items() if k not in ("notes", "path")]
         if model
         else [],

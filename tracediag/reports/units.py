@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+NBSP = "\u00a0"  # between a number and its unit: "1.44 s" never wraps between the two
 NAME_CHARS = 96  # a long name (kernel, annotation, path) is cut here where it is displayed
 TITLE_CHARS = 2000  # and its hover text is cut here (the full name is in findings.json and trace.duckdb)
 
@@ -167,16 +168,16 @@ def duration(ns: float | None) -> str:
         return "—"
     a = abs(ns)
     if a < 1e3:
-        return f"{_sig(ns)} ns"
+        return f"{_sig(ns)}\u00a0ns"
     if a < 1e6:
-        return f"{_sig(ns / 1e3)} µs"
+        return f"{_sig(ns / 1e3)}\u00a0µs"
     if a < 1e9:
-        return f"{_sig(ns / 1e6)} ms"
+        return f"{_sig(ns / 1e6)}\u00a0ms"
     if a < 120e9:
-        return f"{_sig(ns / 1e9)} s"
+        return f"{_sig(ns / 1e9)}\u00a0s"
     if a < 7200e9:
-        return f"{_sig(ns / 60e9)} min"
-    return f"{_sig(ns / 3600e9)} h"
+        return f"{_sig(ns / 60e9)}\u00a0min"
+    return f"{_sig(ns / 3600e9)}\u00a0h"
 
 
 def size(b: float | None) -> str:
@@ -186,8 +187,8 @@ def size(b: float | None) -> str:
     a = abs(b)
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if a >= scale:
-            return f"{_sig(b / scale)} {unit}"
-    return f"{int(b):,} B" if float(b).is_integer() else f"{_sig(b)} B"
+            return f"{_sig(b / scale)}\u00a0{unit}"
+    return f"{int(b):,}\u00a0B" if float(b).is_integer() else f"{_sig(b)}\u00a0B"
 
 
 def percent(x: float | None) -> str:
@@ -223,11 +224,11 @@ def number(v: Any) -> str:
 def relative_ts(ns: int | float, t0: int | None) -> str:
     """A timestamp as time since the trace start, in one unit for a whole column: '31.030 ms'."""
     if t0 is None:
-        return f"{ns / 1000:,.3f} µs"
+        return f"{ns / 1000:,.3f}\u00a0µs"
     d = ns - t0
     if abs(d) < 1e12:
-        return f"{d / 1e6:,.3f} ms"
-    return f"{d / 1e9:,.3f} s"
+        return f"{d / 1e6:,.3f}\u00a0ms"
+    return f"{d / 1e9:,.3f}\u00a0s"
 
 
 def trace_us(ns: int | float) -> str:
@@ -280,13 +281,13 @@ def value_text(key: str, v: Any, t0: int | None = None) -> str:
     if u == "pct":
         return f"{_sig(v)}%"
     if u == "gbs":
-        return f"{_sig(v)} GB/s"
+        return f"{_sig(v)}\u00a0GB/s"
     if u == "tflops":
-        return f"{_sig(v)} TFLOP/s"
+        return f"{_sig(v)}\u00a0TFLOP/s"
     if u == "rps":
-        return f"{_sig(v)} req/s"
+        return f"{_sig(v)}\u00a0req/s"
     if u == "tok_s":
-        return f"{_sig(v)} tok/s"
+        return f"{_sig(v)}\u00a0tok/s"
     if u in ("ns_per_token", "us_per_token", "ms_per_token"):
         scale = {"ns_per_token": 1, "us_per_token": 1e3, "ms_per_token": 1e6}[u]
         return f"{duration(v * scale)}/token"
@@ -304,6 +305,20 @@ def ellipsize(text: str, limit: int = NAME_CHARS) -> tuple[str, str | None]:
         return text, None
     hover = text if len(text) <= TITLE_CHARS else text[:TITLE_CHARS] + f"… ({len(text):,} characters)"
     return text[: limit - 1] + "…", hover
+
+
+def ellipsize_path(text: str, limit: int = 60) -> tuple[str, str | None]:
+    """A path cut at its start, keeping the file and its folders nearest to it: '…/wide_tp2/config.json'."""
+    if len(text) <= limit:
+        return text, None
+    parts = text.replace("\\", "/").split("/")
+    tail = parts[-1]
+    for p in reversed(parts[:-1]):
+        if len(p) + len(tail) + 2 > limit - 1:
+            break
+        tail = f"{p}/{tail}"
+    shown = "…/" + tail if len(tail) < len(text) else text
+    return (shown if len(shown) <= limit else "…" + text[-(limit - 1) :]), ellipsize(text, TITLE_CHARS)[0]
 
 
 @dataclass(frozen=True)
