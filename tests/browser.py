@@ -178,6 +178,35 @@ class Browser:
         finally:
             self.call("Target.closeTarget", {"targetId": target})
 
+    def shot_region(self, page: Path, width: int, first: str, last: str | None, png: Path, height: int = 900) -> None:
+        """A PNG of the page at `width` from the element `first` (a CSS selector) to the end of `last` (for the
+        committed screenshots in docs/)."""
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        try:
+            self.call("Page.enable", session=session)
+            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}
+            self.call("Emulation.setDeviceMetricsOverride", metrics, session=session)
+            self._events.clear()
+            self.call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
+            self.wait_event("Page.loadEventFired", session)
+            js = (
+                f"(() => {{ const a = document.querySelector({json.dumps(first)}).getBoundingClientRect();"
+                f" const b = document.querySelector({json.dumps(last or first)}).getBoundingClientRect();"
+                " return JSON.stringify([a.top + window.scrollY, b.bottom + window.scrollY]); })()"
+            )
+            res = self.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=session)
+            top, bottom = json.loads(res["result"]["value"])
+            clip = {"x": 0, "y": max(0, top - 8), "width": width, "height": bottom - top + 16, "scale": 1}
+            shot = self.call(
+                "Page.captureScreenshot",
+                {"format": "png", "captureBeyondViewport": True, "clip": clip},
+                session=session,
+            )
+            png.write_bytes(base64.b64decode(shot["data"]))
+        finally:
+            self.call("Target.closeTarget", {"targetId": target})
+
     def close(self) -> None:
         try:
             self._send("Browser.close")

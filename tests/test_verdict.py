@@ -116,6 +116,18 @@ def test_fold_puts_consequences_under_the_best_ranked_cause():
     assert v["rule"] == "CAUSE" and v["explains"] == ["X", "Y"] and [a["rule"] for a in v["also"]] == ["OTHER"]
 
 
+def test_an_info_finding_is_context_not_the_verdict():
+    checks = [_f("INFO", 0.44, "info", step=5), _f("PROBLEM", 0.04, "warning", step=4)]
+    assert [c.rule for c in ranked_findings(checks)] == ["INFO", "PROBLEM"]  # the list: by impact
+    v = verdict(checks)
+    assert v["status"] == "problem" and v["rule"] == "PROBLEM"
+    assert v["largest_effect"]["rule"] == "INFO"  # far larger: named beside it
+    v = verdict([_f("INFO", 1.0, "info"), _f("PROBLEM", 0.99, "warning")])
+    assert v["rule"] == "PROBLEM" and "largest_effect" not in v
+    v = verdict([_f("INFO", 0.5, "info")])
+    assert v["status"] == "no_problem" and v["rule"] == "INFO"
+
+
 def test_fold_survives_a_cycle_of_links():
     checks = [_f("A", 0.5, down=("B",)), _f("B", 0.7, down=("A",))]
     (cause, consequences), *rest = fold(checks)
@@ -143,6 +155,20 @@ def test_enabling_input_from_reasons():
     assert enabling_input("missing SLO budgets: pass --slo ttft=MS,tpot=MS") == "--slo ttft=MS,tpot=MS"
     assert enabling_input("missing a TP=1 trace: pass --tp1-baseline (a TP=1 trace)") == "--tp1-baseline"
     assert enabling_input("a CPU-only trace has no GPU idle gaps") is None
+    # another tool's flag is not an input of ours
+    assert enabling_input("missing per-request latencies (vllm bench serve --save-detailed)") is None
+    assert enabling_input("no results (vllm bench serve --save-detailed); pass --bench FILE") == "--bench FILE"
+
+
+def test_enabling_inputs_are_options_of_analyze():
+    import typer
+
+    from tracediag.cli import app
+    from tracediag.findings import INPUT_OPTIONS
+
+    analyze = typer.main.get_command(app).commands["analyze"]
+    names = {opt for p in analyze.params for opt in getattr(p, "opts", [])}
+    assert set(INPUT_OPTIONS) <= names, set(INPUT_OPTIONS) - names
 
 
 def test_a_huge_string_is_kept_once():

@@ -176,9 +176,17 @@ def ranked_findings(checks: list[Any]) -> list[Any]:
 _OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?:[ =]([\w./=,:*-]+))?")
 
 
+# The inputs of `tracediag analyze`/`check` a reason can point to (a test keeps the list true to the CLI).
+# Other tools' flags quoted in a reason (`vllm bench serve --save-detailed`) are not ours to offer.
+INPUT_OPTIONS = (
+    "--model", "--tp", "--topology", "--nccl-tests", "--tp1-baseline", "--hbm-bandwidth", "--peak-tflops",
+    "--slo", "--metrics", "--log", "--bench", "--keep-python",
+)  # fmt: skip
+
+
 def enabling_input(reason: str | None) -> str | None:
-    """The first command-line input a not-applicable reason names ("--model config.json"), else None."""
-    m = _OPTION.search(reason or "")
+    """The first tracediag input a not-applicable reason names ("--model config.json"), else None."""
+    m = next((m for m in _OPTION.finditer(reason or "") if m.group(1) in INPUT_OPTIONS), None)
     if not m:
         return None
     arg = (m.group(2) or "").rstrip(".,:)")
@@ -246,11 +254,29 @@ def impact_text(c: Any) -> str:
     return f"{_pct(_get(c, 'impact'))} of {basis}" if basis else f"impact {_pct(_get(c, 'impact'))}"
 
 
-def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
-    """What most likely limits the run: the cause (not downstream of another finding) with the largest impact,
-    its cost and next check, what it may explain, other independent problems, and the coverage.
+def _is_problem(c: Any) -> bool:
+    return (_get(c, "severity") or "info") != "info"
 
-    `status`: "problem" (the cause is a warning or error), "no_problem" (only `info` findings, or none),
+
+def _brief(c: Any) -> dict[str, Any]:
+    return {
+        "rule": _get(c, "rule"),
+        "severity": _get(c, "severity"),
+        "impact": _get(c, "impact"),
+        "cost": impact_text(c),
+        "title": _get(c, "title"),
+    }
+
+
+def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
+    """What most likely limits the run, its cost and next check, what it may explain, other independent
+    problems, and the coverage.
+
+    The cause named is the problem (a warning or error not downstream of another finding) with the largest
+    impact; an `info` finding is context, not a limit, and is named only when there is no problem — or, as
+    `largest_effect`, when its impact is far larger than the problem's (at least twice and 10 points more).
+
+    `status`: "problem" (a warning or error was found), "no_problem" (only `info` findings, or none),
     "nothing_ran" (every rule was not applicable: an empty result that is not a clean one).
     """
     cov = coverage(checks)
@@ -264,13 +290,20 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
         }
     if not folded:
         return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed."}
-    cause, consequences = folded[0]
-    worrying = any((_get(c, "severity") or "info") != "info" for c in checks if _get(c, "status") == "finding")
-    status = "problem" if worrying else "no_problem"
-    title = _get(cause, "title")
-    headline = title if worrying else f"No problem at warning or error; the largest measured effect: {title}"
-    also = [c for c, _ in folded[1:] if (_get(c, "severity") or "info") != "info"][:also_limit]
-    return out | {
+    candidates = []  # (problem, what it may explain), in rank order
+    for cause, consequences in folded:
+        if _is_problem(cause):
+            candidates.append((cause, consequences))
+        else:  # an info cause: a problem folded under it still counts, on its own
+            candidates += [(c, []) for c in consequences if _is_problem(c)]
+    if candidates:
+        cause, consequences = candidates[0]
+        status, headline = "problem", _get(cause, "title")
+    else:
+        cause, consequences = folded[0]
+        status = "no_problem"
+        headline = f"No problem at warning or error; the largest measured effect: {_get(cause, 'title')}"
+    out |= {
         "status": status,
         "headline": headline,
         "rule": _get(cause, "rule"),
@@ -281,17 +314,14 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
         "cost": impact_text(cause),
         "next_check": _get(cause, "next_check"),
         "explains": [_get(c, "rule") for c in consequences],
-        "also": [
-            {
-                "rule": _get(c, "rule"),
-                "severity": _get(c, "severity"),
-                "impact": _get(c, "impact"),
-                "cost": impact_text(c),
-                "title": _get(c, "title"),
-            }
-            for c in also
-        ],
+        "also": [_brief(c) for c, _ in candidates[1 : 1 + also_limit]],
     }
+    if status == "problem":
+        mine = _get(cause, "impact") or 0.0
+        big = [c for c, _ in folded if not _is_problem(c) and (_get(c, "impact") or 0.0) >= max(2 * mine, mine + 0.1)]
+        if big:
+            out["largest_effect"] = _brief(big[0])
+    return out
 
 
 # --- huge strings in findings.json -----------------------------------------------------------------------

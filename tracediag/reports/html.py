@@ -195,6 +195,9 @@ def _verdict_view(v: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
         "headline": _title(v["headline"]),
         "explains": [{"rule": r, "title": _gist(titles.get(r, ""))} for r in v.get("explains", [])],
         "also": [a | {"title": _gist(a["title"], 160)} for a in v.get("also", [])],
+        "largest_effect": (v["largest_effect"] | {"title": _gist(v["largest_effect"]["title"], 160)})
+        if v.get("largest_effect")
+        else None,
         "coverage": cov,
         "enable": [{"input": g["input"], "rules": g["rules"]} for g in cov["enable"]],
     }

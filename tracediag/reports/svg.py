@@ -69,7 +69,8 @@ def plain(v: float) -> str:
 
 
 def _frame(title: str, xlabel: str, ylabel: str, x0: float, x1: float, y0: float, y1: float, *,
-           xfmt: Fmt = plain, yfmt: Fmt = plain, xticks: bool = True, height: int = H):  # fmt: skip
+           xfmt: Fmt = plain, yfmt: Fmt = plain, xticks: bool = True, height: int = H,
+           yticks: Sequence[float] | None = None):  # fmt: skip
     pw, ph = W - PAD_L - PAD_R, height - PAD_T - PAD_B
 
     def sx(x: float) -> float:
@@ -80,11 +81,11 @@ def _frame(title: str, xlabel: str, ylabel: str, x0: float, x1: float, y0: float
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
-        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="11" fill="#1d2329">',
+        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="12" fill="#1d2329">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="13" font-weight="600">{escape(title)}</text>',
+        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="14" font-weight="600">{escape(title)}</text>',
     ]
-    for t in nice_ticks(y0, y1):
+    for t in nice_ticks(y0, y1) if yticks is None else yticks:
         y = sy(t)
         parts.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#eaeef2"/>')
         parts.append(f'<text x="{PAD_L - 5}" y="{y + 4:.1f}" text-anchor="end">{escape(yfmt(t))}</text>')
@@ -145,7 +146,7 @@ def _legend(parts: list[str], entries: list[tuple[str, str, str]]) -> None:
     """Legend entries (name, color, kind: point / line / dashed / box) in rows along the top of the plot."""
     x, y = PAD_L + 8, PAD_T + 8
     for name, color, kind in entries:
-        w = 26 + 6.2 * len(name)
+        w = 26 + 6.8 * len(name)
         if x + w > W - PAD_R and x > PAD_L + 8:
             x, y = PAD_L + 8, y + 14
         if kind == "point":
@@ -171,10 +172,51 @@ def scatter(
     yfmt: Fmt = plain,
     y_from_zero: bool = True,
     tips: dict[str, Sequence[str]] | None = None,
+    clip_outliers: bool = False,
+    log_y: bool = False,
 ) -> str:
     """Points per series (joined when `connect`, e.g. a time series) and optional lines (a fit, a benchmark).
 
-    `tips` gives per series one hover text per point (drawn only while the chart is small)."""
+    `tips` gives per series one hover text per point (drawn only while the chart is small). With
+    `clip_outliers` the y axis ends near the 95th percentile of the points (and above every line), so that
+    a few very slow calls do not flatten the rest against the axis; points above are drawn as triangles on
+    the top edge and counted in the legend. With `log_y` the y axis is logarithmic (latencies spanning
+    decades: the bulk and the tail both readable); values ≤ 0 are left out."""
+    if log_y:
+        series = {k: [(x, math.log10(y)) for x, y in v if y > 0] for k, v in series.items()}
+        lines = {k: [(x, math.log10(y)) for x, y in v if y > 0] for k, v in (lines or {}).items()}
+        return _scatter(title, xlabel, ylabel, series, lines, connect, xfmt=xfmt, tips=tips, log_y=True)
+    return _scatter(title, xlabel, ylabel, series, lines, connect, xfmt=xfmt, yfmt=yfmt, y_from_zero=y_from_zero,
+                    tips=tips, clip_outliers=clip_outliers)  # fmt: skip
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """log10 positions of 1, 2, 5 × 10^k within [lo, hi] (decades only when the range is wide)."""
+    steps = (1, 2, 5) if hi - lo <= 3 else (1,)
+    out = []
+    for e in range(math.floor(lo), math.ceil(hi) + 1):
+        for m in steps:
+            t = e + math.log10(m)
+            if lo - 1e-9 <= t <= hi + 1e-9:
+                out.append(t)
+    return out
+
+
+def _scatter(
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    series: dict[str, Sequence[tuple[float, float]]],
+    lines: dict[str, Sequence[tuple[float, float]]] | None,
+    connect: bool,
+    *,
+    xfmt: Fmt = plain,
+    yfmt: Fmt = plain,
+    y_from_zero: bool = True,
+    tips: dict[str, Sequence[str]] | None = None,
+    clip_outliers: bool = False,
+    log_y: bool = False,
+) -> str:
     series = {k: list(v) for k, v in series.items() if v}
     lines = {k: list(v) for k, v in (lines or {}).items() if v}
     pts = [p for s in series.values() for p in s] + [p for s in lines.values() for p in s]
@@ -182,16 +224,30 @@ def scatter(
     if not pts:
         return ""
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    top = max(ys)
+    if clip_outliers:
+        point_ys = sorted(p[1] for s in series.values() for p in s)
+        line_top = max((p[1] for s in lines.values() for p in s), default=0.0)
+        if point_ys:
+            q95 = point_ys[min(len(point_ys) - 1, int(0.95 * len(point_ys)))]
+            top = min(top, max(q95 * 1.3, line_top * 1.15, point_ys[len(point_ys) // 2] * 2))
+    ys = [min(y, top) for y in ys]
     x0, x1 = min(xs), max(xs)
     if x0 == x1:
         x0, x1 = x0 - 1, x1 + 1
     pad = (x1 - x0) * 0.02  # points on the first and last x stay clear of the axes
     x0, x1 = x0 - pad, x1 + pad
-    y0, y1 = nice_bounds(min(0.0, min(ys)) if y_from_zero else min(ys), max(ys) * 1.04 or 1.0)
+    if log_y:
+        y0, y1 = math.floor(min(ys)), max(math.ceil(max(ys)), math.floor(min(ys)) + 1)
+        yticks = _log_ticks(y0, y1)
+        yfmt = lambda t: plain(float(f"{10**t:.3g}"))  # noqa: E731
+    else:
+        y0, y1 = nice_bounds(min(0.0, min(ys)) if y_from_zero else min(ys), max(ys) * 1.04 or 1.0)
+        yticks = None
     n_series = len(series) + len(lines)
-    legend_rows = 1 + (sum(26 + 6.2 * len(k) for k in [*series, *lines]) > W - PAD_L - PAD_R - 16)
+    legend_rows = 1 + (sum(26 + 6.8 * len(k) for k in [*series, *lines]) > W - PAD_L - PAD_R - 16)
     y1 = y1 + (y1 - y0) * 0.08 * legend_rows * (n_series > 0)  # room for the legend above the data
-    parts, sx, sy = _frame(title, xlabel, ylabel, x0, x1, y0, y1, xfmt=xfmt, yfmt=yfmt)
+    parts, sx, sy = _frame(title, xlabel, ylabel, x0, x1, y0, y1, xfmt=xfmt, yfmt=yfmt, yticks=yticks)
     legend = []
     total = sum(len(s) for s in series.values())
     for i, (name, s) in enumerate(series.items()):
@@ -202,7 +258,8 @@ def scatter(
         if connect and len(s) > MAX_POINTS // max(1, len(series)):
             legend.append((name, c, "line"))
             continue
-        shown = thin(s, max(20, MAX_POINTS * len(s) // max(total, 1)))
+        above = [(x, y) for x, y in s if y > top]
+        shown = thin([(x, y) for x, y in s if y <= top], max(20, MAX_POINTS * len(s) // max(total, 1)))
         tip = (tips or {}).get(name)
         if tip and len(shown) == len(s) and total <= MAX_POINTS:
             parts += [
@@ -211,7 +268,14 @@ def scatter(
             ]
         else:
             parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{c}"/>' for x, y in shown]
-        label = name if len(shown) == len(s) else f"{name} ({len(shown)} of {len(s)} shown)"
+        for x, _ in {(x, 0) for x, _ in above}:  # one triangle per x: calls above the top of the chart
+            xp, yp = sx(x), sy(top)
+            parts.append(
+                f'<path d="M{xp - 4:.1f},{yp + 6:.1f} L{xp + 4:.1f},{yp + 6:.1f} L{xp:.1f},{yp:.1f} Z" fill="{c}"/>'
+            )
+        label = name if len(shown) + len(above) == len(s) else f"{name} ({len(shown)} of {len(s)} shown)"
+        if above:
+            label += f", {len(above)} above the top (▲)"
         legend.append((label, c, "line" if connect else "point"))
     for j, (name, s) in enumerate(lines.items()):
         c = COLORS[(len(series) + j) % len(COLORS)]
@@ -348,18 +412,18 @@ def stacked_bars(
         names += [n for n, _ in segs if n not in names]
     color = {n: COLORS[i % len(COLORS)] for i, n in enumerate(names)}
     left, right, bar_h, gap = 96, 84, 26, 14
-    legend_rows = 1 + (sum(26 + 6.2 * len(n) for n in names) > W - 40)
+    legend_rows = 1 + (sum(26 + 6.8 * len(n) for n in names) > W - 40)
     top = 30 + 14 * legend_rows + 8
     height = top + len(rows) * (bar_h + gap) + 22
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
-        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="11" fill="#1d2329">',
+        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="12" fill="#1d2329">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="13" font-weight="600">{escape(title)}</text>',
+        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="14" font-weight="600">{escape(title)}</text>',
     ]
     x, y = 10, 36
     for n in names:
-        w = 26 + 6.2 * len(n)
+        w = 26 + 6.8 * len(n)
         if x + w > W - 10:
             x, y = 10, y + 14
         parts.append(f'<rect x="{x}" y="{y - 5}" width="12" height="10" fill="{color[n]}"/>')
@@ -403,9 +467,9 @@ def paired_bars(
     span = W - left - right
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height}" width="{W}" height="{height}" '
-        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="11" fill="#1d2329">',
+        f'role="img" aria-label="{_attr(title)}" font-family="sans-serif" font-size="12" fill="#1d2329">',
         f"<title>{escape(title)}</title>",
-        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="13" font-weight="600">{escape(title)}</text>',
+        f'<text x="{W / 2}" y="17" text-anchor="middle" font-size="14" font-weight="600">{escape(title)}</text>',
     ]
     colors = ("#8c959f", COLORS[0])
     for k, (n, c) in enumerate(zip(names, colors)):

@@ -59,6 +59,9 @@ def verdict_lines(v: dict) -> list[Text]:
         also.append(a["severity"] or "", style=_SEV.get(a["severity"] or "", ""))
         also.append(f" {a['cost']}: {clip(a['title'])}")
         out.append(also)
+    if v.get("largest_effect"):
+        e = v["largest_effect"]
+        out.append(Text(f"  Largest measured effect (info, not a fault): {e['rule']} {e['cost']}: {clip(e['title'])}"))
     out.append(Text(f"Coverage: {v['coverage_text']}", style="dim" if v["coverage"]["ran"] else "bold red"))
     return out
 
