@@ -79,6 +79,29 @@ def test_report_without_model_names_what_could_not_run(browser, tmp_path):
     assert "--model config.json" in phone["verdict_text"]
 
 
+def test_gpu_trace_and_serving_telemetry_reports_fit(browser, tmp_path):
+    """Real inputs beyond the samples: an Nsight Systems export of 2 H100s (NCCL kernels, long demangled
+    names) and vLLM engine logs with a /metrics scrape (time-series charts, wide stats tables)."""
+    ext = REPO / "tests" / "data" / "external"
+    nsys = analyze([ext / "nsys" / "nsysai_2xh100_before.sqlite"], jobs=1)
+    page = tmp_path / "nsys.html"
+    page.write_text(render_html(nsys), encoding="utf-8")
+    _check_layout(browser, page, "nsys_2xh100")
+    logs = ext / "vllm" / "log_excerpts"
+    serving = analyze(
+        [],
+        extra_inputs=[
+            (logs / "vllm-19254_v0.9.0.1_ngram_specdecode_waiting633.log", "vllm-log"),
+            (logs / "vllm-5578_v0_preemption_warning_swapped_pending.log", "vllm-log"),
+            (ext / "vllm" / "metrics" / "production-stack-617_vllm0.10.0_v1_engine_label_excerpt.prom", "prometheus"),
+        ],
+    )
+    page = tmp_path / "serving.html"
+    page.write_text(render_html(serving), encoding="utf-8")
+    (phone, _) = _check_layout(browser, page, "vllm_logs_metrics")
+    assert "SCH004" in phone["verdict_text"]  # KV cache full and requests preempted: the problem named
+
+
 def test_a_one_mebibyte_kernel_name_stays_in_its_box(browser, tmp_path):
     """A real H100 trace whose flash-attention kernel name was grown to 1 MiB (a mutated copy): the page
     stays narrow and small, the name is cut where it is shown."""

@@ -163,8 +163,8 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
         v = verdict(result.doc["checks"])
-        if v.get("rule"):
-            print(f"Verdict: {clip(v['headline'])} ({v['rule']} {v['severity']}, {v['cost']})", file=file)
+        tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
+        print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
         print(f"Coverage: {coverage_sentence(cov)}", file=file)
         for label, path in (("junit", junit), ("annotated trace", annotated_trace), ("outputs", out)):
             if path is not None:
