@@ -103,11 +103,11 @@ class Browser:
         self._events: list[dict[str, Any]] = []
 
     # --- protocol -------------------------------------------------------------------------------------
-    def _send(self, method: str, params: dict | None = None, session: str | None = None) -> int:
+    def _send(self, method: str, params: dict | None = None, sid: str | None = None) -> int:
         self._id += 1
         msg: dict[str, Any] = {"id": self._id, "method": method, "params": params or {}}
-        if session:
-            msg["sessionId"] = session
+        if sid:
+            msg["sessionId"] = sid
         os.write(self._to_browser, json.dumps(msg).encode() + b"\0")
         return self._id
 
@@ -125,8 +125,8 @@ class Browser:
         raw, self._buf = self._buf.split(b"\0", 1)
         return json.loads(raw)
 
-    def call(self, method: str, params: dict | None = None, session: str | None = None) -> dict[str, Any]:
-        want = self._send(method, params, session)
+    def call(self, method: str, params: dict | None = None, sid: str | None = None) -> dict[str, Any]:
+        want = self._send(method, params, sid)
         deadline = time.monotonic() + self.timeout_s
         while True:
             msg = self._read(deadline)
@@ -136,14 +136,14 @@ class Browser:
                 return msg.get("result", {})
             self._events.append(msg)
 
-    def wait_event(self, method: str, session: str) -> dict[str, Any]:
+    def wait_event(self, method: str, sid: str) -> dict[str, Any]:
         deadline = time.monotonic() + self.timeout_s
         for i, ev in enumerate(self._events):
-            if ev.get("method") == method and ev.get("sessionId") == session:
+            if ev.get("method") == method and ev.get("sessionId") == sid:
                 return self._events.pop(i)
         while True:
             msg = self._read(deadline)
-            if msg.get("method") == method and msg.get("sessionId") == session:
+            if msg.get("method") == method and msg.get("sessionId") == sid:
                 return msg
             self._events.append(msg)
 
@@ -154,25 +154,25 @@ class Browser:
         """Lay `page` out in a width × height viewport; returns the measurements, writes a PNG when asked
         (the first screen, or with `full_page` the whole page at that width)."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        sid = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         try:
-            self.call("Page.enable", session=session)
+            self.call("Page.enable", sid=sid)
             self.call(
                 "Emulation.setDeviceMetricsOverride",
                 {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
-                session=session,
+                sid=sid,
             )
             self._events.clear()
-            self.call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
-            self.wait_event("Page.loadEventFired", session)
-            res = self.call("Runtime.evaluate", {"expression": MEASURE_JS, "returnByValue": True}, session=session)
+            self.call("Page.navigate", {"url": page.resolve().as_uri()}, sid=sid)
+            self.wait_event("Page.loadEventFired", sid)
+            res = self.call("Runtime.evaluate", {"expression": MEASURE_JS, "returnByValue": True}, sid=sid)
             metrics = json.loads(res["result"]["value"])
             if screenshot is not None:
                 params: dict[str, Any] = {"format": "png"}
                 if full_page:
                     clip = {"x": 0, "y": 0, "width": width, "height": metrics["page_height"], "scale": 1}
                     params |= {"captureBeyondViewport": True, "clip": clip}
-                shot = self.call("Page.captureScreenshot", params, session=session)
+                shot = self.call("Page.captureScreenshot", params, sid=sid)
                 screenshot.write_bytes(base64.b64decode(shot["data"]))
             return metrics
         finally:
@@ -182,26 +182,26 @@ class Browser:
         """A PNG of the page at `width` from the element `first` (a CSS selector) to the end of `last` (for the
         committed screenshots in docs/)."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        sid = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         try:
-            self.call("Page.enable", session=session)
+            self.call("Page.enable", sid=sid)
             metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}
-            self.call("Emulation.setDeviceMetricsOverride", metrics, session=session)
+            self.call("Emulation.setDeviceMetricsOverride", metrics, sid=sid)
             self._events.clear()
-            self.call("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
-            self.wait_event("Page.loadEventFired", session)
+            self.call("Page.navigate", {"url": page.resolve().as_uri()}, sid=sid)
+            self.wait_event("Page.loadEventFired", sid)
             js = (
                 f"(() => {{ const a = document.querySelector({json.dumps(first)}).getBoundingClientRect();"
                 f" const b = document.querySelector({json.dumps(last or first)}).getBoundingClientRect();"
                 " return JSON.stringify([a.top + window.scrollY, b.bottom + window.scrollY]); })()"
             )
-            res = self.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=session)
+            res = self.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, sid=sid)
             top, bottom = json.loads(res["result"]["value"])
             clip = {"x": 0, "y": max(0, top - 8), "width": width, "height": bottom - top + 16, "scale": 1}
             shot = self.call(
                 "Page.captureScreenshot",
                 {"format": "png", "captureBeyondViewport": True, "clip": clip},
-                session=session,
+                sid=sid,
             )
             png.write_bytes(base64.b64decode(shot["data"]))
         finally:

@@ -1,4 +1,4 @@
-"""tracediag in a notebook or a SQL session: open an output folder (`analyze`/`check --out`) and get the
+"""tracediag in a notebook or a SQL shell: open an output folder (`analyze`/`check --out`) and get the
 report, DataFrames of the main tables and SQL on the store.
 
     import tracediag
