@@ -46,7 +46,7 @@ def healthy_report():
 
 @functools.cache
 def sample_report(name: str, with_model: bool = True):
-    """One analysis per sample per test session (jobs=1: small files parse faster in-process)."""
+    """One analysis per sample per pytest run (jobs=1: small files parse faster in-process)."""
     from tracediag.analysis import analyze
 
     d = SAMPLES / name
