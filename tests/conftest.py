@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,12 @@ def healthy_report():
 
     d = SAMPLES / "healthy_tp2"
     return analyze([d], model=d / "config.json")
+
+
+@functools.cache
+def sample_report(name: str, with_model: bool = True):
+    """One analysis per sample per pytest run (jobs=1: small files parse faster in-process)."""
+    from tracediag.analysis import analyze
+
+    d = SAMPLES / name
+    return analyze([d], model=d / "config.json" if with_model else None, jobs=1)

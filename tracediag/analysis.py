@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,13 @@ from tracediag import __version__
 from tracediag.derive import build_all
 from tracediag.engine import Context, Settings, TPDegree, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
-from tracediag.findings import WALK_STEPS, Check
+from tracediag.findings import WALK_STEPS, Check, ranked_findings
+from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
-from tracediag.store import open_store, query_dicts
+from tracediag.store import comment_columns, open_store, query_dicts
 
 SCHEMA_ID = "tracediag/findings-v1"
 
@@ -35,7 +37,18 @@ class Report:
 
     @property
     def findings(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "finding"]
+        """Ranked by impact, each cause followed by the findings that may be its consequences."""
+        return ranked_findings(self.checks)
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """What most likely limits the run, its cost, the next check, and how many rules could run."""
+        return build_verdict(self.checks)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        from tracediag.reports.html import render_fragment
+
+        return render_fragment(self)
 
     @property
     def cost_model(self) -> dict[str, Any]:
@@ -56,6 +69,7 @@ class Report:
             "model": self.model.to_dict() if self.model else None,
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
             "cost_model": self.cost_model,
+            "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
             "checks": [c.to_dict() for c in self.checks],
             "findings": [c.to_dict() for c in self.findings],
@@ -100,7 +114,8 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             any_value(i.profiler) AS profiler, list(i.rank ORDER BY i.rank) FILTER (WHERE i.rank IS NOT NULL) AS ranks,
             any_value(i.rank_source) AS rank_source, max(i.world_size) AS world_size,
             any_value(i.backend) AS backend, any_value(i.device_name) AS device,
-            sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped
+            sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped,
+            min(i.trace_start_ns) AS trace_start_ns, max(i.trace_end_ns) AS trace_end_ns
         FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
     )
     counts = {
@@ -133,6 +148,7 @@ def analyze(
     extra_rules: list[str] = (),
     extra_sections: list[str] = (),
     store: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -141,13 +157,16 @@ def analyze(
     `extra_rules` / `extra_sections` are module names run after the registered ones (development, plugins).
     `store` is a Parquet store made by `tracediag ingest` (tracediag.fleet): its tables are read through views,
     nothing is parsed or derived again, and `paths`/`extra_inputs` must be empty.
+    `progress(stage)` is called as each stage starts (the CLI shows it on a terminal).
     """
+    say = progress or (lambda stage: None)
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
     if store is not None:
         if paths or extra_inputs:
             raise UsageError("--store replaces the inputs: give either traces or --store, not both")
         from tracediag.fleet import open_store_views
 
+        say(f"opening the store {store}")
         con = open_store_views(store, db_path)
     else:
         files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
@@ -157,14 +176,21 @@ def analyze(
         for p, _ in files:
             if not p.exists():
                 raise InputError(p, "no such file or directory")
+        size = sum(p.stat().st_size for p, _ in files if p.is_file())
+        say(f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({size / 2**20:,.1f} MiB)")
         parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
         con = open_store(db_path)
     try:
         if store is None:
+            say("loading the store")
             load(con, parsed)
             del parsed
+            say("deriving steps, collectives and kernel classes")
             build_all(con)
-        return evaluate(con, model_cfg, tp, settings, extra_rules, extra_sections)
+        report = evaluate(con, model_cfg, tp, settings, extra_rules, extra_sections, progress=say)
+        if db_path is not None and store is None:
+            comment_columns(con)  # unit and meaning of every column, for whoever opens the file
+        return report
     finally:
         con.close()
 
@@ -176,12 +202,16 @@ def evaluate(
     settings: Settings | None = None,
     extra_rules: list[str] = (),
     extra_sections: list[str] = (),
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables."""
+    say = progress or (lambda stage: None)
     tpd = detect_tp(con, tp)
     ctx = Context(con=con, model=model, tp=tpd, settings=settings or Settings())
     rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+    say(f"running {len(rules)} rules")
     checks = run_rules(ctx, rules)
+    say("building the report")
     return Report(
         inputs=_input_rows(con),
         model=model,

@@ -11,7 +11,7 @@ from typing import Any
 import duckdb
 
 from tracediag.errors import UsageError
-from tracediag.findings import Check, RuleMeta, not_applicable, rank_key
+from tracediag.findings import Check, RuleMeta, not_applicable, severity_follows_impact, walk_key
 from tracediag.model import ModelConfig
 from tracediag.rules import RULE_MODULES
 from tracediag.store import query_dicts, table_count
@@ -115,16 +115,19 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
 
 
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
-    """One Check per rule, in walk order; findings get `downstream_of` from earlier findings."""
+    """One Check per rule, in walk order. Findings get `downstream_of` (the findings among the rule's declared
+    `may_be_downstream_of`), and a finding whose measured impact is below 1 % is `info` whatever the rule said
+    (the rule's own severity stays in `rule_severity`). Ranking by impact and folding under causes read these
+    fields (tracediag.findings.fold / verdict)."""
     mods = rules if rules is not None else load_rules()
     checks: list[Check] = []
     for mod in mods:
         meta: RuleMeta = mod.RULE
         reason = _missing_input(ctx, meta)
-        checks.append(not_applicable(meta, reason) if reason else mod.check(ctx))
+        checks.append(not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx)))
     found = {c.rule for c in checks if c.status == "finding"}
     linked = []
     for c, mod in zip(checks, mods):
-        ups = tuple(r for r in mod.RULE.may_be_downstream_of if r in found)
+        ups = tuple(r for r in mod.RULE.may_be_downstream_of if r in found and r != c.rule)
         linked.append(replace(c, downstream_of=ups) if c.status == "finding" and ups else c)
-    return sorted(linked, key=rank_key)
+    return sorted(linked, key=walk_key)

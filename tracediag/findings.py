@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Status = Literal["pass", "finding", "not_applicable"]
@@ -53,13 +54,15 @@ class Check:
     reason: str | None = None  # not_applicable: what is missing
     downstream_of: tuple[str, ...] = ()  # earlier findings that may explain this one (set by the engine)
     cost_model_applies: bool | None = None  # COL001/COL002: does the 2L / T·H·e_a accounting hold?
+    impact_basis: str | None = None  # what `impact` is a share of, in words ("decode step time"), when the rule says
+    rule_severity: Severity | None = None  # the rule's own severity when the engine lowered it (impact below 1 %)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"rule": self.rule, "step": self.step, "status": self.status, "title": self.title}
         if self.status == "not_applicable":
             d["reason"] = self.reason
             return d
-        for key in ("severity", "confidence", "impact", "formula", "substituted", "next_check"):
+        for key in ("severity", "confidence", "impact", "impact_basis", "formula", "substituted", "next_check"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
         d["values"] = self.values
@@ -70,6 +73,8 @@ class Check:
             d["downstream_of"] = list(self.downstream_of)
         if self.cost_model_applies is not None:
             d["cost_model_applies"] = self.cost_model_applies
+        if self.rule_severity is not None:
+            d["rule_severity"] = self.rule_severity
         return d
 
 
@@ -87,12 +92,262 @@ def passed(meta: RuleMeta, **fields: Any) -> Check:
     return Check(rule=meta.id, step=meta.step, status="pass", **fields)
 
 
-def rank_key(c: Check) -> tuple:
-    """Walk step, then severity, then impact (larger first), then confidence."""
+# --- Ranking, folding and the verdict ------------------------------------------------------------------------
+#
+# Everything below reads the data of the checks (status, severity, impact, confidence, downstream_of, reason),
+# never a rule's wording, and works on Check objects and on their findings.json dicts alike.
+
+IMPACT_FLOOR = 0.01  # a measured effect below 1 % (of step time, calls or requests) is `info`, never worse
+
+
+def _get(c: Check | dict[str, Any], key: str, default: Any = None) -> Any:
+    return c.get(key, default) if isinstance(c, dict) else getattr(c, key, default)
+
+
+def walk_key(c: Check | dict[str, Any]) -> tuple:
+    """The troubleshooting walk's order: walk step, then severity, impact (larger first), confidence, id."""
     return (
-        c.step,
-        SEVERITY_ORDER.get(c.severity or "info", 3),
-        -(c.impact or 0.0),
-        CONFIDENCE_ORDER.get(c.confidence or "low", 3),
-        c.rule,
+        _get(c, "step") or 0,
+        SEVERITY_ORDER.get(_get(c, "severity") or "info", 3),
+        -(_get(c, "impact") or 0.0),
+        CONFIDENCE_ORDER.get(_get(c, "confidence") or "low", 3),
+        _get(c, "rule"),
     )
+
+
+def rank_key(c: Check | dict[str, Any]) -> tuple:
+    """Findings by impact (larger first), then severity, confidence, walk step and id."""
+    return (
+        -(_get(c, "impact") or 0.0),
+        SEVERITY_ORDER.get(_get(c, "severity") or "info", 3),
+        CONFIDENCE_ORDER.get(_get(c, "confidence") or "low", 3),
+        _get(c, "step") or 0,
+        _get(c, "rule"),
+    )
+
+
+def severity_follows_impact(c: Check) -> Check:
+    """A finding whose measured impact is below IMPACT_FLOOR is `info`; the rule's own severity is kept."""
+    if c.status != "finding" or c.impact is None or c.impact >= IMPACT_FLOOR or c.severity in (None, "info"):
+        return c
+    return replace(c, severity="info", rule_severity=c.severity)
+
+
+def fold(findings: list[Any]) -> list[tuple[Any, list[Any]]]:
+    """(cause, [its possible consequences]) in rank order.
+
+    A finding is a cause when no finding it may be downstream of (transitively) outranks it from outside
+    its own cycle of links; every other finding is folded under the best-ranked cause among its ancestors.
+    """
+    ranked = sorted(findings, key=rank_key)
+    by_rule: dict[str, int] = {}
+    for i, c in enumerate(ranked):
+        by_rule.setdefault(_get(c, "rule"), i)
+    ups = [[by_rule[u] for u in (_get(c, "downstream_of") or ()) if u in by_rule and by_rule[u] != i]
+           for i, c in enumerate(ranked)]  # fmt: skip
+    ancestors: list[set[int]] = []
+    for i in range(len(ranked)):
+        seen: set[int] = set()
+        todo = list(ups[i])
+        while todo:
+            j = todo.pop()
+            if j not in seen:
+                seen.add(j)
+                todo.extend(ups[j])
+        seen.discard(i)
+        ancestors.append(seen)
+    roots = [i for i in range(len(ranked)) if all(i in ancestors[a] and i < a for a in ancestors[i])]
+    children: dict[int, list[int]] = {r: [] for r in roots}
+    for i in range(len(ranked)):
+        if i not in children:
+            children[min(a for a in ancestors[i] if a in children)].append(i)
+    return [(ranked[r], [ranked[k] for k in children[r]]) for r in roots]
+
+
+def ranked_findings(checks: list[Any]) -> list[Any]:
+    """The findings in display order: each cause followed by the findings folded under it."""
+    out = []
+    for cause, consequences in fold([c for c in checks if _get(c, "status") == "finding"]):
+        out += [cause, *consequences]
+    return out
+
+
+# `--option ARG` named in a not-applicable reason: the input that would let the rule run.
+_OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?:[ =]([\w./=,:*-]+))?")
+
+
+# The inputs of `tracediag analyze`/`check` a reason can point to (a test keeps the list true to the CLI).
+# Other tools' flags quoted in a reason (`vllm bench serve --save-detailed`) are not ours to offer.
+INPUT_OPTIONS = (
+    "--model", "--tp", "--topology", "--nccl-tests", "--tp1-baseline", "--hbm-bandwidth", "--peak-tflops",
+    "--slo", "--metrics", "--log", "--bench", "--keep-python",
+)  # fmt: skip
+
+
+def enabling_input(reason: str | None) -> str | None:
+    """The first tracediag input a not-applicable reason names ("--model config.json"), else None."""
+    m = next((m for m in _OPTION.finditer(reason or "") if m.group(1) in INPUT_OPTIONS), None)
+    if not m:
+        return None
+    arg = (m.group(2) or "").rstrip(".,:)")
+    shows_value = (arg and any(ch in arg for ch in "./=_")) or (arg.isupper() and len(arg) <= 4)
+    return f"{m.group(1)} {arg}" if shows_value else m.group(1)
+
+
+def coverage(checks: list[Any]) -> dict[str, Any]:
+    """How many rules ran, and for those that could not, the input that would enable them."""
+    total = len(checks)
+    not_run = [c for c in checks if _get(c, "status") == "not_applicable"]
+    groups: dict[str, list[str]] = {}  # option name -> rules
+    shown: dict[str, str] = {}  # option name -> the most telling form seen ("--topology topo.json")
+    other = []
+    for c in not_run:
+        opt = enabling_input(_get(c, "reason"))
+        if opt is None:
+            other.append(_get(c, "rule"))
+            continue
+        name = opt.split(" ", 1)[0]
+        groups.setdefault(name, []).append(_get(c, "rule"))
+        if len(opt) > len(shown.get(name, "")):
+            shown[name] = opt
+    enable = [{"input": shown[k], "rules": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    return {
+        "rules": total,
+        "ran": total - len(not_run),
+        "passed": sum(1 for c in checks if _get(c, "status") == "pass"),
+        "findings": sum(1 for c in checks if _get(c, "status") == "finding"),
+        "could_not_run": len(not_run),
+        "enable": enable,
+        "not_applicable_to_inputs": other,
+    }
+
+
+def coverage_sentence(cov: dict[str, Any], limit: int = 4) -> str:
+    """'11 of 27 rules ran; 16 could not run: pass --model config.json to enable SHP001, SHP002… (9); …'"""
+    ran, total, n = cov["ran"], cov["rules"], cov["could_not_run"]
+    if total == 0:
+        return "No rule was selected."
+    if n == 0:
+        return f"All {total} rules ran."
+    parts = []
+    for i, g in enumerate(cov["enable"]):
+        rules = g["rules"]
+        shown = ", ".join(rules[:limit]) + ("…" if len(rules) > limit else "")
+        lead = "pass " if i == 0 else ""
+        parts.append(f"{lead}{g['input']} to enable {shown}" + (f" ({len(rules)})" if len(rules) > limit else ""))
+    rest = len(cov["not_applicable_to_inputs"])
+    if rest:
+        parts.append(f"{rest} need what these inputs do not hold (see each rule's reason)")
+    return f"{ran} of {total} rules ran; {n} could not run: " + "; ".join(parts) + "."
+
+
+def _pct(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    v = x * 100
+    return f"{v:.0f}%" if v >= 10 or v == 0 else f"{v:.1f}%" if v >= 1 else f"{v:.2g}%"
+
+
+def impact_text(c: Any) -> str:
+    """'65% of decode step time' when the rule says what its impact is a share of, else 'impact 65%'."""
+    basis = _get(c, "impact_basis")
+    return f"{_pct(_get(c, 'impact'))} of {basis}" if basis else f"impact {_pct(_get(c, 'impact'))}"
+
+
+def _is_problem(c: Any) -> bool:
+    return (_get(c, "severity") or "info") != "info"
+
+
+def _brief(c: Any) -> dict[str, Any]:
+    return {
+        "rule": _get(c, "rule"),
+        "severity": _get(c, "severity"),
+        "impact": _get(c, "impact"),
+        "cost": impact_text(c),
+        "title": _get(c, "title"),
+    }
+
+
+def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
+    """What most likely limits the run, its cost and next check, what it may explain, other independent
+    problems, and the coverage.
+
+    The cause named is the problem (a warning or error not downstream of another finding) with the largest
+    impact; an `info` finding is context, not a limit, and is named only when there is no problem — or, as
+    `largest_effect`, when its impact is far larger than the problem's (at least twice and 10 points more).
+
+    `status`: "problem" (a warning or error was found), "no_problem" (only `info` findings, or none),
+    "nothing_ran" (every rule was not applicable: an empty result that is not a clean one).
+    """
+    cov = coverage(checks)
+    folded = fold([c for c in checks if _get(c, "status") == "finding"])
+    out: dict[str, Any] = {"coverage": cov, "coverage_text": coverage_sentence(cov)}
+    if cov["ran"] == 0:
+        return out | {
+            "status": "nothing_ran",
+            "headline": f"No rule could run on these inputs ({cov['rules']} not applicable): this is not a clean "
+            "result.",
+        }
+    if not folded:
+        return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed."}
+    candidates = []  # (problem, what it may explain), in rank order
+    for cause, consequences in folded:
+        if _is_problem(cause):
+            candidates.append((cause, consequences))
+        else:  # an info cause: a problem folded under it still counts, on its own
+            candidates += [(c, []) for c in consequences if _is_problem(c)]
+    if candidates:
+        cause, consequences = candidates[0]
+        status, headline = "problem", _get(cause, "title")
+    else:
+        cause, consequences = folded[0]
+        status = "no_problem"
+        headline = f"No problem at warning or error; the largest measured effect: {_get(cause, 'title')}"
+    out |= {
+        "status": status,
+        "headline": headline,
+        "rule": _get(cause, "rule"),
+        "severity": _get(cause, "severity"),
+        "confidence": _get(cause, "confidence"),
+        "impact": _get(cause, "impact"),
+        "impact_basis": _get(cause, "impact_basis"),
+        "cost": impact_text(cause),
+        "next_check": _get(cause, "next_check"),
+        "explains": [_get(c, "rule") for c in consequences],
+        "also": [_brief(c) for c, _ in candidates[1 : 1 + also_limit]],
+    }
+    if status == "problem":
+        mine = _get(cause, "impact") or 0.0
+        big = [c for c, _ in folded if not _is_problem(c) and (_get(c, "impact") or 0.0) >= max(2 * mine, mine + 0.1)]
+        if big:
+            out["largest_effect"] = _brief(big[0])
+    return out
+
+
+# --- huge strings in findings.json -----------------------------------------------------------------------
+
+LONG_STRING = 4096  # characters: a longer string (a kernel name of 1 MiB) is kept in full once, not per use
+
+
+def compact_long_strings(doc: dict[str, Any], limit: int = LONG_STRING) -> dict[str, Any]:
+    """A copy of `doc` in which every string longer than `limit` is cut, with a pointer to its one full copy
+    in `doc["long_strings"]` (a list; each distinct string once). Shorter strings are untouched."""
+    table: list[str] = []
+    index: dict[str, int] = {}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > limit:
+            if v not in index:
+                index[v] = len(table)
+                table.append(v)
+            return f"{v[:200]}… [{len(v):,} characters; in full: long_strings[{index[v]}]]"
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    out = walk(doc)
+    if table:
+        out["long_strings"] = table
+    return out

@@ -49,7 +49,12 @@ def write_atomic(path: str | Path, data: bytes) -> None:
 
 
 def findings_json(report: Report) -> bytes:
-    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+    """findings.json; a string longer than 4,096 characters (a hostile kernel name) is written in full once,
+    under `long_strings`, and cut where it is used."""
+    from tracediag.findings import compact_long_strings
+
+    doc = compact_long_strings(report.to_dict())
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
 def staged_outputs(out_dir: Path, produce: Callable[[Path], Report]) -> Report:

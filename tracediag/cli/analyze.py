@@ -59,13 +59,14 @@ def analyze(
     """
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.cli.progress import progress
     from tracediag.engine import Settings, parse_slo
     from tracediag.output import staged_outputs
     from tracediag.reports.terminal import print_summary
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
-    def produce(staging: Path):
+    def produce(staging: Path, say):
         settings = Settings(
             hbm_bandwidth_gbs=hbm_bandwidth,
             peak_tflops=peak_tflops,
@@ -82,8 +83,15 @@ def analyze(
             settings=settings,
             extra_inputs=extra,
             store=store,
+            progress=say,
         )
 
-    report = _guard(lambda: staged_outputs(out, produce), debug)
+    def run():
+        with progress(enabled=not quiet) as say:
+            report = staged_outputs(out, lambda staging: produce(staging, say))
+            say("writing report.html and findings.json")
+            return report
+
+    report = _guard(run, debug)
     if not quiet:
         print_summary(report, out)

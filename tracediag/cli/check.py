@@ -58,6 +58,15 @@ def check(
             "--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."
         ),
     ] = None,
+    require: Annotated[
+        str | None,
+        typer.Option(
+            "--require",
+            metavar="GLOBS",
+            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) fails the "
+            "check (config: require).",
+        ),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -92,30 +101,36 @@ def check(
       tracediag check traces/ -m config.json --junit rules.xml
       tracediag check traces/ -m config.json --baseline last-good/findings.json --fail-on error
       tracediag check traces/ -m config.json --rules 'COL*,SHP001' --annotated-trace marked.json
+      tracediag check traces/ -m config.json --require 'SHP*,COL*'
     """
     from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.cli.progress import progress
     from tracediag.gate.run import run_check
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
-    result, warnings = _guard(
-        lambda: run_check(
-            inputs or [],
-            model=model,
-            tp=tp,
-            fail_on=fail_on,
-            baseline=baseline,
-            junit=junit,
-            annotated_trace=annotated_trace,
-            rules=rules,
-            config=config,
-            out=out,
-            extra_inputs=extra,
-            store=store,
-            keep_python=keep_python,
-            jobs=jobs,
-        ),
-        debug,
-    )
+
+    def run():
+        with progress(enabled=not quiet) as say:
+            return run_check(
+                inputs or [],
+                model=model,
+                tp=tp,
+                fail_on=fail_on,
+                baseline=baseline,
+                junit=junit,
+                annotated_trace=annotated_trace,
+                rules=rules,
+                require=require,
+                config=config,
+                out=out,
+                extra_inputs=extra,
+                store=store,
+                keep_python=keep_python,
+                jobs=jobs,
+                progress=say,
+            )
+
+    result, warnings = _guard(run, debug)
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
     print_result(result, quiet=quiet, junit=junit, annotated_trace=annotated_trace, out=out)
@@ -123,29 +138,54 @@ def check(
 
 
 def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None) -> None:
+    """The judged items, the verdict and the coverage, then one last line that never says PASSED without
+    saying how many of the selected rules ran."""
+    from tracediag.findings import coverage_sentence, verdict
+    from tracediag.reports.terminal import clip
+
     file = file or sys.stdout
     c = {s: [o for o in result.outcomes if o.status == s] for s in ("fail", "finding", "pass", "skipped")}
+    cov = result.coverage
     if not quiet:
         base = f", baseline {result.baseline.label}" if result.baseline else ""
         cfg = f", config {result.config.path}" if result.config.path else ""
-        print(f"tracediag check: {len(result.rules_selected)} rule(s), fail on {result.fail_on}{base}{cfg}", file=file)
+        req = f", {len(result.required)} required" if result.required else ""
+        print(
+            f"tracediag check: {len(result.rules_selected)} rule(s){req}, fail on {result.fail_on}{base}{cfg}",
+            file=file,
+        )
         for o in result.outcomes:
             if o.suite == "baseline" and o.status in ("pass", "skipped"):
                 continue  # many measures: only regressions are listed; counts below
             vs = f" [{o.vs_baseline}]" if o.vs_baseline and o.status in ("fail", "finding") else ""
             sev = f" {o.severity}" if o.severity and o.status in ("fail", "finding") else ""
-            print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {o.message}", file=file)
+            print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {clip(o.message)}", file=file)
         measured = [o for o in result.outcomes if o.suite == "baseline"]
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
+        v = verdict(result.doc["checks"])
+        tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
+        print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
+        print(f"Coverage: {coverage_sentence(cov)}", file=file)
         for label, path in (("junit", junit), ("annotated trace", annotated_trace), ("outputs", out)):
             if path is not None:
                 print(f"  {label}: {path}", file=file)
+    ran = f"{cov['ran']} of {cov['rules']} rules ran"
+    if cov["could_not_run"]:
+        ran += f"; {cov['could_not_run']} could not run"
+        if cov["enable"]:
+            ran += f" (pass {cov['enable'][0]['input']} to enable {len(cov['enable'][0]['rules'])} of them)"
     if result.passed:
         known = len(c["finding"])
-        tail = f" ({known} finding(s) known or below {result.fail_on})" if known else ""
-        print(f"PASSED: nothing new at or above {result.fail_on}{tail}", file=file)
+        tail = f"; {known} finding(s) known or below {result.fail_on}" if known else ""
+        print(f"PASSED: nothing new at or above {result.fail_on} — {ran}{tail}", file=file)
     else:
-        ids = ", ".join(o.id for o in c["fail"])
-        print(f"FAILED: {len(c['fail'])} new at or above {result.fail_on}: {ids}", file=file)
+        parts = []
+        found = [o for o in c["fail"] if not o.required]
+        if found:
+            parts.append(f"{len(found)} new at or above {result.fail_on}: {', '.join(o.id for o in found)}")
+        blocked = result.not_run_required
+        if blocked:
+            parts.append(f"{len(blocked)} required rule(s) could not run: {', '.join(o.id for o in blocked)}")
+        print(f"FAILED: {'; '.join(parts)} — {ran}", file=file)

@@ -56,22 +56,25 @@ def diff(
       tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
     """
     from tracediag.cli import _guard
+    from tracediag.cli.progress import progress
     from tracediag.diff import run_diff
 
-    d = _guard(
-        lambda: run_diff(
-            before,
-            after,
-            before_model=before_model or model,
-            after_model=after_model or model,
-            tp=tp,
-            out=out,
-            keep_python=keep_python,
-            jobs=jobs,
-        ),
-        debug,
-    )
-    if not quiet:
+    def run():
+        with progress(enabled=not quiet) as say:
+            say(f"reading {before} and {after}, analysing the sides given as traces, comparing")
+            return run_diff(
+                before,
+                after,
+                before_model=before_model or model,
+                after_model=after_model or model,
+                tp=tp,
+                out=out,
+                keep_python=keep_python,
+                jobs=jobs,
+            )
+
+    d = _guard(run, debug)
+    if not quiet:  # typer.echo never wraps: one line per headline in CI logs
         typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
         for line in d["headlines"] or ["no change beyond the thresholds (see the tables)"]:
             typer.echo(f"  {line}")

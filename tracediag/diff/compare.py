@@ -11,6 +11,7 @@ from tracediag import __version__
 from tracediag.gate.outcome import finding_id
 from tracediag.measures import fmt_measure
 from tracediag.reports.html import fmt
+from tracediag.reports.units import percent
 from tracediag.runs import RunData
 
 DIFF_SCHEMA_ID = "tracediag/diff-v1"
@@ -194,13 +195,29 @@ def _dispatch(b: dict, a: dict) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 
 def _findings(before: dict, after: dict) -> dict[str, list[dict[str, Any]]]:
+    """Findings added, removed, changed and unchanged between the runs.
+
+    A finding that is gone is **fixed** only when the after run evaluated its rule (the rule passed, or found
+    something else); when the rule was not applicable there, or not run, the finding is **no longer
+    evaluated**: nothing says it went away. Likewise a new finding says whether its rule ran before.
+    """
+
     def by_id(doc):
         return {finding_id(c): c for c in doc.get("checks", []) if c.get("status") == "finding"}
 
+    def status_by_rule(doc):
+        return {c["rule"]: c for c in doc.get("checks", [])}
+
     b, a = by_id(before), by_id(after)
+    b_rules, a_rules = status_by_rule(before), status_by_rule(after)
 
     def brief(c):
         return {k: c.get(k) for k in ("rule", "severity", "title", "impact")} | {"id": finding_id(c)}
+
+    def other_side(c, rules):
+        o = rules.get(c["rule"])
+        status = o["status"] if o else "not run"
+        return {"status": status, "reason": o.get("reason") if o and status == "not_applicable" else None}
 
     changed = []
     for fid in sorted(set(a) & set(b)):
@@ -210,9 +227,19 @@ def _findings(before: dict, after: dict) -> dict[str, list[dict[str, Any]]]:
                 brief(y)
                 | {"before_severity": x.get("severity"), "before_impact": x.get("impact"), "before_title": x["title"]}
             )
+    removed = []
+    for f in sorted(set(b) - set(a)):
+        side = other_side(b[f], a_rules)
+        removed.append(brief(b[f]) | {"after_status": side["status"], "after_reason": side["reason"]})
+    added = []
+    for f in sorted(set(a) - set(b)):
+        side = other_side(a[f], b_rules)
+        added.append(brief(a[f]) | {"before_status": side["status"], "before_reason": side["reason"]})
     return {
-        "added": [brief(a[f]) for f in sorted(set(a) - set(b))],
-        "removed": [brief(b[f]) for f in sorted(set(b) - set(a))],
+        "added": added,
+        "removed": removed,
+        "fixed": [r for r in removed if r["after_status"] in ("pass", "finding")],
+        "no_longer_evaluated": [r for r in removed if r["after_status"] not in ("pass", "finding")],
         "changed": changed,
         "unchanged": [brief(a[f]) for f in sorted(set(a) & set(b)) if f not in {c["id"] for c in changed}],
     }
@@ -226,11 +253,20 @@ def headlines(d: dict[str, Any]) -> list[str]:
     """The changes worth reading first, each with its numbers."""
     out = []
     for f in d["findings"]["added"]:
-        out.append(f"finding added: {f['id']} ({f['severity']}) {f['title']}")
-    for f in d["findings"]["removed"]:
-        out.append(f"finding removed: {f['id']} ({f['severity']}) {f['title']}")
+        ran = "" if f.get("before_status") in ("pass", "finding", None) else " (its rule did not run before)"
+        out.append(f"finding added{ran}: {f['id']} ({f['severity']}) {f['title']}")
+    for f in d["findings"]["fixed"]:
+        how = "passes" if f["after_status"] == "pass" else "reports other findings"
+        out.append(f"fixed: {f['id']} ({f['severity']}) {f['title']} — the rule ran after and {how}")
+    for f in d["findings"]["no_longer_evaluated"]:
+        why = f"not applicable: {f['after_reason']}" if f["after_reason"] else f["after_status"]
+        out.append(f"no longer evaluated: {f['id']} ({f['severity']}) {f['title']} — after: {why}")
     for f in d["findings"]["changed"]:
-        out.append(f"finding changed: {f['id']} {f['before_severity']} → {f['severity']}: {f['title']}")
+        if f["before_severity"] != f["severity"]:
+            what = f"{f['before_severity']} → {f['severity']}"
+        else:
+            what = f"{f['severity']}, impact {percent(f['before_impact'])} → {percent(f['impact'])}"
+        out.append(f"finding changed: {f['id']} {what}: {f['title']}")
     for c in d["dispatch_changes"]:
         out.append(f"dispatch: {c['what']}")
     for r in d["collectives_per_step"]:

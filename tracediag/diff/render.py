@@ -8,8 +8,9 @@ from typing import Any
 
 import jinja2
 import orjson
+from markupsafe import Markup
 
-from tracediag.measures import fmt_measure
+from tracediag.reports import svg, units
 from tracediag.reports.html import fmt
 
 _ENV = jinja2.Environment(
@@ -43,10 +44,56 @@ def _table(cols: list[str], rows: list[list[Any]]) -> dict[str, Any]:
     return {"cols": cols, "rows": rows}
 
 
+TOP_FAMILIES = 10  # kernel families drawn in the before/after chart (by the larger of the two totals)
+
+
+def charts(d: dict[str, Any]) -> list[str]:
+    """Before/after bars: step time per phase and T bucket, communication and attention share, collectives per
+    step, and the kernel families with the most time."""
+    out = [
+        svg.paired_bars(
+            "Median step time per phase and T bucket",
+            [(f"{r['phase']} {r['T_bucket']}", r["before_median_ns"], r["after_median_ns"]) for r in d["step_time"]],
+            vfmt=units.duration,
+        ),
+        svg.paired_bars(
+            "Share of step time in collectives and in attention",
+            [(f"communication, {r['phase']}", r["before"], r["after"]) for r in d["communication_share"]]
+            + [(f"attention, {r['phase']}", r["before"], r["after"]) for r in d["attention_share"]],
+            vfmt=units.percent,
+        ),
+        svg.paired_bars(
+            "Collective calls per step (median)",
+            [(f"{r['op']}, {r['phase']}", r["before"], r["after"]) for r in d["collectives_per_step"]],
+            vfmt=svg.plain,
+        ),
+    ]
+    fams = sorted(d["kernel_family_time"], key=lambda r: -max(r["before_total_ns"] or 0, r["after_total_ns"] or 0))[
+        :TOP_FAMILIES
+    ]
+    out.append(
+        svg.paired_bars(
+            f"Kernel-family time in total (top {len(fams)})",
+            [(f"{r['klass']}/{r['family']}", r["before_total_ns"], r["after_total_ns"]) for r in fams],
+            vfmt=units.duration,
+        )
+    )
+    return [c for c in out if c]
+
+
+_CHANGE_WORDS = {
+    "added": "new",
+    "fixed": "fixed",
+    "no_longer_evaluated": "no longer evaluated",
+    "changed": "changed",
+    "unchanged": "unchanged",
+}
+
+
 def render_diff_html(d: dict[str, Any]) -> str:
-    ms = lambda v: fmt_measure(v, "ns")  # noqa: E731
-    share = lambda v: fmt_measure(v, "share")  # noqa: E731
-    byt = lambda v: fmt_measure(v, "bytes")  # noqa: E731
+    ms = units.duration
+    share = units.percent
+    byt = units.size
     tables = [
         (
             "Step time per phase and T bucket (median)",
@@ -120,11 +167,27 @@ def render_diff_html(d: dict[str, Any]) -> str:
     fd = d["findings"]
     sev = {
         "added": lambda f: ("—", f["severity"]),
-        "removed": lambda f: (f["severity"], "—"),
+        "fixed": lambda f: (f["severity"], "—"),
+        "no_longer_evaluated": lambda f: (f["severity"], "—"),
         "changed": lambda f: (f["before_severity"], f["severity"]),
         "unchanged": lambda f: (f["severity"], f["severity"]),
     }
-    finding_rows = [[kind, f["id"], *sev[kind](f), f["title"]] for kind in sev for f in fd[kind]]
+
+    def note(kind: str, f: dict[str, Any]) -> str:
+        if kind == "fixed":
+            return "the rule ran after and " + ("passed" if f["after_status"] == "pass" else "found other things")
+        if kind == "no_longer_evaluated":
+            reason = f["after_reason"]
+            return f"after: not applicable — {reason}" if reason else f"after: {f['after_status']}"
+        if kind == "added" and f.get("before_status") not in ("pass", "finding", None):
+            return "its rule did not run before" + (f" ({f['before_reason']})" if f.get("before_reason") else "")
+        return ""
+
+    finding_rows = [
+        [_CHANGE_WORDS[kind], f["id"], *sev[kind](f), f["title"], note(kind, f)]
+        for kind in sev
+        for f in fd.get(kind, [])
+    ]
     for _, t in tables:
         t["rows"] = [[c if isinstance(c, dict) else {"text": str(c), "cls": ""} for c in row] for row in t["rows"]]
     return _ENV.get_template("diff.html").render(
@@ -136,6 +199,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
         notes=d["notes"],
         tables=tables,
         findings=finding_rows,
+        charts=[Markup(c) for c in charts(d)],  # built by tracediag with every label XML-escaped
     )
 
 

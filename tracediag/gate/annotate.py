@@ -20,7 +20,10 @@ thread): overlapping ranges go to extra lanes.
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -67,13 +70,16 @@ def _raw_json(text: str | None) -> orjson.Fragment | None:
 
 
 class _Ids:
-    """Stable integer pids/tids for the merged file."""
+    """Stable integer pids/tids for the merged file; remembers which source process/thread each came from."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: dict[int, SourceNames] | None = None) -> None:
         self.pids: dict[tuple[int, str, str], int] = {}
         self.names: dict[int, tuple[str, int]] = {}  # pid -> (process name, sort index)
         self.tids: dict[tuple[int, str], int] = {}
         self.next_in_rank: dict[int, int] = {}
+        self.source = names or {}  # rank -> the input's own process and thread names
+        self.origin: dict[int, tuple[int, str]] = {}  # our pid -> (rank, source pid or device)
+        self.threads: dict[tuple[int, int], str] = {}  # (our pid, tid) -> source tid
 
     def findings_pid(self, rank: int) -> int:
         pid = rank * PID_STRIDE + 1
@@ -88,17 +94,91 @@ class _Ids:
             pid = rank * PID_STRIDE + n
             self.pids[key] = pid
             label = f"GPU {key[2]}" if kind == "gpu" else f"host pid {key[2]}" if key[2] else "host"
+            own = self.source.get(rank, SourceNames()).processes.get(key[2])
+            if own and own not in label:
+                label += f" ({own})"  # the input's own process name: 'python', 'GPU 0 (H100)'
             self.names[pid] = (f"rank {rank} · {label}", rank * 10 + (2 if kind == "gpu" else 1))
+            self.origin[pid] = (rank, key[2])
         return self.pids[key]
 
     def tid(self, pid: int, orig: Any) -> int:
         s = "" if orig is None else str(orig)
         if s.lstrip("-").isdigit() and -(2**31) < int(s) < 2**31:
-            return int(s)
-        key = (pid, s)
-        if key not in self.tids:
-            self.tids[key] = 2**30 + len(self.tids)
-        return self.tids[key]
+            tid = int(s)
+        else:
+            key = (pid, s)
+            if key not in self.tids:
+                self.tids[key] = 2**30 + len(self.tids)
+            tid = self.tids[key]
+        self.threads.setdefault((pid, tid), s)
+        return tid
+
+    def thread_names(self) -> list[tuple[int, int, str]]:
+        """(our pid, tid, the input's own thread name) for every thread the file uses that had a name."""
+        out = []
+        for (pid, tid), orig_tid in sorted(self.threads.items()):
+            rank, orig_pid = self.origin.get(pid, (None, ""))
+            name = self.source.get(rank, SourceNames()).threads.get((orig_pid, orig_tid)) if rank is not None else None
+            if name:
+                out.append((pid, tid, name))
+        return out
+
+
+@dataclass
+class SourceNames:
+    """The process and thread names an input trace gives its own pids and tids (Kineto `M` events)."""
+
+    processes: dict[str, str] = field(default_factory=dict)  # source pid -> name
+    threads: dict[tuple[str, str], str] = field(default_factory=dict)  # (source pid, tid) -> name
+
+
+_M_MARKS = (b'"ph": "M"', b'"ph":"M"')
+_M_WINDOW = 4096  # bytes around a metadata event's "ph" that hold the whole event
+
+
+def kineto_names(raw: bytes) -> SourceNames:
+    """process_name / thread_name events of a Kineto (Chrome trace) JSON, found without parsing the whole file:
+    each `"ph": "M"` is located with bytes.find and only the small object around it is decoded."""
+    out = SourceNames()
+    dec = json.JSONDecoder()
+    for mark in _M_MARKS:
+        i = raw.find(mark)
+        while i != -1:
+            start = raw.rfind(b"{", max(0, i - _M_WINDOW), i)
+            if start != -1:
+                chunk = raw[start : i + _M_WINDOW].decode("utf-8", errors="replace")
+                try:
+                    ev, _ = dec.raw_decode(chunk)
+                except ValueError:
+                    ev = None
+                if isinstance(ev, dict) and isinstance(ev.get("args"), dict):
+                    name = ev["args"].get("name")
+                    pid, tid = str(ev.get("pid")), str(ev.get("tid"))
+                    if ev.get("name") == "process_name" and isinstance(name, str):
+                        out.processes[pid] = name
+                    elif ev.get("name") == "thread_name" and isinstance(name, str):
+                        out.threads[(pid, tid)] = name
+            i = raw.find(mark, i + len(mark))
+    return out
+
+
+def source_names(con: duckdb.DuckDBPyConnection) -> dict[int, SourceNames]:
+    """Per rank, the names its Kineto input gave its processes and threads (files that are gone are skipped)."""
+    out: dict[int, SourceNames] = {}
+    for path, rank in con.execute(
+        "SELECT DISTINCT path, rank FROM inputs WHERE format = 'kineto' AND rank IS NOT NULL"
+    ).fetchall():
+        p = Path(path)
+        if not p.is_file():
+            continue
+        try:
+            raw = p.read_bytes()
+            if raw[:2] == b"\x1f\x8b":  # gzip by content, as the ingester detects it
+                raw = gzip.decompress(raw)
+        except (OSError, EOFError, gzip.BadGzipFile):
+            continue
+        out[rank] = kineto_names(raw)
+    return out
 
 
 class _Writer:
@@ -337,6 +417,11 @@ def _only_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in findings if c.get("status", "finding") == "finding"]
 
 
+def gzipped(path: Path) -> bool:
+    """A name ending in .gz asks for a gzip-compressed file (as torch.profiler writes .json.gz traces)."""
+    return path.name.endswith(".gz")
+
+
 def write_annotated_trace(
     db_path: str | Path, findings: list[dict[str, Any]], out_path: str | Path, title: str = "tracediag"
 ) -> dict[str, Any]:
@@ -346,15 +431,18 @@ def write_annotated_trace(
     findings = _only_findings(findings)
     con = duckdb.connect(str(db_path), read_only=True)
     try:
-        with atomic_file(out_path) as f:
+        with atomic_file(out_path) as raw_file:
+            f = gzip.GzipFile(fileobj=raw_file, mode="wb", compresslevel=6, mtime=0) if gzipped(out_path) else raw_file
             f.write(b'{"traceEvents": [')
             w = _Writer(f)
-            ids = _Ids()
+            ids = _Ids(source_names(con))
             _write_findings(con, w, ids, findings)
             _write_store_events(con, w, ids)
             for pid, (pname, sort) in sorted(ids.names.items()):
                 w.event({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}})
                 w.event({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+            for pid, tid, tname in ids.thread_names():
+                w.event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}})
             summary = {
                 "tool": {"name": "tracediag", "version": __version__},
                 "title": title,
@@ -365,6 +453,8 @@ def write_annotated_trace(
             }
             f.write(b'\n],\n"displayTimeUnit": "ns",\n"tracediag": ' + orjson.dumps(summary) + b"}\n")
             count = w.count
+            if f is not raw_file:
+                f.close()  # the gzip trailer; the file itself is closed and renamed by atomic_file
     finally:
         con.close()
     return {"events": count, "findings": len(findings), "path": str(out_path)}

@@ -80,6 +80,7 @@ class CheckConfig:
 
     path: Path | None = None  # the file it was read from (None: defaults)
     rules: tuple[str, ...] = ()  # rule id globs; empty: every rule
+    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run fails the check
     fail_on: str = "warning"
     settings: Settings = field(default_factory=Settings)
     expected_tp: int | None = None
@@ -102,6 +103,11 @@ class CheckConfig:
 # Keys of the config that are not engine Settings fields: key -> (default as documented, meaning).
 CHECK_KEYS: dict[str, tuple[str, str]] = {
     "rules": ("all rules", 'rule ids or globs to run, e.g. `["COL*", "SHP001"]` or `"COL*,SHP001"`'),
+    "require": (
+        "none",
+        'rule ids or globs that must run, e.g. `["SHP*", "COL*"]`: a required rule that could not run (not '
+        "applicable: an input is missing) fails the check, with its reason",
+    ),
     "fail_on": ('"warning"', "lowest severity that fails the check: info, warning or error"),
     "expected_tp": ("none", "tensor-parallel degree the deployment must run with"),
     "expected_attention_family": (
@@ -287,10 +293,10 @@ def parse_config(table: dict[str, Any], path: Path, where: str) -> CheckConfig:
     kw: dict[str, Any] = {"path": path}
     settings_kw: dict[str, Any] = {}
     for key, v in table.items():
-        if key == "rules":
-            kw["rules"] = parse_rule_globs(v)
-            if kw["rules"] is None:
-                raise InputError(path, f"'rules' must be rule ids or globs such as \"COL*,SHP001\", got {v!r}")
+        if key in ("rules", "require"):
+            kw[key] = parse_rule_globs(v)
+            if kw[key] is None:
+                raise InputError(path, f"'{key}' must be rule ids or globs such as \"COL*,SHP001\", got {v!r}")
         elif key in ("fail_on", "regression_severity"):
             kw[key] = _severity(path, key, v)
         elif key == "expected_tp":

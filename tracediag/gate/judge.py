@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tracediag.errors import UsageError
-from tracediag.findings import SEVERITY_ORDER
+from tracediag.findings import SEVERITY_ORDER, coverage
 from tracediag.gate.baseline import MeasureChange, compare_measures, judge_baseline
 from tracediag.gate.config import FAIL_ON_LEVELS, CheckConfig, Tolerances
 from tracediag.gate.expectations import judge_expectations
@@ -47,7 +47,9 @@ def judge_rules(
     baseline_doc: dict[str, Any] | None,
     tol: Tolerances,
     titles: dict[str, str] | None = None,
+    required: set[str] | frozenset[str] = frozenset(),
 ) -> list[Outcome]:
+    """One outcome per check. A required rule that could not run fails, with the reason it could not."""
     base = {finding_id(c): c for c in baseline_doc["checks"]} if baseline_doc else None
     titles = rule_titles() if titles is None else titles
     out = []
@@ -58,7 +60,10 @@ def judge_rules(
             out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, "pass", c["title"]))
             continue
         if c["status"] == "not_applicable":
-            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, "skipped", c.get("reason") or ""))
+            must = c["rule"] in required
+            status = "fail" if must else "skipped"
+            msg = ("required, but could not run: " if must else "") + (c.get("reason") or "")
+            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, status, msg, required=must))
             continue
         fid = finding_id(c)
         vs = _vs_baseline(c, base.get(fid), tol) if base is not None else None
@@ -91,6 +96,7 @@ class CheckResult:
     baseline: RunData | None = None
     changes: list[MeasureChange] = field(default_factory=list)
     elapsed_s: float = 0.0
+    required: list[str] = field(default_factory=list)  # rules that must run (config `require`, --require)
 
     @property
     def failed(self) -> list[Outcome]:
@@ -99,6 +105,15 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return not self.failed
+
+    @property
+    def coverage(self) -> dict[str, Any]:
+        """How many of the selected rules ran, and what input would enable the others."""
+        return coverage(self.doc["checks"])
+
+    @property
+    def not_run_required(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.required and o.status == "fail"]
 
     def findings(self) -> list[dict[str, Any]]:
         """Every finding of the run: rules, unmet expectations and baseline regressions (findings.json shape)."""
@@ -111,6 +126,8 @@ class CheckResult:
             "fail_on": self.fail_on,
             "config": str(self.config.path) if self.config.path else None,
             "rules_selected": self.rules_selected,
+            "rules_required": self.required,
+            "coverage": self.coverage,
             "baseline": {"path": self.baseline.label, "kind": self.baseline.kind} if self.baseline else None,
             "counts": {
                 s: sum(1 for o in self.outcomes if o.status == s) for s in ("pass", "fail", "finding", "skipped")
@@ -130,13 +147,16 @@ def judge(
     baseline: RunData | None = None,
     db_path: Path | None = None,
     rules_selected: list[str] | None = None,
+    required: list[str] | None = None,
 ) -> CheckResult:
     """Judge one analysed run (its findings.json document and measures) against config and baseline."""
     level = fail_on or cfg.fail_on
     if level not in FAIL_ON_LEVELS:
         raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{level}'")
     cfg = dataclasses.replace(cfg, fail_on=level)
-    outcomes = judge_rules(doc["checks"], level, baseline.doc if baseline else None, cfg.tolerances)
+    outcomes = judge_rules(
+        doc["checks"], level, baseline.doc if baseline else None, cfg.tolerances, required=set(required or ())
+    )
     outcomes += judge_expectations(cfg.all_expectations(), doc, measures, level)
     changes: list[MeasureChange] = []
     if baseline is not None:
@@ -146,6 +166,7 @@ def judge(
         config=cfg,
         fail_on=level,
         rules_selected=rules_selected if rules_selected is not None else [c["rule"] for c in doc["checks"]],
+        required=list(required or ()),
         outcomes=outcomes,
         doc=doc,
         measures=measures,

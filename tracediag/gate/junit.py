@@ -5,7 +5,9 @@ The shape follows the common JUnit XML schema that Jenkins (xunit plugin `junit-
 `<testsuite>` per kind of check (`tracediag.rules`, `tracediag.expectations`, `tracediag.baseline`),
 each with the required `name`, `tests`, `failures` and `errors` attributes; a `<testcase>` per item
 with `<failure>` (a finding at or above --fail-on that is new or worse than the baseline: its title as
-the message, values, formula and evidence as the text) or `<skipped>` (not applicable, with its reason).
+the message, values, formula and evidence as the text; or a required rule that could not run, with the
+reason) or `<skipped>` (not applicable, with its reason: the input that would let it run). The rules
+suite's properties say how many rules ran (`coverage`).
 Findings that do not fail the check (known from the baseline, or below --fail-on) pass and carry
 their text in `<system-out>`.
 """
@@ -22,6 +24,7 @@ from typing import Any
 import orjson
 
 from tracediag import __version__
+from tracediag.findings import coverage_sentence
 from tracediag.gate.judge import CheckResult
 from tracediag.gate.outcome import Outcome
 from tracediag.output import write_atomic
@@ -89,7 +92,8 @@ def _testcase(parent: ET.Element, o: Outcome) -> None:
     name = o.name if o.name.startswith(o.id) else f"{o.id} {o.name}"  # stable: id first, then what it checks
     tc = ET.SubElement(parent, "testcase", {"classname": _classname(o), "name": _x(name), "time": "0"})
     if o.status == "fail":
-        f = ET.SubElement(tc, "failure", {"type": _x(o.severity or "finding"), "message": _x(f"{o.id}: {o.message}")})
+        kind = "required rule could not run" if o.required else (o.severity or "finding")
+        f = ET.SubElement(tc, "failure", {"type": _x(kind), "message": _x(f"{o.id}: {o.message}")})
         f.text = _x(finding_text(o.check, o.vs_baseline) if o.check else o.message)
     elif o.status == "skipped":
         ET.SubElement(tc, "skipped", {"message": _x(f"not applicable: {o.message}")})
@@ -142,6 +146,8 @@ def junit_xml(result: CheckResult, inputs: list[str] | None = None, name: str = 
                 "baseline": result.baseline.label if result.baseline else "",
                 "config": str(result.config.path) if result.config.path else "",
                 "rules": ", ".join(result.rules_selected),
+                "rules_required": ", ".join(result.required),
+                "coverage": coverage_sentence(result.coverage),
             }
             for k, v in facts.items():
                 ET.SubElement(props, "property", {"name": k, "value": _x(v)})

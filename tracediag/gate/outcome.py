@@ -47,7 +47,8 @@ class Outcome:
     severity: str | None = None
     vs_baseline: str | None = None  # new / worsened / known / improved (None: no baseline)
     check: dict[str, Any] | None = None  # the finding (rules, BASELINE, EXPECT), findings.json shape
+    required: bool = False  # a rule the config or --require says must run
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        return {k: v for k, v in d.items() if v is not None}
+        return {k: v for k, v in d.items() if v is not None and (k != "required" or v)}

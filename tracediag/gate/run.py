@@ -13,6 +13,7 @@ import orjson
 from tracediag.analysis import analyze
 from tracediag.engine import load_rules
 from tracediag.errors import UsageError
+from tracediag.findings import enabling_input
 from tracediag.gate.annotate import write_annotated_trace
 from tracediag.gate.config import FAIL_ON_LEVELS, load_config, parse_rule_globs, select_rules
 from tracediag.gate.judge import judge
@@ -32,14 +33,19 @@ def run_check(
     junit: Path | None = None,
     annotated_trace: Path | None = None,
     rules: str | None = None,
+    require: str | None = None,
     config: Path | None = None,
     out: Path | None = None,
     extra_inputs: list[tuple[Path, str]] = (),
     store: Path | None = None,
     keep_python: bool = False,
     jobs: int | None = None,
+    progress=None,
 ):
-    """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix."""
+    """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
+
+    `require` (or the config's `require`): rule globs that must run; a selected rule that could not run then
+    fails the check. Required rules are run even when `rules` leaves them out."""
     t0 = time.monotonic()
     if not inputs and not extra_inputs and store is None:
         raise UsageError("no inputs given: pass the traces of the run to check")
@@ -56,6 +62,15 @@ def run_check(
         raise UsageError(f"--rules {','.join(patterns)} matches no rule (rules: {', '.join(known)})")
     for p in unmatched:
         warnings.append(f"rule selection '{p}' matches no rule in this version (rules: {', '.join(known)})")
+    req_patterns = parse_rule_globs(require) if require is not None else cfg.require
+    if req_patterns is None:
+        raise UsageError(f"--require: {require!r} is not rule ids or globs such as SHP*,COL*")
+    required, req_unmatched = select_rules(req_patterns, known) if req_patterns else ([], [])
+    if req_unmatched:
+        raise UsageError(
+            f"--require {','.join(req_unmatched)} matches no rule in this version (rules: {', '.join(known)})"
+        )
+    selected = [r for r in known if r in set(selected) | set(required)]
     for p in (junit, annotated_trace):
         if p is not None and Path(p).is_dir():
             raise UsageError(f"{p} is a folder; give a file path")
@@ -85,11 +100,19 @@ def run_check(
                 settings=cfg.settings,
                 extra_inputs=list(extra_inputs),
                 store=store,
+                progress=progress,
             )
             report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
             doc = orjson.loads(findings_json(report))
             result = judge(
-                doc, run_measures(doc, db), cfg, fail_on=fail_on, baseline=base, db_path=db, rules_selected=selected
+                doc,
+                run_measures(doc, db),
+                cfg,
+                fail_on=fail_on,
+                baseline=base,
+                db_path=db,
+                rules_selected=selected,
+                required=required,
             )
             result.elapsed_s = time.monotonic() - t0
             (staging / "check.json").write_bytes(
@@ -108,6 +131,14 @@ def run_check(
             produce(work)
             db_path = work / "trace.duckdb"
         result = holder["result"]
+        if model is None:
+            blocked = [c["rule"] for c in result.doc["checks"] if c["status"] == "not_applicable"
+                       and (enabling_input(c.get("reason")) or "").startswith("--model")]  # fmt: skip
+            if blocked:
+                warnings.append(
+                    f"no --model given: {len(blocked)} of {len(selected)} selected rules could not run "
+                    f"({', '.join(blocked)}); pass --model config.json (the served model's Hugging Face config)"
+                )
         try:
             if annotated_trace is not None:
                 write_annotated_trace(db_path, result.findings(), annotated_trace)

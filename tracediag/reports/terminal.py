@@ -1,44 +1,103 @@
-"""Short terminal summary (rich), rendered from the same check dicts as the HTML and JSON.
+"""Terminal summary (rich), rendered from the same data as the HTML and JSON: the verdict first, the coverage,
+then the findings ranked by impact (consequences indented under their cause), passes and rules that could not
+run by id, and where the outputs are.
 
-Findings in full (ranked), passes by id, not-applicable rules by id with a pointer to the report for
-their reasons. Titles can quote kernel and annotation names, so they are passed as Text (never markup).
+Titles can quote kernel and annotation names, so they are passed as Text (never markup). When stdout is not a
+terminal (CI logs, a pipe) nothing is wrapped: each item stays on one line whatever its length.
 """
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from tracediag.findings import fold
+from tracediag.reports.units import percent
+
 _SEV = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+LINE_CHARS = 600  # a title longer than this (a hostile kernel name in it) is cut; findings.json has it whole
+
+
+def clip(text: str, limit: int = LINE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_VERDICT = {"problem": "bold", "no_problem": "bold green", "nothing_ran": "bold red"}
+
+
+def make_console(file=None, stderr: bool = False) -> Console:
+    """A console that wraps on a terminal only (soft wrap: long lines are left whole in logs and pipes)."""
+    stream = file or (sys.stderr if stderr else sys.stdout)
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    return Console(file=stream, highlight=False, soft_wrap=not tty)
+
+
+def verdict_lines(v: dict) -> list[Text]:
+    """The verdict as a few lines of text (shared by `analyze` and `check`)."""
+    out = []
+    kicker = {"problem": "Verdict", "no_problem": "Verdict (no problem found)", "nothing_ran": "Verdict"}
+    line = Text(f"{kicker[v['status']]}: ", style=_VERDICT[v["status"]])
+    line.append(Text(clip(v["headline"]), style="bold"))
+    out.append(line)
+    if v.get("rule"):
+        meta = Text("  ")
+        meta.append(v["rule"], style="bold")
+        meta.append(" ")
+        meta.append(v.get("severity") or "", style=_SEV.get(v.get("severity") or "", ""))
+        meta.append(f" · {v['cost']}" + (f" · confidence {v['confidence']}" if v.get("confidence") else ""))
+        out.append(meta)
+        if v.get("next_check"):
+            out.append(Text(f"  Next check: {clip(v['next_check'])}"))
+    if v.get("explains"):
+        out.append(Text(f"  May explain: {', '.join(v['explains'])} (folded under it)"))
+    for a in v.get("also", []):
+        also = Text("  Also: ")
+        also.append(a["rule"], style="bold")
+        also.append(" ")
+        also.append(a["severity"] or "", style=_SEV.get(a["severity"] or "", ""))
+        also.append(f" {a['cost']}: {clip(a['title'])}")
+        out.append(also)
+    if v.get("largest_effect"):
+        e = v["largest_effect"]
+        out.append(Text(f"  Largest measured effect (info, not a fault): {e['rule']} {e['cost']}: {clip(e['title'])}"))
+    out.append(Text(f"Coverage: {v['coverage_text']}", style="dim" if v["coverage"]["ran"] else "bold red"))
+    return out
+
+
+def _finding_line(c: dict, indent: str) -> Text:
+    sev = c.get("severity") or ""
+    t = Text(indent)
+    t.append(f"{c['rule']:<8}", style="bold")
+    t.append(f"{sev:<8}", style=_SEV.get(sev, ""))
+    t.append(f"{percent(c['impact']) if c.get('impact') is not None else '—':>6}  ")
+    t.append(clip(c["title"]))
+    return t
 
 
 def print_summary(report, out_dir, console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
+    console = console or make_console()
     d = report.to_dict()
     ranks = sorted({r for i in d["inputs"] for r in i["ranks"]})
     tp = d["tp"]
     head = f"tracediag: {len(d['inputs'])} input(s), ranks {ranks}, p = {tp['p'] if tp else '?'}"
     console.print(Text(head + (f" ({tp['source']})" if tp else ""), style="bold"))
-    if d["findings"]:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False, title_justify="left")
-        for col in ("rule", "severity", "finding (ranked: walk step, severity, impact)"):
-            table.add_column(col, overflow="fold")
-        for c in d["findings"]:
-            sev = c.get("severity") or ""
-            table.add_row(Text(c["rule"]), Text(sev, style=_SEV.get(sev, "")), Text(c["title"]))
-        console.print(table)
-    else:
-        console.print(Text("no findings", style="green"))
+    for line in verdict_lines(d["verdict"]):
+        console.print(line)
+    folded = fold([c for c in d["checks"] if c["status"] == "finding"])
+    if folded:
+        console.print(Text("Findings, ranked by impact (consequences indented under their cause):", style="bold"))
+        for cause, consequences in folded:
+            console.print(_finding_line(cause, "  "))
+            for c in consequences:
+                console.print(_finding_line(c, "    ↳ "))
     by_status = {s: [c["rule"] for c in d["checks"] if c["status"] == s] for s in ("pass", "not_applicable")}
     if by_status["pass"]:
         console.print(Text(f"pass: {' '.join(by_status['pass'])}", style="green"))
     if by_status["not_applicable"]:
         console.print(
-            Text(
-                f"not applicable (inputs missing; reasons in the report): {' '.join(by_status['not_applicable'])}",
-                style="dim",
-            )
+            Text(f"could not run (reasons in the report): {' '.join(by_status['not_applicable'])}", style="dim")
         )
     if d["cost_model"]["applies"] is False:
         console.print(

@@ -42,7 +42,7 @@ RULE = RuleMeta(
     requires_tables=("collectives", "steps"),
     requires_model=("L", "H"),
     requires_tp=True,
-    may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002"),
+    may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),
 )
 BELOW_SHARE_FINDING = 0.5  # "the observed decode T distribution lies mostly below T*"
 

@@ -1,7 +1,13 @@
-"""The DuckDB store: one database file per analysis, canonical tables from schema.sql."""
+"""The DuckDB store: one database file per analysis, canonical tables from schema.sql.
+
+Every column carries its unit and meaning as a DuckDB column comment (`duckdb_columns()`, `DESCRIBE`
+shows them in recent DuckDB), taken from the `-- comment` beside the column in the schema files and in the
+derivations' SQL (and the `# comment` of the collectives table's Arrow schema).
+"""
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +36,135 @@ def open_store(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
     for name in schema_files():
         con.execute(_sql("tracediag.store", name))
     return con
+
+
+# --- column comments -------------------------------------------------------------------------------------
+
+_CREATE = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?P<temp>TEMP(?:ORARY)?\s+)?(?:TABLE|VIEW)\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?P<name>\w+)\s*(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_NOT_A_COLUMN = {"end", "and", "or", "then", "else", "null", "from", "where", "join", "on", "select", "as", "by",
+                 "case", "when", "over", "filter", "distinct", "all", "union", "with", "not", "in", "is"}  # fmt: skip
+_ARROW_FIELD = re.compile(r'^\s*\("(?P<col>\w+)",\s*pa\.[^#]*#\s*(?P<comment>.+?)\s*$')
+_ARROW_SCHEMA = re.compile(r"^(?P<name>[A-Z_]+)_SCHEMA\s*=\s*pa\.schema\(")
+
+
+def sql_column_comments(text: str) -> dict[str, dict[str, str]]:
+    """{table: {column: comment}} from `-- comment`s beside columns: in `CREATE TABLE t (col TYPE, -- ...)`
+    the column is the line's first word; in `CREATE TABLE t AS SELECT ... expr AS col, -- ...` its last.
+    Temporary tables are skipped (they do not outlive the derivation)."""
+    out: dict[str, dict[str, str]] = {}
+    table, ddl = None, False
+    for line in text.splitlines():
+        m = _CREATE.match(line)
+        if m:
+            table = None if m.group("temp") else m.group("name").lower()
+            rest = m.group("rest").split("--", 1)[0].strip()
+            ddl = rest.startswith("(") and not re.match(r"^\(?\s*(AS|WITH|SELECT)\b", rest, re.IGNORECASE)
+            continue
+        if table is None:
+            continue
+        code, sep, comment = line.partition("--")
+        code = code.strip()
+        if sep and code and comment.strip():
+            cols = _columns_of(code, ddl)
+            for col in cols:
+                out.setdefault(table, {})[col] = comment.strip()
+        if ";" in code:
+            table = None
+    return out
+
+
+def _columns_of(code: str, ddl: bool) -> list[str]:
+    code = code.rstrip(",").strip()
+    if ddl:
+        first = re.match(r"^\"?(\w+)\"?\s+\w", code)
+        return [first.group(1)] if first and first.group(1).lower() not in ("primary", "unique", "check") else []
+    if re.fullmatch(r"[\w.]+(\s*,\s*[\w.]+)*", code):  # a list of bare columns: one comment for all
+        return [c.strip().split(".")[-1] for c in code.split(",")]
+    last = re.search(r"(?:\bAS\s+)?\"?([A-Za-z_]\w*)\"?\s*$", code, re.IGNORECASE)
+    return [last.group(1)] if last and last.group(1).lower() not in _NOT_A_COLUMN else []
+
+
+def arrow_column_comments(text: str) -> dict[str, dict[str, str]]:
+    """{table: {column: comment}} from `NAME_SCHEMA = pa.schema([("col", pa.type()),  # comment ...])`."""
+    out: dict[str, dict[str, str]] = {}
+    table = None
+    for line in text.splitlines():
+        m = _ARROW_SCHEMA.match(line)
+        if m:
+            table = m.group("name").lower()
+            continue
+        if table is None:
+            continue
+        f = _ARROW_FIELD.match(line)
+        if f:
+            out.setdefault(table, {})[f.group("col")] = f.group("comment")
+        elif line.startswith(")"):
+            table = None
+    return out
+
+
+# Derived columns whose SQL carries no comment beside them (said here from what the SQL writes into them).
+SUPPLEMENT = {
+    "steps": {
+        "t_source": "where T came from: 'annotation' (vLLM step annotation) or 'GEMM activation rows (mode)'",
+        "phase_source": "where the phase came from: 'annotation' or 'attention query length'",
+    },
+    "step_activity": {
+        "time_basis": "what step_ns measures: the GPU span of the step's kernels, or the host duration "
+        "of the step when the rank has no GPU kernels",
+    },
+    "step_collectives": {
+        "step_id": "engine step (steps.step_id)",
+        "T": "tokens in the step (steps.T)",
+        "min_payload_bytes": "smallest per-rank input bytes of one call in the step",
+        "max_payload_bytes": "largest per-rank input bytes of one call in the step",
+    },
+    "gemm_shapes": {"step_id": "engine step (steps.step_id) the GEMM op ran in"},
+}
+
+
+def _all_column_comments() -> dict[str, dict[str, str]]:
+    found: dict[str, dict[str, str]] = {t: dict(cols) for t, cols in SUPPLEMENT.items()}
+    sources = [("tracediag.store", n) for n in schema_files()]
+    sources += sorted(
+        ("tracediag.derive", f.name) for f in resources.files("tracediag.derive").iterdir() if f.name.endswith(".sql")
+    )
+    for package, name in sources:
+        for table, cols in sql_column_comments(_sql(package, name)).items():
+            found.setdefault(table, {}).update(cols)
+    for f in resources.files("tracediag.derive").iterdir():
+        if f.name.endswith(".py"):
+            for table, cols in arrow_column_comments(f.read_text(encoding="utf-8")).items():
+                found.setdefault(table, {}).update(cols)
+    return found
+
+
+def comment_columns(con: duckdb.DuckDBPyConnection) -> int:
+    """Set a comment on every column of the store's tables and views that a schema or derivation file
+    documents; a column documented nowhere for its own table takes the comment of the same column of the
+    canonical tables (`rank`, `ts_ns`, ...). Returns how many comments were set."""
+    comments = _all_column_comments()
+    canonical: dict[str, str] = {}
+    for name in schema_files():
+        for cols in sql_column_comments(_sql("tracediag.store", name)).values():
+            for col, text in cols.items():
+                canonical.setdefault(col, text)
+    rows = con.execute(
+        "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE NOT internal AND schema_name = 'main'"
+    ).fetchall()
+    statements = []
+    for table, col, current in rows:
+        text = comments.get(table.lower(), {}).get(col) or canonical.get(col)
+        if text and text != current:
+            quoted = text.replace("'", "''")  # the text of our own schema files, not input
+            statements.append(f'COMMENT ON COLUMN "{table}"."{col}" IS \'{quoted}\';')
+    if statements:  # one batch: a statement per column costs a catalog round trip each
+        con.execute("BEGIN TRANSACTION;\n" + "\n".join(statements) + "\nCOMMIT;")
+    return len(statements)
 
 
 def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:

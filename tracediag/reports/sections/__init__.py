@@ -1,17 +1,21 @@
-"""Report sections: data tables (and optional inline SVG charts) shown in the walk step they belong to.
+"""Report sections: data tables (and optional inline SVG charts) behind the findings.
 
 A section module has `build(ctx) -> Section | None` (None: nothing to show for these inputs). Sections
-are data, like checks: findings.json carries their tables; report.html renders them after the checks of
-their walk step with the generic partial `sections/_generic.html` (or the section's own template).
+are data, like checks: findings.json carries their tables in full. report.html draws a section's charts in
+the walk step it belongs to (or, with `place="overview"`, under "Where the time goes" right after the
+findings) and its tables among the detail tables at the end, with the generic partial
+`sections/_generic.html` (or the section's own template): long tables are cut to the slowest or most
+unusual rows, and `queries` gives, per table caption, the SQL that returns every row from trace.duckdb.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 SECTION_BUILDERS = (
+    "tracediag.reports.sections.overview",
     "tracediag.reports.sections.steps",
     "tracediag.reports.sections.collectives",
     "tracediag.reports.sections.comm",
@@ -31,6 +35,8 @@ class Section:
     notes: tuple[str, ...] = ()  # plain-text lines shown above the tables
     svgs: tuple[str, ...] = ()  # inline SVG charts built by our code (all text in them XML-escaped)
     template: str | None = None  # custom partial under templates/sections/, else the generic one
+    queries: dict[str, str] = field(default_factory=dict)  # caption -> SQL giving all of that table's rows
+    place: Literal["walk", "overview"] = "walk"  # where report.html draws the charts
 
     def to_dict(self) -> dict[str, Any]:
         return {"title": self.title, "step": self.step, "notes": list(self.notes), "tables": self.tables}

@@ -14,4 +14,10 @@ def build(ctx) -> Section | None:
         FROM collectives GROUP BY ALL ORDER BY rank, calls DESC, op, dtype, group_size""")
     if not rows:
         return None
-    return Section(id="collectives", step=3, title="Collectives per rank", tables={"per rank, op and dtype": rows})
+    return Section(
+        id="collectives",
+        step=3,
+        title="Collectives per rank",
+        tables={"per rank, op and dtype": rows},
+        queries={"per rank, op and dtype": "SELECT * FROM collectives ORDER BY rank, call_id  -- one row per call"},
+    )

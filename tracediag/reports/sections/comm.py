@@ -3,6 +3,8 @@ the nccl-tests table at the same payloads (PATH002) and the topology snapshot (P
 
 from __future__ import annotations
 
+import statistics
+
 from tracediag.reports import svg
 from tracediag.reports.sections import Section
 
@@ -23,8 +25,10 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
         lines = {}
         if fit is not None:
             lo, hi = fit.min_payload_bytes, fit.max_payload_bytes
-            label = f"fit: α = {fit.alpha_s * 1e6:.1f} µs, B = " + (
-                f"{fit.bus_bw_bytes_per_s / 1e9:.3g} GB/s" if fit.bus_bw_bytes_per_s else "unresolved (latency-bound)"
+            label = f"fit: α = {fit.alpha_s * 1e6:.1f} µs, " + (
+                f"B = {fit.bus_bw_bytes_per_s / 1e9:.3g} GB/s"
+                if fit.bus_bw_bytes_per_s
+                else "no bandwidth term (latency-bound)"
             )
             lines[label] = [(S / 1024, fit.time_s(S) * 1e6) for S in (lo, (lo + hi) / 2, hi)]
             rows.append(
@@ -43,13 +47,18 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
             near = [b for b in bench if lo / 2 <= b["size_bytes"] <= hi * 2]
             if near:
                 lines["nccl-tests (out-of-place)"] = [(b["size_bytes"] / 1024, b["time_ns"] / 1e3) for b in near]
+        by_payload: dict[float, list[float]] = {}
+        for x, y in pts:
+            by_payload.setdefault(x, []).append(y)
+        medians = [(x, statistics.median(ys)) for x, ys in sorted(by_payload.items())]
         charts.append(
             svg.scatter(
                 f"All-reduce time vs payload, group size {g}",
                 "payload per rank (KiB)",
-                "time per call (µs)",
-                {f"{len(pts)} calls": pts},
+                "time per call (µs, log scale)",
+                {f"{len(pts)} calls (the fit's points)": pts, "median per payload": medians},
                 lines=lines,
+                log_y=True,
             )
         )
     return charts, notes, rows

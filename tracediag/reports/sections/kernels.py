@@ -96,6 +96,11 @@ def build(ctx) -> Section | None:
         title="Kernels per phase",
         tables={"families per phase": family_rows, "kernels per phase": kernel_rows},
         notes=tuple(notes),
+        queries={
+            "kernels per phase": "SELECT phase, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns, "
+            "count(DISTINCT (rank, step_id)) AS steps FROM kernel_steps WHERE step_id IS NOT NULL "
+            "GROUP BY ALL ORDER BY phase, time_ns DESC",
+        },
     )
 
 

@@ -2,34 +2,38 @@
 
 from __future__ import annotations
 
-from tracediag.reports import svg
+from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import PHASES, fit_line, phase_name, phase_table, prepare, step_rows
+from tracediag.rules._kernels import PHASES, fit_line, phase_table, prepare, step_rows
+
+PHASE_LABEL = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", None: "unphased"}
+MIN_DISTINCT_T = 4  # fewer distinct T than this: the T distribution is said in words, not drawn
 
 
-def _bucket(t: int) -> tuple[int, str]:
-    """Power-of-two bucket of T: (lower bound, label)."""
-    if t <= 0:
-        return 0, "0"
-    lo = 1 << (int(t).bit_length() - 1)
-    hi = 2 * lo - 1
-    return lo, str(lo) if lo == hi else f"{lo}–{hi}"
-
-
-def t_histogram(ts: list[int]) -> list[tuple[str, float]]:
-    """Counts per power-of-two bucket of T, empty buckets between the smallest and largest kept."""
-    if not ts:
-        return []
-    counts: dict[int, int] = {}
-    for t in ts:
-        lo, _ = _bucket(t)
-        counts[lo] = counts.get(lo, 0) + 1
-    los = sorted(counts)
-    out, lo = [], los[0]
-    while lo <= los[-1]:
-        out.append((_bucket(lo)[1], float(counts.get(lo, 0))))
-        lo = lo * 2 if lo else 1
+def t_histogram(steps: list[dict]) -> dict[str, list[tuple[float, float, int]]]:
+    """T per phase on common numeric bins (one bin per T when they are few, else round-width or
+    power-of-two bins): {phase: [(low, high, steps)]}."""
+    ts = [s["T"] for s in steps if s["T"] is not None]
+    edges = [(a, b) for a, b, _ in svg.numeric_bins(ts)]
+    out: dict[str, list[tuple[float, float, int]]] = {}
+    for ph in [*PHASES, None]:
+        vals = [s["T"] for s in steps if s["phase"] == ph and s["T"] is not None]
+        if vals:
+            out[PHASE_LABEL[ph]] = [
+                (a, b, sum(1 for v in vals if a <= v < b or (i == len(edges) - 1 and v == b)))
+                for i, (a, b) in enumerate(edges)
+            ]
     return out
+
+
+def _t_words(steps: list[dict]) -> str:
+    parts = []
+    for ph in [*PHASES, None]:
+        vals = sorted({s["T"] for s in steps if s["phase"] == ph and s["T"] is not None})
+        n = sum(1 for s in steps if s["phase"] == ph and s["T"] is not None)
+        if vals:
+            parts.append(f"{PHASE_LABEL[ph]} T = {' or '.join(str(v) for v in vals)} ({n} rank-steps)")
+    return "Tokens per step: " + "; ".join(parts) + "."
 
 
 def build(ctx) -> Section | None:
@@ -39,26 +43,27 @@ def build(ctx) -> Section | None:
         return None
     table = phase_table(steps)
     svgs = []
-    for ph in [*PHASES, None]:
-        ts = [s["T"] for s in steps if s["phase"] == ph and s["T"] is not None]
-        if ts:
-            svgs.append(
-                svg.histogram(f"T per {phase_name(ph)} step", "T (tokens in the step)", t_histogram(ts), "steps")
-            )
+    notes = [f"Step time: {steps[0]['time_basis']}."]
+    if len({s["T"] for s in steps if s["T"] is not None}) >= MIN_DISTINCT_T:
+        svgs.append(svg.histogram("T per step, by phase", "T (tokens in the step)", t_histogram(steps), "steps"))
+    elif any(s["T"] is not None for s in steps):
+        notes.append(_t_words(steps))
     pts = [(s["T"], s["step_ns"] / 1e6) for s in steps if s["T"] is not None and s["step_ns"] is not None]
     fit = fit_line([(t, ms * 1e6) for t, ms in pts])
-    notes = [f"Step time: {steps[0]['time_basis']}."]
     if fit:
         a, b = fit["a_ns_per_token"], fit["b_ns"]
-        notes.append(
-            f"Fit over {fit['n']} steps ({fit['distinct_T']} distinct T): t_step = {a / 1e3:.4g} µs/token · T + "
-            f"{b / 1e6:.4g} ms, R² = {fit['r2']:.3f}."
+        line = (
+            f"{units.duration(a)}/token · T + {units.duration(b)}"
+            if a >= 0
+            else f"{units.duration(b)} − {units.duration(-a)}/token · T (step time falls as T grows)"
         )
+        fit_text = f"Fit over {fit['n']} steps ({fit['distinct_T']} distinct T)"
+        notes.append(f"{fit_text}: t_step = {line}, R² = {fit['r2']:.3f}.")
     else:
         notes.append("No fit of t_step = a·T + b: it needs ≥ 3 steps with T and ≥ 2 distinct T.")
     if pts:
         series = {
-            phase_name(ph): [
+            PHASE_LABEL[ph]: [
                 (s["T"], s["step_ns"] / 1e6)
                 for s in steps
                 if s["phase"] == ph and s["T"] is not None and s["step_ns"] is not None
@@ -78,16 +83,11 @@ def build(ctx) -> Section | None:
                 lines,
             )
         )
-    per_step = ctx.rows(
-        """SELECT a.rank, a.step_id, s.name, s.marker_source, a.phase, s.phase_source, a.T, s.t_source, a.step_ns,
-                  a.host_dur_ns, a.kernels, a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns
-           FROM step_activity a JOIN steps s USING (rank, step_id) ORDER BY a.rank, a.step_id"""
-    )
     return Section(
         id="phases",
         step=6,
         title="Prefill / decode split",
-        tables={"phases": table, "steps": per_step},
+        tables={"phases": table},
         notes=tuple(notes),
         svgs=tuple(x for x in svgs if x),
     )

@@ -153,4 +153,10 @@ def build(ctx) -> Section | None:
         tables=tables,
         notes=tuple(notes),
         svgs=tuple(c for c in charts if c),
+        queries={
+            "engine stats lines": "SELECT * FROM serving_stats ORDER BY input_id, t_s, line",
+            "startup facts": "SELECT * FROM serving_startup ORDER BY input_id, line",
+            "speculative decoding lines": "SELECT * FROM spec_decode ORDER BY input_id, t_s",
+            "benchmark latency (ms)": "SELECT * FROM bench_latency ORDER BY input_id, run, metric, stat",
+        },
     )

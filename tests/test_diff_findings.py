@@ -1,0 +1,73 @@
+"""`tracediag diff` tells a fixed finding (its rule ran on the later run and did not find it again) from one
+that is no longer evaluated (its rule could not run there), and draws before/after charts in diff.html."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import typer
+from conftest import SAMPLES
+from typer.testing import CliRunner
+
+from tracediag.cli import diff as diff_cmd
+
+HEALTHY = SAMPLES / "healthy_tp2"
+FP32 = SAMPLES / "fault_fp32_comm_tp2"
+MODEL = HEALTHY / "config.json"
+
+
+def cli(*args):
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @app.callback()
+    def _main() -> None:
+        """tracediag (commands under test)."""
+
+    diff_cmd.register(app)
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def fixed_run(tmp_path_factory) -> tuple[dict, str, Path]:
+    out = tmp_path_factory.mktemp("diff") / "fp32_to_healthy"
+    r = cli("diff", FP32, HEALTHY, "-m", MODEL, "--out", out, "-j", "1")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return json.loads((out / "diff.json").read_text()), r.stdout, out
+
+
+def test_fixed_when_the_rule_passes_after(fixed_run):
+    d, text, _ = fixed_run
+    (col002,) = [f for f in d["findings"]["fixed"] if f["id"] == "COL002"]
+    assert col002["after_status"] == "pass"
+    assert "fixed: COL002 (warning)" in text and "the rule ran after and passes" in text
+    # COL003 could not run on the fp32 side (the cost model did not apply): it is new after, and says so
+    (col003,) = [f for f in d["findings"]["added"] if f["id"] == "COL003"]
+    assert col003["before_status"] == "not_applicable" and "cost model" in col003["before_reason"]
+    assert "finding added (its rule did not run before): COL003" in text
+
+
+def test_no_longer_evaluated_when_the_rule_cannot_run_after(tmp_path):
+    out = tmp_path / "healthy_to_fp32"
+    r = cli("diff", HEALTHY, FP32, "-m", MODEL, "--out", out, "-j", "1")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    d = json.loads((out / "diff.json").read_text())
+    (col003,) = d["findings"]["no_longer_evaluated"]
+    assert col003["id"] == "COL003" and col003["after_status"] == "not_applicable"
+    assert not d["findings"]["fixed"]
+    assert "no longer evaluated: COL003 (warning)" in r.stdout and "finding removed" not in r.stdout
+    html = (out / "diff.html").read_text()
+    assert "no longer evaluated" in html
+
+
+def test_diff_html_has_before_after_charts(fixed_run):
+    _, _, out = fixed_run
+    html = (out / "diff.html").read_text()
+    svgs = [s for s in html.split("<svg")[1:]]
+    assert len(svgs) >= 3
+    for s in svgs:
+        ET.fromstring("<svg" + s.split("</svg>")[0] + "</svg>")  # well-formed inline SVG
+    assert "Median step time per phase and T bucket" in html and "Share of step time in collectives" in html
+    assert "<script" not in html and "http://" not in html.replace("http://www.w3.org/2000/svg", "")

@@ -1,0 +1,178 @@
+"""The verdict, ranking by impact and folding under causes: on every sample trace the verdict names the fault
+that was injected into it (sample_traces/README.md), and the logic itself on small hand-made check lists
+(check results are data: these are lists of Check objects, not traces)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import sample_report
+
+from tracediag.findings import (
+    Check,
+    compact_long_strings,
+    coverage,
+    enabling_input,
+    fold,
+    ranked_findings,
+    severity_follows_impact,
+    verdict,
+)
+from tracediag.reports.html import render_html
+
+# sample -> the finding its fault must produce (sample_traces/README.md, "What a diagnosis tool should find")
+INJECTED = {
+    "delayed_rank_tp2": "COL005",
+    "fault_extra_allreduce_tp2": "COL001",
+    "fault_fp32_comm_tp2": "COL002",
+    "kv_replicated_tp4": "SHP001",
+    "math_decode_tp2": "KRN001",
+    "w4_dense_tp2": "SHP003",
+    "healthy_tp2": "COL003",  # TP=2 is slower than TP=1 at decode: true for gloo on a CPU
+}
+CLEAN = ("wide_tp2", "healthy_tp1")  # every rule passes (SCH001's description of the split is info)
+
+
+@pytest.mark.parametrize("name", sorted(INJECTED))
+def test_verdict_names_the_injected_fault(name):
+    v = sample_report(name).verdict
+    rule = INJECTED[name]
+    named = [v.get("rule"), *(a["rule"] for a in v.get("also", []))]
+    assert v["status"] == "problem", v
+    assert rule in named, (name, v)
+    html = render_html(sample_report(name))
+    verdict_html = html[html.index('id="verdict"') : html.index("</section>")]
+    assert rule in verdict_html
+
+
+@pytest.mark.parametrize("name", ["delayed_rank_tp2", "fault_extra_allreduce_tp2", "fault_fp32_comm_tp2",
+                                  "kv_replicated_tp4", "w4_dense_tp2"])  # fmt: skip
+def test_the_fault_is_the_primary_cause(name):
+    assert sample_report(name).verdict["rule"] == INJECTED[name]
+
+
+def test_delayed_rank_verdict_names_the_straggler_and_folds_tp_profitability_under_it():
+    v = sample_report("delayed_rank_tp2").verdict
+    assert v["rule"] == "COL005" and "Rank 1" in v["headline"] and "straggler" in v["headline"]
+    # "TP=2 is slower than TP=1" and the per-step stall are context of the straggler, not causes of their own
+    assert {"COL003", "SCH001"} <= set(v["explains"])
+    assert v["next_check"] and "rank 1" in v["next_check"]
+    ranked = [c.rule for c in sample_report("delayed_rank_tp2").findings]
+    assert ranked[0] == "COL005"
+
+
+def test_math_decode_names_the_fallback_next_to_the_larger_tp_cost():
+    # COL003 affects every decode step (impact 100 %), the math fallback 4.9 % of decode time: both are causes
+    # of their own; the fallback is named in the verdict as an independent problem.
+    v = sample_report("math_decode_tp2").verdict
+    assert v["rule"] == "COL003"
+    (also,) = [a for a in v["also"] if a["rule"] == "KRN001"]
+    assert also["severity"] == "warning" and "math" in also["title"]
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_samples_have_no_problem_verdict(name):
+    v = sample_report(name).verdict
+    assert v["status"] == "no_problem" and v["headline"].startswith("No problem at warning or error")
+
+
+def test_without_model_the_verdict_says_what_could_not_run():
+    v = sample_report("delayed_rank_tp2", with_model=False).verdict
+    cov = v["coverage"]
+    assert cov["rules"] == 27 and cov["ran"] < 10
+    (model,) = [g for g in cov["enable"] if g["input"].startswith("--model")]
+    assert {"SHP001", "COL001", "COL002"} <= set(model["rules"])
+    assert f"{cov['ran']} of 27 rules ran" in v["coverage_text"]
+    assert "pass --model config.json to enable SHP001" in v["coverage_text"]
+    assert v["rule"] == "COL005"  # the straggler needs no model: still found
+
+
+def test_findings_json_carries_the_verdict_and_ranked_findings():
+    d = sample_report("w4_dense_tp2").to_dict()
+    assert d["verdict"]["rule"] == "SHP003"
+    order = [c["rule"] for c in d["findings"]]
+    # SHP003 first (impact 1.0, error), KRN003 folded right under it, then the next cause
+    assert order[:2] == ["SHP003", "KRN003"]
+    steps = [c["step"] for c in d["checks"]]
+    assert steps == sorted(steps)  # `checks` stay in walk order; only `findings` are ranked
+
+
+# --- the logic on hand-made check lists --------------------------------------------------------------------
+
+
+def _f(rule, impact, severity="warning", step=3, down=(), confidence="high"):
+    return Check(rule, step, "finding", f"{rule} title", severity, confidence, impact, downstream_of=down)
+
+
+def test_ranking_is_by_impact_then_severity():
+    checks = [_f("A", 0.04, "warning", step=4), _f("B", 0.44, "info", step=5), _f("C", 0.44, "error", step=6)]
+    assert [c.rule for c in ranked_findings(checks)] == ["C", "B", "A"]
+
+
+def test_fold_puts_consequences_under_the_best_ranked_cause():
+    checks = [_f("CAUSE", 0.3), _f("X", 1.0, down=("CAUSE",)), _f("Y", 0.9, down=("X", "OTHER")), _f("OTHER", 0.1)]
+    folded = {c.rule: [k.rule for k in ks] for c, ks in fold(checks)}
+    assert folded == {"CAUSE": ["X", "Y"], "OTHER": []}
+    v = verdict(checks)
+    assert v["rule"] == "CAUSE" and v["explains"] == ["X", "Y"] and [a["rule"] for a in v["also"]] == ["OTHER"]
+
+
+def test_an_info_finding_is_context_not_the_verdict():
+    checks = [_f("INFO", 0.44, "info", step=5), _f("PROBLEM", 0.04, "warning", step=4)]
+    assert [c.rule for c in ranked_findings(checks)] == ["INFO", "PROBLEM"]  # the list: by impact
+    v = verdict(checks)
+    assert v["status"] == "problem" and v["rule"] == "PROBLEM"
+    assert v["largest_effect"]["rule"] == "INFO"  # far larger: named beside it
+    v = verdict([_f("INFO", 1.0, "info"), _f("PROBLEM", 0.99, "warning")])
+    assert v["rule"] == "PROBLEM" and "largest_effect" not in v
+    v = verdict([_f("INFO", 0.5, "info")])
+    assert v["status"] == "no_problem" and v["rule"] == "INFO"
+
+
+def test_fold_survives_a_cycle_of_links():
+    checks = [_f("A", 0.5, down=("B",)), _f("B", 0.7, down=("A",))]
+    (cause, consequences), *rest = fold(checks)
+    assert not rest and cause.rule == "B" and [c.rule for c in consequences] == ["A"]
+
+
+def test_severity_follows_impact():
+    small = severity_follows_impact(_f("A", 0.004, "error"))
+    assert small.severity == "info" and small.rule_severity == "error"
+    assert small.to_dict()["rule_severity"] == "error"
+    assert severity_follows_impact(_f("B", 0.02, "warning")).severity == "warning"
+    assert severity_follows_impact(_f("C", None, "error")).severity == "error"  # no measured effect: unchanged
+
+
+def test_nothing_ran_is_not_a_clean_result():
+    checks = [Check(r, 1, "not_applicable", "t", reason="missing model config (L); pass --model config.json")
+              for r in ("A", "B")]  # fmt: skip
+    v = verdict(checks)
+    assert v["status"] == "nothing_ran" and "not a clean result" in v["headline"]
+    assert coverage(checks)["enable"] == [{"input": "--model config.json", "rules": ["A", "B"]}]
+
+
+def test_enabling_input_from_reasons():
+    assert enabling_input("missing model config (L, H); pass --model config.json") == "--model config.json"
+    assert enabling_input("missing SLO budgets: pass --slo ttft=MS,tpot=MS") == "--slo ttft=MS,tpot=MS"
+    assert enabling_input("missing a TP=1 trace: pass --tp1-baseline (a TP=1 trace)") == "--tp1-baseline"
+    assert enabling_input("a CPU-only trace has no GPU idle gaps") is None
+    # another tool's flag is not an input of ours
+    assert enabling_input("missing per-request latencies (vllm bench serve --save-detailed)") is None
+    assert enabling_input("no results (vllm bench serve --save-detailed); pass --bench FILE") == "--bench FILE"
+
+
+def test_enabling_inputs_are_options_of_analyze():
+    import typer
+
+    from tracediag.cli import app
+    from tracediag.findings import INPUT_OPTIONS
+
+    analyze = typer.main.get_command(app).commands["analyze"]
+    names = {opt for p in analyze.params for opt in getattr(p, "opts", [])}
+    assert set(INPUT_OPTIONS) <= names, set(INPUT_OPTIONS) - names
+
+
+def test_a_huge_string_is_kept_once():
+    huge = "k" * 100_000
+    doc = compact_long_strings({"a": [huge, {"b": huge}], "c": "short"})
+    assert doc["long_strings"] == [huge] and doc["c"] == "short"
+    assert doc["a"][0] == doc["a"][1]["b"] and len(doc["a"][0]) < 300 and "long_strings[0]" in doc["a"][0]
