@@ -119,7 +119,14 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        if p.is_dir() and (p / "capture.json").is_file():  # a `tracediag capture` incident folder
+            from tracediag.live.capture import capture_inputs
+
+            files = [f for f, _ in capture_inputs(p)]
+            if not files:
+                raise InputError(p, "capture folder holds no trace, metrics or log")
+            found.extend(files)
+        elif p.is_dir():
             files = sorted(
                 f
                 for f in p.iterdir()

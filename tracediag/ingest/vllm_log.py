@@ -315,6 +315,19 @@ RUN_PID_GAP_S = 30.0  # a process name with a new pid starts a new run when its 
 _OUTER_TIME = re.compile(r"^[-\s\[]*(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 
 
+# The V1 and V0 stats lines exactly as vLLM writes them, whole line, one record: most lines of a long log. Anything
+# else (other fields, glued records, wrappers, wraps) takes the general path.
+_FAST = re.compile(
+    r"(?:\((?P<proc>[A-Za-z_][\w.\-]*) pid=(?P<pid>\d{1,9})\) )?(?:INFO|DEBUG) (?P<date>\d\d-\d\d) "
+    r"(?P<time>\d\d:\d\d:\d\d) \[?[\w.]+\.py:\d+\] (?:Engine (?P<engine>\d{3}): )?"
+    r"Avg prompt throughput: (?P<p>\d{1,12}\.\d) tokens/s, Avg generation throughput: (?P<g>\d{1,12}\.\d) tokens/s, "
+    r"Running: (?P<r>\d{1,9}) reqs, "
+    r"(?:Waiting: (?P<w>\d{1,9})|Swapped: (?P<sw>\d{1,9}) reqs, Pending: (?P<pe>\d{1,9})) reqs, "
+    r"GPU KV cache usage: (?P<kv>\d{1,3}\.\d)%, (?:Prefix cache hit rate: (?P<ph>\d{1,3}\.\d)%|"
+    r"CPU KV cache usage: (?P<cpu>\d{1,3}\.\d)%\.?)$"
+)
+
+
 class BadValue(ValueError):
     """A number in a line that no engine writes (out of range, not finite): the line is counted as bad."""
 
@@ -322,21 +335,48 @@ class BadValue(ValueError):
 class Columns:
     """Rows of one Arrow schema kept as columns (a million stats lines must not become a million dicts)."""
 
+    FLUSH = 50_000  # rows kept as Python objects before they become an Arrow batch (bounded memory)
+
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
         self.cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        self.batches: list[pa.RecordBatch] = []
         self.n = 0
+        self.kinds: dict[str, int] = {}  # counts of the 'kind' column (events), kept across flushes
 
     def add(self, values: dict[str, Any]) -> None:
         for name, col in self.cols.items():
             col.append(values.get(name))
         self.n += 1
+        if "kind" in values:
+            self.kinds[values["kind"]] = self.kinds.get(values["kind"], 0) + 1
+        if len(self.cols["input_id"]) >= self.FLUSH:
+            self.batches.append(pa.RecordBatch.from_pydict(self.cols, schema=self.schema))
+            self.cols = {f.name: [] for f in self.schema}
+
+    def last(self, name: str) -> Any:
+        col = self.cols[name]
+        return col[-1] if col else None
 
     def set_last(self, name: str, value: Any) -> None:
-        self.cols[name][-1] = value
+        if self.cols[name]:
+            self.cols[name][-1] = value
+
+    def column(self, name: str) -> list[Any]:
+        """All values of a column (small tables: startup facts, events kinds)."""
+        return [v for b in self.batches for v in b.column(name).to_pylist()] + self.cols[name]
+
+    def unique(self, name: str) -> set[Any]:
+        import pyarrow.compute as pc
+
+        out = set(self.cols[name])
+        for b in self.batches:
+            out |= set(pc.unique(b.column(name)).to_pylist())
+        return out
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pydict(self.cols, schema=self.schema)
+        tail = pa.RecordBatch.from_pydict(self.cols, schema=self.schema)
+        return pa.Table.from_batches([*self.batches, tail], schema=self.schema)
 
 
 def open_log(path: Path) -> BinaryIO:
@@ -409,8 +449,21 @@ class Clock:
         self.t0: datetime | None = None
         self.last: datetime | None = None
         self.year = 2000  # a leap year, so 02-29 parses
+        self._day_key: str | None = None
+        self._day: datetime | None = None
 
     def __call__(self, date: str, time: str) -> float | None:
+        # fast path: the same day as the previous record (most lines of a long log)
+        if date == self._day_key and len(time) == 8 and time[2] == ":" and time[5] == ":":
+            try:
+                sec = int(time[:2]) * 3600 + int(time[3:5]) * 60 + int(time[6:8])
+            except ValueError:
+                sec = -1
+            if 0 <= sec < 86400 and self._day is not None and self.t0 is not None:
+                dt = self._day + timedelta(seconds=sec)
+                if self.last is None or dt >= self.last - timedelta(days=180):
+                    self.last = dt
+                    return (dt - self.t0).total_seconds()
         try:
             if len(date) == 10:
                 dt = datetime.strptime(f"{date} {time}", "%Y-%m-%d %H:%M:%S")
@@ -424,6 +477,7 @@ class Clock:
         self.last = dt
         if self.t0 is None:
             self.t0 = dt
+        self._day_key, self._day = date, datetime(dt.year, dt.month, dt.day)
         return (dt - self.t0).total_seconds()
 
 
@@ -654,12 +708,10 @@ class LogState:
 
     def meta(self) -> dict[str, Any]:
         facts: dict[str, Any] = {}
-        keys, values = self.startup.cols["key"], self.startup.cols["value"]
+        keys, values = self.startup.column("key"), self.startup.column("value")
         for k, v in zip(keys, values):
             facts.setdefault(k, v)
-        kinds: dict[str, int] = {}
-        for k in self.events.cols["kind"]:
-            kinds[k] = kinds.get(k, 0) + 1
+        kinds = dict(self.events.kinds)
         return {
             "records": self.records,
             "stats_lines": self.stats.n,
@@ -673,7 +725,7 @@ class LogState:
             "malformed_examples": [{"line": n, "text": t} for n, t in self.malformed],
             "unknown_lines": self.n_unknown,
             "unknown_examples": [{"line": n, "text": t} for n, t in self.unknown],
-            "engines": sorted({e for e in self.stats.cols["engine"] if e is not None}),
+            "engines": sorted(e for e in self.stats.unique("engine") if e is not None)[:64],
         }
 
     def tables(self) -> dict[str, pa.Table]:
@@ -703,7 +755,7 @@ def _message(st: LogState, n: int, msg: str, base: dict) -> None:
         return
     m = _V0_PREFIX_HIT.match(msg)
     if m:  # V0's own line right after the stats line of the same interval
-        if st.stats.n and st.stats.cols["pid"][-1] == base["pid"] and st.stats.cols["prefix_hit_pct"][-1] is None:
+        if st.stats.n and st.stats.last("pid") == base["pid"] and st.stats.last("prefix_hit_pct") is None:
             st.stats.set_last("prefix_hit_pct", float(m["gpu"]))
         return
     try:
@@ -792,6 +844,30 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
     clock = st.clock
     for n, line in logical_lines(physical_lines(path)):
+        f = _FAST.match(line)
+        if f:
+            st.records += 1
+            pid = int(f["pid"]) if f["pid"] else None
+            base = st.at(clock(f["date"], f["time"]), n, f"{f['date']} {f['time']}", f["proc"], pid)
+            v1 = f["w"] is not None
+            st.stats.add(
+                {
+                    **base,
+                    "engine": int(f["engine"]) if f["engine"] else None,
+                    "log_format": "v1" if v1 else "v0",
+                    "prompt_tput_tok_s": float(f["p"]),
+                    "gen_tput_tok_s": float(f["g"]),
+                    "running": int(f["r"]),
+                    "waiting": int(f["w"] if v1 else f["pe"]),
+                    "swapped": None if v1 else int(f["sw"]),
+                    "kv_usage_pct": float(f["kv"]),
+                    "prefix_hit_pct": float(f["ph"]) if f["ph"] else None,
+                    "cpu_kv_usage_pct": float(f["cpu"]) if f["cpu"] else None,
+                }
+            )
+            st.last_engine[pid] = int(f["engine"]) if f["engine"] else None
+            st.run_active = True
+            continue
         matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line) else []
         if not matches:
             _other_line(st, n, line)
@@ -816,7 +892,7 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
             base = st.at(t_s, n, f"{date} {time_}", proc, pid)
             _message(st, n, msg, base)
     tp_ranks = {int(m[1]) for name in st.pids if (m := re.match(r"Worker_TP(\d{1,4})$", name or ""))}
-    if tp_ranks and "tensor_parallel_size" not in st.startup.cols["key"]:  # `(Worker_TP1 pid=N)` prefixes
+    if tp_ranks and "tensor_parallel_size" not in st.startup.column("key"):  # `(Worker_TP1 pid=N)` prefixes
         st.fact(
             {"input_id": order, "run": 0, "line": None, "process": None, "pid": None},
             "tensor_parallel_size",
@@ -825,7 +901,7 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
             None,
             f"from the Worker_TP0..TP{max(tp_ranks)} process prefixes (no config line)",
         )
-    served = sum(k in ("engine_dead", "worker_died", "access") for k in st.events.cols["kind"])
+    served = sum(st.events.kinds.get(k, 0) for k in ("engine_dead", "worker_died", "access"))
     if st.records == 0 and not served:  # a server log of uvicorn lines and tracebacks only is still read
         raise InputError(
             path,

@@ -99,7 +99,7 @@ def _metric_stalls(ctx: Context) -> list[dict]:
                         "first": s.point(a - 1),
                         "last": s.point(b),
                         "samples": run,
-                        "window_s": t[b] - t[a - 1],
+                        "window_s": float(t[b] - t[a - 1]),
                         "work": int(work[a]),
                         "s": s,
                     }
@@ -137,7 +137,7 @@ def check(ctx: Context) -> Check:
                     "first": s.point(a),
                     "last": s.point(b),
                     "samples": b - a + 1,
-                    "window_s": (t[b] - t[a]) if not np.isnan(t[b] - t[a]) else None,
+                    "window_s": float(t[b] - t[a]) if not np.isnan(t[b] - t[a]) else None,
                     "work": int(np.nan_to_num(s.cols["value"][a]) + np.nan_to_num(s.cols["waiting"][a])),
                     "floor": floor,
                     "s": s,
@@ -156,7 +156,7 @@ def check(ctx: Context) -> Check:
             timed = [e for e in later if e["own_time"] and e["t_s"] is not None]
             finished = [e for e in later if e["kind"] == "request_finished"]
             if timed and not finished:
-                quiet = max(e["t_s"] for e in timed) - last["t_s"]
+                quiet = float(max(e["t_s"] for e in timed) - last["t_s"])
                 if quiet >= SILENT_INTERVALS * interval:
                     silences.append(
                         {

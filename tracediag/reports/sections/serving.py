@@ -47,10 +47,14 @@ def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
         f"SELECT input_id, run, engine, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
         "AND t_s IS NOT NULL ORDER BY input_id, run, engine, pid, t_s"  # column names are ours
     )
+    labels: dict[tuple, list] = {}
     while batch := cur.fetchmany(100_000):
         for iid, run, engine, t, v in batch:
-            label = series_label(paths.get(iid), engine, run if runs.get(iid, 1) > 1 else None)
-            out.setdefault(label, []).append((t, float(v)))
+            pts = labels.get((iid, run, engine))
+            if pts is None:
+                label = series_label(paths.get(iid), engine, run if runs.get(iid, 1) > 1 else None)
+                pts = labels[(iid, run, engine)] = out.setdefault(label, [])
+            pts.append((t, float(v)))
     return {k: _thin(v) for k, v in out.items()}
 
 
