@@ -515,6 +515,8 @@ class EngineServer:
                 body = self._body()
                 out = body.get("output_dir") if server.flavor == "sglang" else None
                 target = Path(out) if out else server.profiler_dir
+                if self.path == "/stop_profile" and server.flavor == "sglang":
+                    target = target or Path(".")  # SGLang's stop takes no directory
                 if target is None:  # vLLM registers the routes only with a profiler directory configured
                     self._send(404, b'{"detail":"Not Found"}')
                     return

@@ -146,3 +146,43 @@ def test_unreachable_server_is_one_clear_error(tmp_path):
     res = CliRunner().invoke(app, ["capture", "http://127.0.0.1:9", "-o", str(tmp_path / "inc"), "--timeout", "1s"])
     assert res.exit_code == 2 and "did not answer" in res.output
     assert not Path(tmp_path / "inc" / "findings.json").exists()
+
+
+def test_capture_of_an_sglang_flavoured_server_with_a_growing_queue(tmp_path):
+    """SGLang's profiler API (`output_dir` and `num_steps` in the body), `sglang:*` metrics and SGLang's log layout;
+    more clients than `max_num_seqs` with a slow step, so the queue builds up while the window runs. The log and
+    metric *names* are SGLang's, the numbers this server's own (tests/engine_server.py)."""
+    log = tmp_path / "sglang.log"
+    srv = EngineServer(flavor="sglang", max_num_seqs=2, step_floor_s=0.03, log_path=log, log_interval_s=0.2).start()
+    out = tmp_path / "inc"
+    try:
+        with Load(srv.url, clients=12):
+            res = CliRunner().invoke(
+                app,
+                [
+                    "capture",
+                    srv.url,
+                    "--duration",
+                    "3s",
+                    "--interval",
+                    "200ms",
+                    "--steps",
+                    "10",
+                    "--log-file",
+                    str(log),
+                    "-o",
+                    str(out),
+                    "-q",
+                ],
+            )
+    finally:
+        srv.stop()
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "capture.json").read_text())
+    assert manifest["engine"] == "sglang" and manifest["profiler"] == "recorded" and manifest["traces"]
+    text = (out / "server.log").read_text()
+    assert "Decode batch. #running-req: 2" in text and "#queue-req" in text
+    report = analyze([out])
+    assert {i["format"] for i in report.inputs} == {"kineto", "prometheus", "sglang-log"}
+    checks = {c.rule: c for c in report.checks}
+    assert checks["SCH003"].status in ("pass", "finding") and checks["SCH004"].status != "not_applicable"

@@ -717,3 +717,34 @@ def test_v1_preemptions_field_feeds_sch004(tmp_path):
         log.removeHandler(handler)
     c = _check(analyze([], extra_inputs=[(f, "vllm-log")], extra_rules=SERVING_RULES), "SCH004")
     assert c.status == "finding" and c.values["preemptions_v1_intervals"] == 8 and "8 preemptions" in c.title
+
+
+@pytest.mark.parametrize("ts", ["NaN", str(2**70), "-5", "+Inf"])
+def test_prometheus_sample_with_an_impossible_timestamp_is_one_bad_sample(tmp_path, ts):
+    text = (VLLM / "metrics/production-stack-318_v1_early2025_no_engine_label_excerpt.prom").read_text().splitlines()
+    i = next(n for n, x in enumerate(text) if x.startswith("vllm:gpu_cache_usage_perc"))
+    text[i] = f"{text[i]} {ts}"
+    f = tmp_path / "ts.prom"
+    f.write_text("\n".join(text) + "\n")
+    p = parse_prometheus(f, 0, OPTS)
+    meta = json.loads(p.inputs_rows[0]["meta_json"])
+    assert meta["malformed_lines"] == 1 and p.tables["metric_samples"].num_rows == 6
+
+
+def test_sch007_skips_a_non_numeric_position_label(tmp_path):
+    """A per-position counter whose `position` label is not a number (seen by a fuzzer) is skipped, not a crash."""
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 100\n'
+        "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 300\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 150\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter\n"
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 80\n'
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="first"} 50\n'
+    )  # vLLM's names (vllm/v1/spec_decode/metrics.py SpecDecodingProm); the odd label is the mutation
+    f = tmp_path / "spec.prom"
+    f.write_text(text)
+    c = _check(analyze([], extra_inputs=[(f, "prometheus")], extra_rules=SERVING_RULES), "SCH007")
+    assert c.status in ("pass", "finding") and c.values["per_position_joint"] == [0.8]
