@@ -108,7 +108,6 @@ def test_capture_end_to_end_against_the_local_test_server(captured):
     checks = {c["rule"]: c for c in findings["checks"]}
     assert checks["SCH001"]["status"] != "not_applicable"  # steps from the trace
     assert checks["SCH003"]["status"] != "not_applicable"  # the queue series from the scrapes and the log
-    assert checks["SCH008"]["status"] in ("pass", "finding") and checks["SCH008"]["values"]["ratio"] > 0
     # the engine thread writes the trace when the profiler stops (as vLLM's worker does): scrapes may see it pause
     assert checks["SCH011"]["status"] in ("pass", "finding")
     html = (out / "report.html").read_text()

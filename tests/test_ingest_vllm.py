@@ -748,3 +748,25 @@ def test_sch007_skips_a_non_numeric_position_label(tmp_path):
     f.write_text(text)
     c = _check(analyze([], extra_inputs=[(f, "prometheus")], extra_rules=SERVING_RULES), "SCH007")
     assert c.status in ("pass", "finding") and c.values["per_position_joint"] == [0.8]
+
+
+def test_python_default_logging_layout(tmp_path):
+    """vLLM records through logging.basicConfig's default layout (logging.BASIC_FORMAT, `LEVEL:logger:message`):
+    the real V0 stats line of #8378 re-emitted by Python's logging under vLLM's logger name (a transformation of
+    a real line, not new data)."""
+    line = (VLLM / "log_excerpts/vllm-8378_pending_growing_zero_throughput_with_health.log").read_text().splitlines()[0]
+    msg = line.split("] ", 1)[1]
+    f = tmp_path / "basic.log"
+    handler = logging.FileHandler(f, mode="w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    log = logging.getLogger("vllm.engine.metrics")
+    log.propagate, log.level = False, logging.INFO
+    log.addHandler(handler)
+    try:
+        log.info(msg)
+    finally:
+        handler.close()
+        log.removeHandler(handler)
+    assert f.read_text().startswith("INFO:vllm.engine.metrics:Avg prompt throughput")
+    (row,) = _table(parse_vllm_log(f, 0, OPTS), "serving_stats")
+    assert (row["running"], row["waiting"], row["t_s"]) == (2, 0, None)

@@ -7,7 +7,8 @@ Record layouts (vllm/logger.py):
                VLLM_LOGGING_LEVEL=DEBUG the file part is a path (`[v1/metrics/loggers.py:111]`);
                process prefixes `(APIServer pid=N)`, `(EngineCore_DP0 pid=N)`, `(VllmWorker rank=0 pid=N)`.
   application  vLLM used through the application's own Python logging (VLLM_CONFIGURE_LOGGING=0):
-               `YYYY-MM-DD HH:MM:SS - vllm.engine.metrics - INFO - message`.
+               `YYYY-MM-DD HH:MM:SS - vllm.engine.metrics - INFO - message`, or Python's default
+               `INFO:vllm.engine.metrics:message` (logging.BASIC_FORMAT, no time: rows have no t_s).
 Anything before a record on its line is a wrapper and is skipped (docker `--timestamps`, Kubernetes and log
 aggregator prefixes, `sglang  | `-style compose prefixes). ANSI colour codes are removed; several records glued
 on one line are split; terminal hard-wraps are joined (a line that starts no record continues the previous one
@@ -63,6 +64,7 @@ RECORD = re.compile(
     r"\[?(?P<file>[\w.\-/]+\.py):(?P<lineno>\d+)\]\s?"
     r"|(?P<ydate>\d{4}-\d{2}-\d{2})[ T](?P<ytime>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+-\s+(?P<logger>vllm(?:\.\w+)*)\s+-\s+"
     r"(?P<ylevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+"
+    r"|(?<![\w:])(?P<dlevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<dlogger>vllm(?:\.\w+)+):"  # logging.BASIC_FORMAT
 )
 _STARTS_RECORD = re.compile(
     r"^\s*(?:\(|\[|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|/|\w+Error\b|Traceback|\d{4}-\d{2}-\d{2})"
@@ -868,7 +870,7 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
             st.last_engine[pid] = int(f["engine"]) if f["engine"] else None
             st.run_active = True
             continue
-        matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line) else []
+        matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line or ":vllm." in line) else []
         if not matches:
             _other_line(st, n, line)
             continue
@@ -882,14 +884,16 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
             msg = line[m.end() : end].strip()
             if m["ydate"]:
                 date, time_, proc, pid_s = m["ydate"], m["ytime"], None, None
+            elif m["dlevel"]:  # Python's default layout carries no time
+                date, time_, proc, pid_s = None, None, None, None
             else:
                 date, time_, proc, pid_s = m["date"], m["time"], m["proc"], m["pid"]
             pid = int(pid_s) if pid_s and len(pid_s) < 10 else None
             if st.outer_clock:  # a record after wrapper-timed lines: its own clock wins from here on
                 st.outer_clock, st.clock = False, Clock()
                 clock = st.clock
-            t_s = clock(date, time_)
-            base = st.at(t_s, n, f"{date} {time_}", proc, pid)
+            t_s = clock(date, time_) if date else None
+            base = st.at(t_s, n, f"{date} {time_}" if date else None, proc, pid)
             _message(st, n, msg, base)
     tp_ranks = {int(m[1]) for name in st.pids if (m := re.match(r"Worker_TP(\d{1,4})$", name or ""))}
     if tp_ranks and "tensor_parallel_size" not in st.startup.column("key"):  # `(Worker_TP1 pid=N)` prefixes
