@@ -89,7 +89,7 @@ def test_older_format_without_root_and_with_error_column(tmp_path):
 
 
 def test_not_an_nccl_tests_file_is_one_clear_error():
-    log = EXTERNAL / "vllm" / "logs" / "stellalee_v0.23.0_server_dynchunk0.log"
+    log = EXTERNAL / "vllm" / "log_excerpts" / "vllm-37307_v1_2026-03_waiting_drains_under_prefill.log"
     with pytest.raises(InputError, match="no nccl-tests result table"):
         parse_nccl_tests(log, 0, IngestOptions())
 

@@ -324,3 +324,107 @@ def test_scraped_open_requests_break_littles_law(tmp_path):
     assert sch008.status == "finding", sch008.to_dict()
     assert sch008.values["ratio"] > 2
     assert sch008.formula and sch008.substituted and sch008.evidence
+
+
+class RawServer:
+    """A TCP server on 127.0.0.1 answering every connection with `respond(sock)`: responses no HTTP library
+    would send (the malformed cases scrape must count as failed, not crash on)."""
+
+    def __init__(self, respond) -> None:
+        import socketserver
+
+        class H(socketserver.BaseRequestHandler):
+            def handle(self):
+                try:
+                    self.request.recv(65536)
+                    respond(self.request)
+                except OSError:
+                    pass
+
+        self.srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), H)
+        self.srv.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/metrics"
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+def _gzip_half() -> bytes:
+    import gzip as gz
+
+    full = gz.compress(generate_latest(FakeVllm().registry))
+    return full[: len(full) // 2]
+
+
+def _drip(sock) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100000\r\n\r\n")
+    for _ in range(30):  # one byte a second: bounded, the client gives up long before
+        sock.sendall(b"#")
+        time.sleep(1)
+
+
+MALFORMED = {
+    "no status line": lambda s: s.sendall(b"vllm:num_requests_waiting 3\n"),
+    "body shorter than Content-Length": lambda s: s.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\nvllm:num_requests_waiting 3\n"
+    ),
+    "bad chunked encoding": lambda s: s.sendall(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nvllm:num_requests_waiting 3\r\n0\r\n\r\n"
+    ),
+    "truncated gzip": lambda s: s.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(_gzip_half()) + _gzip_half()
+    ),
+    "binary body": lambda s: s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n\x00\x01\x02\x03\xff\xfe\x00\x00"),
+    "HTML error page": lambda s: s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 21\r\n\r\n<html>oops</html>\n\n\n\n"),
+    "slow drip": _drip,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_malformed_responses_are_counted_failed_scrapes(kind, tmp_path):
+    srv = RawServer(MALFORMED[kind])
+    try:
+        out = tmp_path / "m.prom"
+        t0 = time.monotonic()
+        res = scrape_to_file(srv.url, out, interval_s=0.5, duration_s=1.0, timeout_s=1.0, max_failures=5)
+        elapsed = time.monotonic() - t0
+    finally:
+        srv.stop()
+    assert res.scrapes == 0 and res.failures >= 1, res
+    assert out.read_text() == ""  # nothing malformed was stored as a scrape
+    assert elapsed < 5.0  # per-scrape and whole-run deadlines hold, a one-byte-a-second server included
+
+
+class SteadyVllm(LeakyVllm):
+    """Synthetic, consistent counters: 2 requests always in the system, one finishing per scrape after 2 scrape
+    intervals in the system: L = 2 = λ·W whatever the interval (λ = 1/Δ, W = 2Δ)."""
+
+    def __init__(self, interval_s: float) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+
+    def render(self) -> bytes:
+        with self.lock:
+            lv = ("m", "0")
+            self.success.labels("m", "0", "stop").inc()
+            self.e2e.labels(*lv).observe(2 * self.interval_s)
+            self.waiting.labels(*lv).set(0)
+            self.running.labels(*lv).set(2)
+            self.n += 1
+            return generate_latest(self.registry)
+
+
+def test_scraped_steady_server_satisfies_littles_law(tmp_path):
+    srv = Server()
+    srv.fake = SteadyVllm(0.1)
+    try:
+        out = tmp_path / "metrics.prom"
+        scrape_to_file(srv.url, out, interval_s=0.1, duration_s=0.8)
+    finally:
+        srv.stop()
+    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch008_littles_law"])
+    (sch008,) = [c for c in report.checks if c.rule == "SCH008"]
+    assert sch008.status == "pass", sch008.to_dict()
+    assert 0.5 <= sch008.values["ratio"] <= 2.0

@@ -22,6 +22,7 @@ from tracediag.model.servingmath import (
     marginal_cost_per_token,
     meets_slo,
     metric_bounds_from_percentiles,
+    mk_statistic,
     nearest_rank,
     paged_tail_waste_bound,
     prefill_cost,
@@ -29,6 +30,7 @@ from tracediag.model.servingmath import (
     reusable_prefix,
     spec_pays_off,
     spec_time_per_token,
+    theil_sen,
     tpot_s,
 )
 
@@ -225,7 +227,7 @@ def test_mann_kendall_ties_exact_matches_enumeration_and_normal_for_long_series(
     rng = random.Random(7)
     y = [i // 3 + rng.choice([0, 0, 1]) for i in range(40)]
     tn = mann_kendall(range(40), y)
-    assert tn.method == "normal" and tn.increasing and tn.p_increase < 1e-6
+    assert tn.method == "normal (tie-corrected)" and tn.increasing and tn.p_increase < 1e-6
 
 
 def test_mann_kendall_exact_p_values_are_a_distribution():
@@ -234,3 +236,35 @@ def test_mann_kendall_exact_p_values_are_a_distribution():
     t = mann_kendall(range(6), ys)
     assert 0 < t.p_increase <= 1 and 0 < t.p_decrease <= 1
     assert t.p_increase + t.p_decrease >= 1  # they overlap at S = s
+
+
+def test_mk_statistic_matches_the_pairwise_definition():
+    rng = random.Random(3)
+    for n in (0, 1, 2, 5, 17, 60):
+        y = [rng.choice([0, 1, 2, 3, 3.5]) for _ in range(n)]  # many ties
+        naive = sum((y[j] > y[i]) - (y[j] < y[i]) for i in range(n) for j in range(i + 1, n))
+        assert mk_statistic(y) == naive
+
+
+def test_trend_test_scales():
+    """O(n log n): 10^5 samples in about a second, not an exact table or all pairs in memory (10^6 is timed by
+    benchmarks/bench_sch003.py)."""
+    import time
+
+    n = 100_000
+    rng = random.Random(5)
+    y = [i // 1000 + rng.random() for i in range(n)]
+    t0 = time.perf_counter()
+    t = mann_kendall(range(n), y)
+    assert time.perf_counter() - t0 < 20
+    assert t.method == "normal (tie-corrected)" and t.increasing
+    assert t.sen_method.startswith("median of") and t.sen_slope == pytest.approx(0.001, rel=0.05)
+
+
+def test_theil_sen_exact_below_the_pair_budget_and_sampled_above():
+    slope, method = theil_sen([0, 1, 2, 3, 4], [0, 1, 2, 3, 100])  # one outlier does not move the median slope
+    assert method == "all pairs" and slope == pytest.approx(1.0)
+    xs = list(range(2000))
+    slope, method = theil_sen(xs, [2 * x for x in xs])
+    assert method.startswith("median of") and "random pairs of 1,999,000" in method
+    assert slope == pytest.approx(2.0)

@@ -7,4 +7,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tracediag.cli.diff",
     "tracediag.cli.env",
     "tracediag.cli.scrape",
+    "tracediag.cli.capture",
 )

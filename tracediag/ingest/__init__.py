@@ -33,6 +33,8 @@ FORMATS: dict[str, tuple[str, str]] = {
     "prometheus": ("tracediag.ingest.prometheus", "parse_prometheus"),
     "vllm-log": ("tracediag.ingest.vllm_log", "parse_vllm_log"),
     "vllm-bench": ("tracediag.ingest.vllm_bench", "parse_vllm_bench"),
+    "sglang-log": ("tracediag.ingest.sglang_log", "parse_sglang_log"),
+    "sglang-bench": ("tracediag.ingest.sglang_bench", "parse_sglang_bench"),
     "nccl-tests": ("tracediag.ingest.nccl_tests", "parse_nccl_tests"),
     "topology": ("tracediag.ingest.topology", "parse_topology"),
 }
@@ -54,6 +56,15 @@ def _head(path: Path, n: int = _SNIFF_BYTES) -> bytes | None:
         return None
 
 
+# a vLLM log record (vllm/logger.py layouts, or an application's `- vllm.module - LEVEL -`), or a vLLM-only message
+_VLLM_RECORD = (
+    rb"(?m)(?:^|[\s)])(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? "
+    rb"\[?[\w./-]+\.py:\d+\]"
+    rb"| - vllm\.[\w.]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - |vllm\.(?:engine|v1)\.\w+|MQLLMEngine|RayWorkerVllm"
+    rb"|VllmWorkerProcess"
+)
+
+
 def detect_format(path: Path) -> str | None:
     """The input format from content; None when no ingester recognises it."""
     if path.suffix == ".nsys-rep":
@@ -66,9 +77,19 @@ def detect_format(path: Path) -> str | None:
         return "nsys-sqlite"
     head = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]", b"", head)  # ANSI colour of terminal logs
     text = head.lstrip()
+    if re.search(rb"=+ Serving Benchmark Result =+", head):  # a benchmark client's stdout (it logs like vLLM too)
+        return "sglang-bench" if re.search(rb"Total generated tokens \(retokenized\)", head) else "vllm-bench"
+    if re.search(_VLLM_RECORD, head) and not text.startswith(b"{"):
+        return "vllm-log"
+    if re.match(rb"\[(?:\d{4}-\d{2}-\d{2} \d|\d{2}:\d{2}:\d{2}[ \]]|[TDP]P\d+\])", text):
+        return "sglang-log"  # `[2025-09-03 18:33:18 TP0] Prefill batch. ...`: a log, not JSON
+    if re.search(rb"(?:Prefill|Decode) batch[.,] #|\] max_total_num_tokens=\d", head):
+        return "sglang-log"
     if text.startswith((b"{", b"[")):
         if b'"traceEvents"' in head or b'"ph"' in head or text.startswith(b"["):
             return "kineto"
+        if re.search(rb'"(?:total_output_tokens_retokenized|mean_e2e_latency_ms)"', head):
+            return "sglang-bench"  # python -m sglang.bench_serving --output-file (JSONL)
         if re.search(rb'"(?:request_throughput|completed|ttfts|mean_ttft_ms|output_throughput)"', head):
             return "vllm-bench"
         if b'"nvml' in head or b'"tracediag/topology' in head:
@@ -76,12 +97,14 @@ def detect_format(path: Path) -> str | None:
         if len(head) < _SNIFF_BYTES:  # a whole small JSON file that is none of the above
             return None
         return "kineto"
-    if re.search(rb"(?m)^# (?:HELP|TYPE) \w|^vllm:\w+[{ ]", head):
+    if re.search(rb"(?m)^# (?:HELP|TYPE) \w|^(?:vllm|sglang):\w+[{ ]", head):
         return "prometheus"
     if re.search(rb"(?m)^#\s+(?:size\s+count\s+type|Collective test starting|nThread)", head):
         return "nccl-tests"
-    if re.search(rb"=+ Serving Benchmark Result =+", head):  # `vllm bench serve` stdout table
-        return "vllm-bench"
+    if re.search(rb"=+ Serving Benchmark Result =+", head):  # benchmark client stdout table
+        return "sglang-bench" if re.search(rb"Total generated tokens \(retokenized\)", head) else "vllm-bench"
+    if re.search(rb"(?:Prefill|Decode) batch[.,] #|max_total_num_tokens=\d|sglang", head):
+        return "sglang-log"
     if re.search(rb"(?:INFO|WARNING|DEBUG)\s.*(?:vllm|Engine \d{3}|Avg prompt throughput|llm_engine)", head):
         return "vllm-log"
     return "kineto" if path.name.endswith((".json", ".json.gz")) else None
@@ -96,7 +119,14 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
-        if p.is_dir():
+        if p.is_dir() and (p / "capture.json").is_file():  # a `tracediag capture` incident folder
+            from tracediag.live.capture import capture_inputs
+
+            files = [f for f, _ in capture_inputs(p)]
+            if not files:
+                raise InputError(p, "capture folder holds no trace, metrics or log")
+            found.extend(files)
+        elif p.is_dir():
             files = sorted(
                 f
                 for f in p.iterdir()
@@ -124,18 +154,25 @@ def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
         raise UsageError(f"input format '{fmt}' is not supported by this version of tracediag") from None
 
 
+# An explicit kind (--log, --bench) covers the engines' variants: the content says which one.
+_SAME_KIND = {"vllm-log": ("sglang-log",), "vllm-bench": ("sglang-bench",)}
+
+
 def _parse_job(args: tuple[str, str | None, int, IngestOptions]) -> Parsed:
     path, fmt, order, options = args
     return parse_one(Path(path), fmt, order, options)
 
 
 def parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> Parsed:
-    """Parse one input file (format detected from content when `fmt` is None)."""
+    """Parse one input file (format detected from content when `fmt` is None, refined within one kind)."""
+    if fmt in _SAME_KIND:
+        detected = detect_format(p)
+        fmt = detected if detected in _SAME_KIND[fmt] else fmt
     fmt = fmt or detect_format(p)
     if fmt is None:
         raise InputError(
             p,
-            "unrecognised input: not a Kineto trace, nsys export, vLLM log/metrics/benchmark "
+            "unrecognised input: not a Kineto trace, nsys export, vLLM or SGLang log/metrics/benchmark "
             "result or nccl-tests output",
         )
     return parser_for(fmt)(p, order, options)

@@ -81,6 +81,31 @@ CANONICAL: dict[str, tuple[str, int]] = {
     "vllm:avg_prompt_throughput_toks_per_s": ("prompt_tput_tok_s", 0),  # V0
     "vllm:avg_generation_throughput_toks_per_s": ("gen_tput_tok_s", 0),  # V0
     "process_start_time_seconds": ("process_start_time", 0),
+    # SGLang (python/sglang/srt/metrics/collector.py; older names from its docs/references/production_metrics.md)
+    "sglang:num_running_reqs": ("requests_running", 0),
+    "sglang:num_requests_running": ("requests_running", 1),
+    "sglang:num_queue_reqs": ("requests_waiting", 0),
+    "sglang:num_requests_waiting": ("requests_waiting", 1),
+    "sglang:token_usage": ("kv_usage", 0),  # fraction 0-1 of max_total_num_tokens
+    "sglang:num_used_tokens": ("kv_used_tokens", 0),
+    "sglang:max_total_num_tokens": ("kv_capacity_tokens", 0),
+    "sglang:cache_hit_rate": ("prefix_cache_hit_rate", 0),  # fraction 0-1 (percent in the oldest docs)
+    "sglang:gen_throughput": ("gen_tput_tok_s", 0),
+    "sglang:spec_accept_length": ("spec_accept_length", 0),
+    "sglang:spec_accept_rate": ("spec_acceptance_rate", 0),
+    "sglang:num_retracted_reqs": ("retracted_requests", 0),  # gauge: retracted in the last interval
+    "sglang:num_retracted_requests": ("preemptions", 0),  # counter: a retraction is SGLang's preemption
+    "sglang:prompt_tokens": ("prompt_tokens", 0),
+    "sglang:generation_tokens": ("generation_tokens", 0),
+    "sglang:cached_tokens": ("cached_tokens", 0),
+    "sglang:num_requests": ("request_success", 0),  # finished requests
+    "sglang:num_aborted_requests": ("request_aborted", 0),
+    "sglang:time_to_first_token_seconds": ("ttft_seconds", 0),
+    "sglang:inter_token_latency_seconds": ("itl_seconds", 0),
+    "sglang:time_per_output_token_seconds": ("itl_seconds", 1),
+    "sglang:e2e_request_latency_seconds": ("e2e_latency_seconds", 0),
+    "sglang:queue_time_seconds": ("queue_time_seconds", 0),
+    "sglang:waiting_request_latency_seconds": ("queue_time_seconds", 1),
 }
 # Families exposed as histograms (for samples of files without # TYPE lines).
 HISTOGRAMS = {
@@ -221,6 +246,30 @@ def _part_and_family(name: str, labels: dict[str, str], typ: str) -> tuple[str, 
     return "value", name, "untyped" if typ == "unknown" else typ
 
 
+MAX_TS_S = 9.2e9  # int64 nanoseconds end in 2262
+
+
+def _ts_ns(ts: Any) -> int | None:
+    """Sample or marker time (Unix seconds) -> ns; ValueError for a time no scrape has."""
+    if ts is None:
+        return None
+    try:
+        v = float(ts)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("timestamp is not a number") from None
+    if not math.isfinite(v) or not 0 <= v < MAX_TS_S:
+        raise ValueError(f"timestamp {v:g} s is not a time (NaN, infinite, negative or after 2262)")
+    return round(v * 1e9)
+
+
+def _engine_label(labels: dict[str, str]) -> str | None:
+    """vLLM's `engine` label; SGLang's scheduler ranks (dp/tp/pp) as one label: each rank is its own series."""
+    if "engine" in labels:
+        return labels["engine"]
+    ranks = [f"{k[:-5]}{labels[k]}" for k in ("dp_rank", "pp_rank", "tp_rank") if k in labels]
+    return "/".join(ranks) or None
+
+
 def _num(v: str | None) -> float | None:
     if v is None:
         return None
@@ -233,6 +282,10 @@ def _num(v: str | None) -> float | None:
 def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
     text = _read_text(path)
     lines = text.splitlines()
+    # a pasted `$ curl …/metrics` prompt line is not exposition: skipped (kept as a blank, so line numbers hold)
+    prompts = [i for i, ln in enumerate(lines) if ln.startswith("$ ")]
+    for i in prompts:
+        lines[i] = ""
     scrapes = _split_scrapes(lines)
     malformed: list[tuple[int, str]] = []
     cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
@@ -241,6 +294,8 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
     for idx, (marker, block) in enumerate(scrapes):
         parsed = _parse_scrape(block, malformed)
         marker_ms = _num(marker.get("unix_ms"))
+        if marker_ms is not None and not (math.isfinite(marker_ms) and 0 <= marker_ms < MAX_TS_S * 1000):
+            marker_ms = None
         best: dict[tuple, int] = {}  # (canonical, part, le, quantile, labels) -> row of the best-ranked name
         first_ts = None
         for n, typ, s in parsed:
@@ -250,7 +305,11 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
             if canon is None and family.endswith("_total"):
                 canon, rank = CANONICAL.get(family[: -len("_total")], (None, None))
             ts_s = s.timestamp if s.timestamp is not None else (marker_ms / 1000 if marker_ms is not None else None)
-            ts_ns = round(float(ts_s) * 1e9) if ts_s is not None else None
+            try:
+                ts_ns = _ts_ns(ts_s)
+            except ValueError as exc:  # NaN, infinite or beyond year 2262: a bad sample, the rest still counts
+                malformed.append((n, f"{exc}: {s.name}"))
+                continue
             first_ts = first_ts if first_ts is not None else ts_ns
             le = _num(labels.get("le")) if part == "bucket" else None
             q = _num(labels.get("quantile")) if part == "quantile" else None
@@ -270,7 +329,7 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
             cols["le"].append(le)
             cols["quantile"].append(q)
             cols["model_name"].append(labels.get("model_name"))
-            cols["engine"].append(labels.get("engine"))
+            cols["engine"].append(_engine_label(labels))
             lkey = tuple(sorted(labels.items()))
             lj = label_json.get(lkey)
             if lj is None:
@@ -311,6 +370,7 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
         "timed_scrapes": sum(t is not None for t in scrape_times),
         "vllm_metrics": len(versions),
         "engine_label": any(e is not None for e in cols["engine"]),
+        "shell_prompt_lines": len(prompts),
         "malformed_lines": len(malformed),
         "malformed_examples": [{"line": n, "text": t.strip()[:120]} for n, t in malformed[:MAX_EXAMPLES]],
     }

@@ -101,6 +101,7 @@ SUMMARY_KEYS = {
     "request_goodput": "request_goodput_rps",
     "output_throughput": "output_tput_tok_s",
     "total_token_throughput": "total_tput_tok_s",
+    "total_throughput": "total_tput_tok_s",  # SGLang
     "max_output_tokens_per_s": "max_output_tput_tok_s",
     "max_concurrent_requests": "max_concurrent_requests",
     "num_prompts": "num_prompts",
@@ -124,9 +125,13 @@ _TABLE_ROWS = {
     "peak output token throughput (tok/s)": "max_output_tput_tok_s",
     "peak concurrent requests": "max_concurrent_requests",
     "total token throughput (tok/s)": "total_tput_tok_s",
+    "traffic request rate": "request_rate_rps",  # SGLang
+    "max request concurrency": "max_concurrency",
+    "max reqeuest concurrency": "max_concurrency",  # SGLang's spelling in some versions
 }
 _TABLE_LAT = re.compile(
-    r"^(?P<stat>Mean|Median|Std|P(?P<p>\d+(?:\.\d+)?))\s+(?P<metric>TTFT|TPOT|ITL|E2EL)\s+\(ms\):\s*(?P<v>\S+)"
+    r"^(?P<stat>Mean|Median|Std|P(?P<p>\d+(?:\.\d+)?)|Max)\s+(?P<metric>TTFT|TPOT|ITL|E2EL|E2E Latency)\s+\(ms\):"
+    r"\s*(?P<v>\S+)"
 )
 _TABLE_ROW = re.compile(r"^(?P<label>[A-Za-z][^:]*?):\s+(?P<v>\S+)\s*$")
 _BANNER = re.compile(r"=+ Serving Benchmark Result =+")
@@ -137,19 +142,29 @@ INT_COLS = {"completed", "failed", "max_concurrency", "num_prompts", "max_concur
 
 
 def _float(v: Any) -> float | None:
+    """A number as the result wrote it; 'inf'/Infinity kept (request rates), NaN and non-numbers None."""
     if v is None or isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
     try:
-        return float(str(v).strip().strip("'"))  # 'inf' -> inf
-    except ValueError:
+        f = float(v) if isinstance(v, (int, float)) else float(str(v).strip().strip("'"))  # 'inf' -> inf
+    except (ValueError, OverflowError):
         return None
+    return None if math.isnan(f) else f
 
 
-def _int(v: Any) -> int | None:
+def _finite(v: Any) -> float | None:
     f = _float(v)
-    return int(f) if f is not None and math.isfinite(f) else None
+    return f if f is not None and math.isfinite(f) and abs(f) < 1e300 else None
+
+
+def _int(v: Any, limit: int = 2**31 - 1) -> int | None:
+    """A count; None when it is not a finite number within the column's range (a bad value is not a crash)."""
+    f = _float(v)
+    return int(f) if f is not None and math.isfinite(f) and abs(f) <= limit else None
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)[:200]
 
 
 def _json_runs(text: str) -> list[dict[str, Any]] | None:
@@ -162,6 +177,8 @@ def _json_runs(text: str) -> list[dict[str, Any]] | None:
             obj, end = dec.raw_decode(text, i)
         except json.JSONDecodeError:
             return runs if runs else None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
         if isinstance(obj, list):
             runs.extend(o for o in obj if isinstance(o, dict))
         elif isinstance(obj, dict):
@@ -193,11 +210,11 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
     e2es = d[e2e_key] if e2e_key else [None] * n
     rows = []
     for i in range(n):
-        gaps = [float(g) for g in (itls[i] or []) if isinstance(g, (int, float))]
+        gaps = [g for g in (_finite(x) for x in (itls[i] if isinstance(itls[i], list) else [])) if g is not None]
         err = errs[i] if isinstance(errs[i], str) else None
-        ttft = _float(ttfts[i])
+        ttft = _finite(ttfts[i])
         success = not err if errs[i] is not None or "errors" in d else (ttft or 0) > 0
-        e2e, source = _float(e2es[i]), e2e_key
+        e2e, source = _finite(e2es[i]), e2e_key
         if e2e is None and success and ttft is not None:
             e2e, source = ttft + sum(gaps), "ttft+sum(itl)"
         out = _int(outs[i])
@@ -213,7 +230,7 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
                 "output_len": out,
                 "success": success,
                 "error": err,
-                "start_s": _float(starts[i]),
+                "start_s": _finite(starts[i]),
                 "ttft_s": ttft if success else None,
                 "e2el_s": e2e if success else None,
                 "e2el_source": source if success else None,
@@ -245,13 +262,14 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
         for key, colname in SUMMARY_KEYS.items():
             if key in d:
                 row[colname] = (
-                    _int(d[key])
-                    if colname in INT_COLS
-                    else (d[key] if colname in ("date", "model_id") else _float(d[key]))
+                    _int(d[key], 2**62 if colname.startswith("total_") else 2**31 - 1)
+                    if colname in INT_COLS or (colname.startswith("total_") and colname.endswith("_tokens"))
+                    else (str(d[key])[:200] if colname in ("date", "model_id") else _finite(d[key]))
                 )
         row["request_rate_rps"] = _float(d.get("request_rate"))
-        row["backend"] = d.get("backend") or d.get("endpoint_type")
-        row["tag"] = d.get("label") or d.get("tag")
+        row["backend"] = _text(d.get("backend") or d.get("endpoint_type"))
+        row["tag"] = _text(d.get("label") or d.get("tag"))
+        row["dataset_name"] = _text(d.get("dataset_name"))
         reqs = _requests(order, r, d)
         row["has_requests"] = bool(reqs)
         row["source"] = "save-detailed json" if reqs else "save-result json"
@@ -263,14 +281,14 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
         lat = []
         for key, v in d.items():
             m = _STAT_KEY.match(key)
-            if m and _float(v) is not None:
+            if m and _finite(v) is not None:
                 metric = _METRIC_ALIAS.get(m["metric"], m["metric"])
                 lat.append(
                     (
                         metric,
                         m["stat"],
                         float(m["p"]) if m["p"] else (50.0 if m["stat"] == "median" else None),
-                        _float(v),
+                        _finite(v),
                     )
                 )
         lat_rows += _latency_rows(order, r, lat)
@@ -315,7 +333,8 @@ def _from_table(order: int, text: str, path: Path):
                 if lm:
                     stat = lm["stat"].lower()
                     pct = float(lm["p"]) if lm["p"] else (50.0 if stat == "median" else None)
-                    lat.append((lm["metric"].lower(), stat, pct, _float(lm["v"])))
+                    metric = "e2el" if lm["metric"] == "E2E Latency" else lm["metric"].lower()
+                    lat.append((metric, stat, 100.0 if stat == "max" else pct, _float(lm["v"])))
                 else:
                     tm = _TABLE_ROW.match(s)
                     if tm and tm["label"].strip().lower() in _TABLE_ROWS:
@@ -353,11 +372,22 @@ def _rate_text(v: float | None) -> float | str | None:
 
 
 def parse_vllm_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
+    return parse_bench(path, order, "vllm-bench")
+
+
+TOOL_NAMES = {"vllm-bench": "vllm bench serve", "sglang-bench": "sglang.bench_serving"}
+
+
+def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
+    """A benchmark client's result file; `fmt` is 'vllm-bench' or 'sglang-bench' (same tables)."""
     try:
         text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         raise InputError(path, f"cannot read benchmark result ({exc.strerror or exc})") from None
-    runs = _json_runs(text) if text.lstrip().startswith(("{", "[")) else None
+    try:
+        runs = _json_runs(text) if text.lstrip().startswith(("{", "[")) else None
+    except ValueError as exc:
+        raise InputError(path, f"not a benchmark result: {exc}") from None
     if runs is not None:
         if not runs:
             raise InputError(path, "not a `vllm bench serve` result: the JSON holds no result object")
@@ -372,7 +402,7 @@ def parse_vllm_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
     }
     row = {
         "rank": None,
-        "profiler": f"vllm bench serve ({run_rows[0]['source']})",
+        "profiler": f"{TOOL_NAMES[fmt]} ({run_rows[0]['source']})",
         "file_bytes": path.stat().st_size,
         "events_total": len(req_rows) or len(run_rows),
         "meta_json": json.dumps(meta, default=str),
@@ -383,7 +413,7 @@ def parse_vllm_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
 
     return Parsed(
         path=str(path),
-        format="vllm-bench",
+        format=fmt,
         inputs_rows=[row],
         tables={
             "bench_runs": table(run_rows, RUNS_SCHEMA),

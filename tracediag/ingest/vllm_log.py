@@ -1,63 +1,89 @@
-"""vLLM engine/server logs: periodic stats lines, preemption warnings, speculative-decoding lines, startup facts.
+"""vLLM engine/server logs: periodic stats lines of every version, preemptions, speculative decoding, startup
+facts, server runs, and the messages of hung or dead engines.
 
-Record format (vllm/logger.py): `LEVEL MM-DD HH:MM:SS [file.py:line] message`, no year; the 2023 format
-wrote `file.py:line]` without the bracket; multi-process servers prefix `(APIServer pid=N) `,
-`(EngineCore_0 pid=N) `, `(VllmWorker TP1 pid=N) `. Handled here: ANSI colour codes, records glued onto one
-line (a missing newline, or a tqdm bar before the record), and logs hard-wrapped by a terminal (a line
-that does not start a record continues the previous one when the file wraps at a fixed width).
+Record layouts (vllm/logger.py):
+  2023 – v0.7  `LEVEL MM-DD HH:MM:SS file.py:N] message`
+  v0.8 – now   `[VLLM_LOGGING_PREFIX](Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] message`; at
+               VLLM_LOGGING_LEVEL=DEBUG the file part is a path (`[v1/metrics/loggers.py:111]`);
+               process prefixes `(APIServer pid=N)`, `(EngineCore_DP0 pid=N)`, `(VllmWorker rank=0 pid=N)`.
+  application  vLLM used through the application's own Python logging (VLLM_CONFIGURE_LOGGING=0):
+               `YYYY-MM-DD HH:MM:SS - vllm.engine.metrics - INFO - message`, or Python's default
+               `INFO:vllm.engine.metrics:message` (logging.BASIC_FORMAT, no time: rows have no t_s).
+Anything before a record on its line is a wrapper and is skipped (docker `--timestamps`, Kubernetes and log
+aggregator prefixes, `sglang  | `-style compose prefixes). ANSI colour codes are removed; several records glued
+on one line are split; terminal hard-wraps are joined (a line that starts no record continues the previous one
+when it starts in lower case or the file wraps at a fixed width); NewLineFormatter's continuation lines carry
+their own header and are records.
 
-Stats lines, by generation (vllm/engine/metrics.py LoggingStatLogger; vllm/v1/metrics/loggers.py):
-  V0  `Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs,
-       Swapped: %d reqs, Pending: %d reqs, GPU KV cache usage: %.1f%%, CPU KV cache usage: %.1f%%.`
-  V1  `Engine %03d: Avg prompt throughput: …, Running: %d reqs, Waiting: %d reqs[, Deferred: %d reqs]
-       [, Preemptions: %d], GPU KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%
-       [, External prefix cache hit rate: %.1f%%][, MM cache hit rate: %.1f%%]`
-       (`N Engines Aggregated:` for the aggregated data-parallel logger). Fields are read by name, so
-       fields added later land in extra_json instead of breaking the parse.
-Speculative decoding (three formats):
-  V0 `Speculative metrics: Draft acceptance rate: %.3f, System efficiency: %.3f, Number of speculative
-      tokens: %d, Number of accepted tokens: %d, Number of draft tokens: %d, Number of emitted tokens: %d.`
-      (totals since start: vllm/spec_decode/metrics.py AsyncMetricsCollector)
-  V1 ≤0.9 `SpecDecoding metrics: Draft acceptance rate: %.1f%%, Mean acceptance length: %.2f, Accepted: %d
-      tokens, Drafted: %d tokens, Per-position acceptance rate: …`
-  V1 `SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, Drafted
-      throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: …,
-      Avg Draft acceptance rate: %.1f%%` (per logging interval: vllm/v1/spec_decode/metrics.py)
-Preemption (V0 scheduler warning): `Sequence group %s is preempted by PreemptionMode.%s mode because there
-is not enough KV cache space. … total_num_cumulative_preemption=%d`.
+Stats lines, by generation (read by field name, so fields added later land in extra_json):
+  2023 scheduler.py  `Throughput: %.1f tokens/s, Running: %d reqs, Swapped: %d reqs, Pending: %d reqs,
+                      GPU KV cache usage: %.1f%, CPU KV cache usage: %.1f%` (prompt + generation together)
+  V0 llm_engine.py / metrics.py  `Avg prompt throughput: …, Avg generation throughput: …, Running, Swapped,
+                      Pending, GPU KV cache usage, CPU KV cache usage[.]`, then (prefix caching on)
+                      `Prefix cache hit rate: GPU: %.2f%%, CPU: %.2f%%` as its own line
+  V1 loggers.py      `Engine %03d: Avg prompt throughput: …, Running: %d reqs, Waiting: %d reqs[, Deferred]
+                      [, Preemptions], GPU KV cache usage, Prefix cache hit rate[, Corrupted][, External prefix
+                      cache hit rate][, MM cache hit rate]` (`N Engines Aggregated:` for data parallel)
+  V1 ≥ 0.8.5 demotes a line whose throughputs (this and the last) are all zero to DEBUG: at INFO, silence
+  means idle *or* stuck — SCH011 tells them apart from the last line's Running/Waiting and the other lines.
+Speculative decoding: V0 `Speculative metrics: Draft acceptance rate: %.3f, System efficiency: %.3f, Number
+of speculative tokens: %d, Number of accepted tokens: %d, Number of draft tokens[ tokens]: %d, Number of emitted
+tokens[ tokens]: %d.` (totals; the doubled "tokens" of ~v0.4/0.5 included); V1 `SpecDecoding metrics: …
+Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: …` (per interval).
+Events (serving_events.kind): preemption, engine_dead, worker_died, nccl_watchdog, shm_broadcast_wait,
+startup, ready, shutdown, health_check, request_finished, access (uvicorn access lines: no time of their
+own, they take the previous record's).
+Runs: a startup banner after activity, a new pid of a process already seen, or a clock going back more
+than 5 minutes starts a new server run; every row carries its run.
+A line that cannot be read (a bad number, a truncated record) is counted and shown, never fatal; lines that
+are neither records, access lines, continuations nor known messages are counted as unknown.
 Checked against every vLLM log in tests/data/external/vllm/.
 """
 
 from __future__ import annotations
 
 import ast
+import gzip
 import json
+import math
 import re
-from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta
-from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
 from tracediag.errors import InputError
-from tracediag.ingest.base import IngestOptions, Parsed, read_gunzipped
+from tracediag.ingest.base import IngestOptions, Parsed
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)m(?=\s|\(|$)")
 RECORD = re.compile(
-    r"(?:\((?P<proc>[A-Za-z_][\w.\- ]*?)\s+pid=(?P<pid>\d+)\)\s*)?"
-    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<date>\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
-    r"\[?(?P<file>[\w.\-]+\.py):(?P<lineno>\d+)\]\s?"
+    r"(?:\((?P<proc>[A-Za-z_][\w.\-]*(?: [A-Za-z_][\w.\-]*)*?)(?:\s+rank=\d+)?\s+pid=(?P<pid>\d+)\)\s*)?"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+)?(?P<date>\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
+    r"\[?(?P<file>[\w.\-/]+\.py):(?P<lineno>\d+)\]\s?"
+    r"|(?P<ydate>\d{4}-\d{2}-\d{2})[ T](?P<ytime>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+-\s+(?P<logger>vllm(?:\.\w+)*)\s+-\s+"
+    r"(?P<ylevel>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+-\s+"
+    r"|(?<![\w:])(?P<dlevel>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<dlogger>vllm(?:\.\w+)+):"  # logging.BASIC_FORMAT
 )
-_PREFIX = re.compile(r"^\s*\([A-Za-z_][\w.\- ]*?\s+pid=\d+\)")
-_STARTS_RECORD = re.compile(r"^\s*(?:\(|\[|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|/|\w+Error\b|Traceback)")
+_STARTS_RECORD = re.compile(
+    r"^\s*(?:\(|\[|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\b|/|\w+Error\b|Traceback|\d{4}-\d{2}-\d{2})"
+)
+_CONTINUES = re.compile(r"^[a-z0-9%]")
+_ACCESS = re.compile(r'INFO:\s+(?P<addr>\S+)\s+-\s+"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+_UVICORN = re.compile(
+    r"INFO:\s+(?P<msg>(?:Started server process|Waiting for application|Application startup complete|"
+    r"Shutting down|Waiting for connections|Application shutdown|Finished server process|"
+    r"Uvicorn running).*)"
+)
 
 _ENGINE = re.compile(r"^(?:Engine (?P<engine>\d+)|(?P<agg>\d+) Engines Aggregated):\s*(?P<body>.*)$", re.S)
 _FIELD = re.compile(
-    r"^(?P<key>[A-Za-z][A-Za-z /()_-]*?):\s*(?:active\s+)?(?P<val>-?\d+(?:\.\d+)?|nan|inf)\s*(?P<unit>%|tokens/s|reqs)?"
+    r"^(?P<key>[A-Za-z][A-Za-z /()_-]*?):\s*(?:active\s+)?(?P<val>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|nan|inf)\s*"
+    r"(?P<unit>%|tokens/s|reqs|ms)?"
 )
 STATS_FIELDS = {
+    "throughput": "tput_tok_s",
     "avg prompt throughput": "prompt_tput_tok_s",
     "avg generation throughput": "gen_tput_tok_s",
     "running": "running",
@@ -75,22 +101,54 @@ STATS_FIELDS = {
     "mm cache hit rate": "mm_hit_pct",
 }
 INT_FIELDS = {"running", "waiting", "swapped", "deferred", "preemptions"}
+INT32_MAX = 2**31 - 1
+_V0_PREFIX_HIT = re.compile(r"^Prefix cache hit rate: GPU: (?P<gpu>\d+(?:\.\d+)?)%, CPU: (?P<cpu>\d+(?:\.\d+)?)%")
 
 _PREEMPT = re.compile(
     r"Sequence group (?P<seq>\S+) is preempted by PreemptionMode\.(?P<mode>\w+) mode because there is not enough "
     r"KV cache space(?:.*?total_num_cumulative_preemption=(?P<cum>\d+))?",
     re.S,
 )
+# (kind, pattern): hang, death and lifecycle messages (FORMATS.md c1-c5), in vLLM's and PyTorch's wording.
+EVENT_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "engine_dead",
+        re.compile(
+            r"EngineDeadError|MQLLMEngine is already dead|Engine loop has died|Engine loop is not running|"
+            r"AsyncEngineDeadError|Background loop (?:is stopped|has errored)|EngineCore encountered (?:a fatal error|"
+            r"an issue)|AsyncLLM output_handler failed|Task finished unexpectedly"
+        ),
+    ),
+    ("worker_died", re.compile(r"Worker (?:VllmWorkerProcess pid \d+|proc \S+) died|died unexpectedly")),
+    (
+        "nccl_watchdog",
+        re.compile(
+            r"Watchdog caught collective operation timeout|Watchdog timeout|Timeout at NCCL work|"
+            r"Some NCCL operations have failed or timed out|taking the entire process down"
+        ),
+    ),
+    ("shm_broadcast_wait", re.compile(r"No available shared memory broadcast block found in \d+ seconds")),
+    ("request_finished", re.compile(r"Finished request \S+")),
+    ("health_check", re.compile(r"Called check_health")),
+    (
+        "shutdown",
+        re.compile(r"Shutting down FastAPI HTTP server|Application shutdown complete|Finished server process"),
+    ),
+    ("ready", re.compile(r"Application startup complete|Starting vLLM (?:API )?server on|Available routes are")),
+]
+_BANNER = re.compile(
+    r"vLLM API server version|Initializing an? (?:V[01] )?LLM engine \(v|Starting vLLM (?:API )?server on"
+)
 _NUM = r"(-?\d+(?:\.\d+)?|nan)"
 _SPEC_FIELDS = {
     "acceptance_pct": re.compile(r"(?<!Avg )Draft acceptance rate:\s*" + _NUM + r"\s*%"),
     "avg_acceptance_pct": re.compile(r"Avg Draft acceptance rate:\s*" + _NUM + r"\s*%"),
-    "acceptance_frac": re.compile(r"Draft acceptance rate:\s*" + _NUM + r"\s*(?:,|\.?$)"),
+    "acceptance_frac": re.compile(r"Draft acceptance rate:\s*" + _NUM + r"\s*(?:,|\.?\s*$)"),
     "system_efficiency": re.compile(r"System efficiency:\s*" + _NUM),
     "num_spec_tokens": re.compile(r"Number of speculative tokens:\s*(\d+)"),
     "accepted_v0": re.compile(r"Number of accepted tokens:\s*(\d+)"),
-    "draft_v0": re.compile(r"Number of draft tokens:\s*(\d+)"),
-    "emitted_v0": re.compile(r"Number of emitted tokens:\s*(\d+)"),
+    "draft_v0": re.compile(r"Number of draft tokens(?: tokens)?:\s*(\d+)"),
+    "emitted_v0": re.compile(r"Number of emitted tokens(?: tokens)?:\s*(\d+)"),
     "mean_acceptance_length": re.compile(r"Mean acceptance length:\s*" + _NUM),
     "accepted_tput": re.compile(r"Accepted throughput:\s*" + _NUM),
     "drafted_tput": re.compile(r"Drafted throughput:\s*" + _NUM),
@@ -104,7 +162,7 @@ _SPEC_FIELDS = {
 # Startup facts: (key, regex, group, unit). vLLM source wording, checked on the real logs.
 _STARTUP: list[tuple[str, re.Pattern[str], int, str | None]] = [
     ("vllm_version", re.compile(r"vLLM API server version (\S+)"), 1, None),
-    ("vllm_version", re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([^)]+)\)"), 1, None),
+    ("vllm_version", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([^)]+)\)"), 1, None),
     ("vllm_version", re.compile(r"[█▄▀]\s+version (\d+\.\d+[\w.+-]*)\s*$"), 1, None),
     ("architecture", re.compile(r"Resolved architecture: (\w+)"), 1, None),
     ("max_model_len", re.compile(r"Using max model len (\d+)"), 1, "tokens"),
@@ -132,6 +190,7 @@ _STARTUP: list[tuple[str, re.Pattern[str], int, str | None]] = [
     ("nccl_version", re.compile(r"vLLM is using nccl==([\d.]+)"), 1, None),
     ("custom_all_reduce", re.compile(r"Custom allreduce is (disabled)"), 1, None),
     ("async_scheduling", re.compile(r"Asynchronous scheduling is (enabled|disabled)"), 1, None),
+    ("profiler_dir", re.compile(r"Torch profiling enabled\. Traces will be saved to: (\S+)"), 1, None),
 ]
 # key=value pairs of the engine config line worth keeping (vllm/v1/engine/core.py, vllm/engine/llm_engine.py)
 _CONFIG_KEYS = (
@@ -175,9 +234,10 @@ _UNITS = {
     "max_seq_len": "tokens",
 }
 
-# Where a record stands (`base` in parse_vllm_log): the leading columns of the stats, event and spec tables.
+# Where a record stands: the leading columns of the stats, event and spec tables.
 _RECORD_COLUMNS = [
     ("input_id", pa.int32()),
+    ("run", pa.int32()),
     ("line", pa.int32()),
     ("ts_text", pa.string()),
     ("t_s", pa.float64()),
@@ -189,6 +249,7 @@ STATS_SCHEMA = pa.schema(
     [
         *_RECORD_COLUMNS,
         *_ENGINE_COLUMNS,
+        ("tput_tok_s", pa.float64()),
         ("prompt_tput_tok_s", pa.float64()),
         ("gen_tput_tok_s", pa.float64()),
         ("running", pa.int32()),
@@ -211,12 +272,15 @@ EVENTS_SCHEMA = pa.schema(
         ("seq_group", pa.string()),
         ("mode", pa.string()),
         ("cumulative", pa.int64()),
+        ("http_status", pa.int32()),
+        ("own_time", pa.bool_()),
         ("text", pa.string()),
     ]
 )
 STARTUP_SCHEMA = pa.schema(
     [
         ("input_id", pa.int32()),
+        ("run", pa.int32()),
         ("line", pa.int32()),
         ("process", pa.string()),
         ("pid", pa.int32()),
@@ -247,74 +311,205 @@ SPEC_SCHEMA = pa.schema(
     ]
 )
 MAX_EXAMPLES = 5
+MAX_TEXT = 500
+RUN_BACKWARDS_S = 300.0  # a clock going back more than this starts a new run
+RUN_PID_GAP_S = 30.0  # a process name with a new pid starts a new run when its old pid was last heard this long ago
+_OUTER_TIME = re.compile(r"^[-\s\[]*(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 
 
-def _read_lines(path: Path) -> list[str]:
-    raw = read_gunzipped(path, "log")
-    if b"\x00" in raw[:4096]:
-        raise InputError(path, "not a vLLM log: binary content")
-    text = _ANSI.sub("", raw.decode("utf-8", errors="replace"))
-    # '\r' inside a line is a tqdm redraw, not a line break: keep only '\n' (and '\r\n') as separators.
-    return text.replace("\r\n", "\n").split("\n")
+# The V1 and V0 stats lines exactly as vLLM writes them, whole line, one record: most lines of a long log. Anything
+# else (other fields, glued records, wrappers, wraps) takes the general path.
+_FAST = re.compile(
+    r"(?:\((?P<proc>[A-Za-z_][\w.\-]*) pid=(?P<pid>\d{1,9})\) )?(?:INFO|DEBUG) (?P<date>\d\d-\d\d) "
+    r"(?P<time>\d\d:\d\d:\d\d) \[?[\w.]+\.py:\d+\] (?:Engine (?P<engine>\d{3}): )?"
+    r"Avg prompt throughput: (?P<p>\d{1,12}\.\d) tokens/s, Avg generation throughput: (?P<g>\d{1,12}\.\d) tokens/s, "
+    r"Running: (?P<r>\d{1,9}) reqs, "
+    r"(?:Waiting: (?P<w>\d{1,9})|Swapped: (?P<sw>\d{1,9}) reqs, Pending: (?P<pe>\d{1,9})) reqs, "
+    r"GPU KV cache usage: (?P<kv>\d{1,3}\.\d)%, (?:Prefix cache hit rate: (?P<ph>\d{1,3}\.\d)%|"
+    r"CPU KV cache usage: (?P<cpu>\d{1,3}\.\d)%\.?)$"
+)
 
 
-def _unwrap(lines: list[str]) -> list[tuple[int, str]]:
-    """Join terminal hard-wraps: at a width many lines end at, a line that starts no record continues."""
-    widths = Counter(len(a) for a, b in pairwise(lines) if len(a) >= 80 and b and not _STARTS_RECORD.match(b))
-    wrap = {w for w, c in widths.items() if c >= 2}
-    out: list[tuple[int, str]] = []
-    last_len = 0  # length of the last physical line appended
-    for i, line in enumerate(lines, start=1):
-        if out and last_len in wrap and line and not _STARTS_RECORD.match(line):
-            out[-1] = (out[-1][0], out[-1][1] + line)
-        else:
-            out.append((i, line))
-        last_len = len(line)
-    return out
+class BadValue(ValueError):
+    """A number in a line that no engine writes (out of range, not finite): the line is counted as bad."""
 
 
-def _num(s: str | None) -> float | None:
-    if s is None:
-        return None
+class Columns:
+    """Rows of one Arrow schema kept as columns (a million stats lines must not become a million dicts)."""
+
+    FLUSH = 50_000  # rows kept as Python objects before they become an Arrow batch (bounded memory)
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        self.batches: list[pa.RecordBatch] = []
+        self.n = 0
+        self.kinds: dict[str, int] = {}  # counts of the 'kind' column (events), kept across flushes
+
+    def add(self, values: dict[str, Any]) -> None:
+        for name, col in self.cols.items():
+            col.append(values.get(name))
+        self.n += 1
+        if "kind" in values:
+            self.kinds[values["kind"]] = self.kinds.get(values["kind"], 0) + 1
+        if len(self.cols["input_id"]) >= self.FLUSH:
+            self.batches.append(pa.RecordBatch.from_pydict(self.cols, schema=self.schema))
+            self.cols = {f.name: [] for f in self.schema}
+
+    def last(self, name: str) -> Any:
+        col = self.cols[name]
+        return col[-1] if col else None
+
+    def set_last(self, name: str, value: Any) -> None:
+        if self.cols[name]:
+            self.cols[name][-1] = value
+
+    def column(self, name: str) -> list[Any]:
+        """All values of a column (small tables: startup facts, events kinds)."""
+        return [v for b in self.batches for v in b.column(name).to_pylist()] + self.cols[name]
+
+    def unique(self, name: str) -> set[Any]:
+        import pyarrow.compute as pc
+
+        out = set(self.cols[name])
+        for b in self.batches:
+            out |= set(pc.unique(b.column(name)).to_pylist())
+        return out
+
+    def table(self) -> pa.Table:
+        tail = pa.RecordBatch.from_pydict(self.cols, schema=self.schema)
+        return pa.Table.from_batches([*self.batches, tail], schema=self.schema)
+
+
+def open_log(path: Path) -> BinaryIO:
+    """The log as a binary stream, gunzipped when it starts with the gzip magic."""
     try:
-        return float(s.replace(",", ""))
-    except ValueError:
-        return None
+        f = open(path, "rb")  # noqa: SIM115 - returned to the caller, closed by physical_lines
+    except OSError as exc:
+        raise InputError(path, f"cannot read log ({exc.strerror or exc})") from None
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.open(f)  # type: ignore[return-value]
+    f.seek(0)
+    return f
 
 
-class _Clock:
-    """MM-DD HH:MM:SS without a year -> seconds since the file's first record (year rollover handled)."""
+def physical_lines(path: Path) -> Iterator[str]:
+    """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break."""
+    f = open_log(path)
+    try:
+        first = True
+        for raw in f:
+            if first and b"\x00" in raw[:4096]:
+                raise InputError(path, "not a log: binary content")
+            first = False
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if line.endswith("\r"):
+                line = line[:-1]
+            if "\x1b" in line or "[0m" in line:
+                line = _ANSI.sub("", line)
+            yield line
+    except (OSError, EOFError) as exc:
+        raise InputError(path, f"corrupt or truncated log ({exc})") from None
+    finally:
+        f.close()
+
+
+def logical_lines(lines: Iterator[str], starts_record: re.Pattern[str] = _STARTS_RECORD) -> Iterator[tuple[int, str]]:
+    """(first physical line number, text) with terminal hard-wraps joined.
+
+    A line that starts no record continues the previous one when it starts in lower case or with a digit or
+    '%' (a wrap mid-word or mid-number), or when the previous line ended at a width the file already wrapped at.
+    """
+    widths: set[int] = set()
+    pending: tuple[int, str] | None = None
+    last_len = 0
+    for i, line in enumerate(lines, start=1):
+        if (
+            pending is not None
+            and line
+            and last_len >= 60
+            and not starts_record.match(line)
+            and (_CONTINUES.match(line) or last_len in widths)
+        ):
+            widths.add(last_len)
+            pending = (pending[0], pending[1] + line)
+        else:
+            if pending is not None:
+                yield pending
+            pending = (i, line)
+        last_len = len(line)
+    if pending is not None:
+        yield pending
+
+
+class Clock:
+    """Record times -> seconds since the file's first record. 'MM-DD' dates carry no year (year rollover
+    handled); 'YYYY-MM-DD' dates do."""
 
     def __init__(self) -> None:
         self.t0: datetime | None = None
         self.last: datetime | None = None
         self.year = 2000  # a leap year, so 02-29 parses
+        self._day_key: str | None = None
+        self._day: datetime | None = None
 
     def __call__(self, date: str, time: str) -> float | None:
+        # fast path: the same day as the previous record (most lines of a long log)
+        if date == self._day_key and len(time) == 8 and time[2] == ":" and time[5] == ":":
+            try:
+                sec = int(time[:2]) * 3600 + int(time[3:5]) * 60 + int(time[6:8])
+            except ValueError:
+                sec = -1
+            if 0 <= sec < 86400 and self._day is not None and self.t0 is not None:
+                dt = self._day + timedelta(seconds=sec)
+                if self.last is None or dt >= self.last - timedelta(days=180):
+                    self.last = dt
+                    return (dt - self.t0).total_seconds()
         try:
-            dt = datetime.strptime(f"{self.year}-{date} {time}", "%Y-%m-%d %H:%M:%S")
+            if len(date) == 10:
+                dt = datetime.strptime(f"{date} {time}", "%Y-%m-%d %H:%M:%S")
+            else:
+                dt = datetime.strptime(f"{self.year}-{date} {time}", "%Y-%m-%d %H:%M:%S")
+                if self.last is not None and dt < self.last - timedelta(days=180):
+                    self.year += 1
+                    dt = dt.replace(year=self.year)
         except ValueError:
             return None
-        if self.last is not None and dt < self.last - timedelta(days=180):
-            self.year += 1
-            dt = dt.replace(year=self.year)
         self.last = dt
         if self.t0 is None:
             self.t0 = dt
+        self._day_key, self._day = date, datetime(dt.year, dt.month, dt.day)
         return (dt - self.t0).total_seconds()
 
 
-def _parse_stats(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """({column: value}, {other field: value}) of a stats message, None when it is not one."""
+def checked_int(v: float, limit: int = INT32_MAX) -> int:
+    if not math.isfinite(v) or abs(v) > limit:
+        raise BadValue(f"{v:g} is out of range")
+    return int(v)
+
+
+def checked_float(v: float) -> float:
+    if math.isinf(v) or abs(v) > 1e300:
+        raise BadValue(f"{v:g} is not a finite number")
+    return v
+
+
+def parse_stats(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """({column: value}, {other field: value}) of a stats message, None when it is not one.
+
+    Raises BadValue for a number no engine writes (a counter beyond 32 bits, an infinite throughput)."""
     m = _ENGINE.match(msg)
     engine = None
     body = msg
     if m:
         body = m["body"]
-        engine = int(m["engine"]) if m["engine"] is not None else -1
-    if not (body.startswith("Avg prompt throughput:") or re.match(r"Running: \d+ reqs", body)):
+        engine = int(m["engine"]) if m["engine"] is not None and len(m["engine"]) < 9 else -1
+    if not (body.startswith(("Avg prompt throughput:", "Throughput:")) or re.match(r"Running: \d+ reqs", body)):
         return None
     cols: dict[str, Any] = {"engine": engine, "log_format": "v1" if m or "Waiting:" in body else "v0"}
+    if body.startswith("Throughput:"):
+        cols["log_format"] = "v0-2023"
     extra: dict[str, Any] = {}
     for part in re.split(r",\s*", body.strip().rstrip(".").strip()):
         f = _FIELD.match(part.strip())
@@ -324,15 +519,15 @@ def _parse_stats(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         val = float(f["val"])
         col = STATS_FIELDS.get(key)
         if col:
-            cols[col] = int(val) if col in INT_FIELDS else val
-        else:
+            cols[col] = checked_int(val) if col in INT_FIELDS else checked_float(val)
+        elif math.isfinite(val):
             extra[f["key"].strip()] = val
-    if "Pending" in body:
+    if "Pending" in body and cols["log_format"] == "v1":
         cols["log_format"] = "v0"
     return cols, extra
 
 
-def _parse_spec(msg: str) -> dict[str, Any] | None:
+def parse_spec(msg: str) -> dict[str, Any] | None:
     if not (msg.startswith("SpecDecoding metrics:") or msg.startswith("Speculative metrics:")):
         return None
     g: dict[str, Any] = {}
@@ -340,24 +535,28 @@ def _parse_spec(msg: str) -> dict[str, Any] | None:
         m = rx.search(msg)
         if m:
             g[key] = m.group(1)
-    if msg.startswith("Speculative metrics:"):  # V0, totals since start
-        k = int(g["num_spec_tokens"]) if "num_spec_tokens" in g else None
-        drafted = int(g["draft_v0"]) if "draft_v0" in g else None
+
+    def count(key: str) -> int | None:
+        return checked_int(float(g[key]), 2**62) if key in g else None
+
+    if msg.startswith("Speculative metrics:"):  # V0 (and V1 before PR #15902), totals since start
+        k = count("num_spec_tokens")
+        drafted = count("draft_v0")
         return {
             "log_format": "v0",
             "cumulative": True,
-            "num_spec_tokens": k,
+            "num_spec_tokens": checked_int(k) if k is not None else None,
             "draft_tokens": drafted,
-            "accepted_tokens": int(g["accepted_v0"]) if "accepted_v0" in g else None,
-            "emitted_tokens": int(g["emitted_v0"]) if "emitted_v0" in g else None,
+            "accepted_tokens": count("accepted_v0"),
+            "emitted_tokens": count("emitted_v0"),
             "num_drafts": drafted / k if drafted is not None and k else None,
             "acceptance_rate": _num(g.get("acceptance_frac")),
             "system_efficiency": _num(g.get("system_efficiency")),
         }
     per_pos = [float(x) for x in re.split(r"\s*,\s*", g["per_position"])] if "per_position" in g else None
     k = len(per_pos) if per_pos else None
-    drafted = int(g["drafted"]) if "drafted" in g else None
-    accepted = int(g["accepted"]) if "accepted" in g else None
+    drafted = count("drafted")
+    accepted = count("accepted")
     pct = _num(g.get("avg_acceptance_pct") or g.get("acceptance_pct"))
     return {
         "log_format": "v1",
@@ -366,7 +565,9 @@ def _parse_spec(msg: str) -> dict[str, Any] | None:
         "draft_tokens": drafted,
         "accepted_tokens": accepted,
         "num_drafts": drafted / k if drafted is not None and k else None,
-        "acceptance_rate": pct / 100 if pct is not None else (accepted / drafted if drafted else None),
+        "acceptance_rate": pct / 100
+        if pct is not None
+        else (accepted / drafted if drafted and accepted is not None else None),
         "mean_acceptance_length": _num(g.get("mean_acceptance_length")),
         "accepted_tput_tok_s": _num(g.get("accepted_tput")),
         "drafted_tput_tok_s": _num(g.get("drafted_tput")),
@@ -374,14 +575,24 @@ def _parse_spec(msg: str) -> dict[str, Any] | None:
     }
 
 
+def _num(s: str | None) -> float | None:
+    if s is None:
+        return None
+    try:
+        v = float(s.replace(",", ""))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 def _literal_dict(text: str) -> dict[str, Any]:
     start = text.find("{")
     if start < 0:
         return {}
     try:
-        d = ast.literal_eval(text[start:])
+        d = ast.literal_eval(text[start : start + 20000])
         return d if isinstance(d, dict) else {}
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         found = {}
         for key in _ARGS_KEYS:
             m = re.search(rf"'{key}':\s*('[^']*'|[^,}}]+)", text)
@@ -390,15 +601,13 @@ def _literal_dict(text: str) -> dict[str, Any]:
         return found
 
 
-def _startup_facts(msg: str) -> list[tuple[str, str, float | None, str | None]]:
+def startup_facts(msg: str) -> list[tuple[str, str, float | None, str | None]]:
     facts: list[tuple[str, str, float | None, str | None]] = []
     for key, rx, group, unit in _STARTUP:
         m = rx.search(msg)
         if m:
             value = m.group(group)
-            num = _num(value) if unit else None
-            if key in ("world_size",):
-                num = _num(value)
+            num = _num(value) if unit or key == "world_size" else None
             facts.append((key, value, num, unit))
     if "with config:" in msg and "LLM engine" in msg:
         for key, value in _CONFIG_PAIR.findall(msg):
@@ -412,116 +621,304 @@ def _startup_facts(msg: str) -> list[tuple[str, str, float | None, str | None]]:
         for key, value in _literal_dict(msg).items():
             if key in _ARGS_KEYS:
                 num = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-                facts.append((f"arg_{key}", str(value), float(num) if num is not None else None, _UNITS.get(key)))
+                facts.append(
+                    (f"arg_{key}", str(value)[:200], _num(str(num)) if num is not None else None, _UNITS.get(key))
+                )
     return facts
 
 
+class LogState:
+    """What a log parser accumulates: the four tables, runs, counts of bad and unknown lines."""
+
+    def __init__(self, order: int) -> None:
+        self.order = order
+        self.stats = Columns(STATS_SCHEMA)
+        self.events = Columns(EVENTS_SCHEMA)
+        self.startup = Columns(STARTUP_SCHEMA)
+        self.spec = Columns(SPEC_SCHEMA)
+        self.malformed: list[tuple[int, str]] = []
+        self.n_malformed = 0
+        self.unknown: list[tuple[int, str]] = []
+        self.n_unknown = 0
+        self.records = 0
+        self.run = 0
+        self.run_active = False
+        self.run_starts: list[dict[str, Any]] = [{"run": 0, "line": 1, "why": "start of file"}]
+        self.max_t: float | None = None
+        self.last_t: float | None = None
+        self.last_ts_text: str | None = None
+        self.pids: dict[str, tuple[int, float | None]] = {}  # process name -> (pid, last time heard)
+        self.outer_clock = False  # line times come from wrappers (a file of tracebacks without vLLM records)
+        self.seen_facts: set[tuple] = set()
+        self.last_engine: dict[Any, int | None] = {}
+        self.clock = Clock()
+
+    def new_run(self, line: int, why: str) -> None:
+        self.run += 1
+        self.run_active = False
+        self.max_t = None
+        self.run_starts.append({"run": self.run, "line": line, "why": why})
+
+    def bad(self, line: int, text: str, why: str) -> None:
+        self.n_malformed += 1
+        if len(self.malformed) < MAX_EXAMPLES:
+            self.malformed.append((line, f"{why}: {text[:120]}"))
+
+    def unknown_line(self, line: int, text: str) -> None:
+        self.n_unknown += 1
+        if len(self.unknown) < MAX_EXAMPLES:
+            self.unknown.append((line, text[:120]))
+
+    def at(self, t_s: float | None, line: int, ts_text: str | None, proc: str | None, pid: int | None) -> dict:
+        """The leading columns of a row, after the run checks for this record's time and process."""
+        if pid is not None and proc is not None:
+            old = self.pids.get(proc)
+            if (
+                old is not None
+                and old[0] != pid
+                and self.run_active
+                and t_s is not None
+                and old[1] is not None
+                and t_s - old[1] >= RUN_PID_GAP_S
+            ):  # data-parallel API servers share a name and interleave; a restarted one comes back later
+                self.new_run(line, f"new pid {pid} of {proc} (was {old[0]})")
+            self.pids[proc] = (pid, t_s if t_s is not None else (old[1] if old else None))
+        if t_s is not None:
+            if self.max_t is not None and t_s < self.max_t - RUN_BACKWARDS_S and self.run_active:
+                self.new_run(line, f"time went back {self.max_t - t_s:.0f} s")
+            self.max_t = t_s if self.max_t is None else max(self.max_t, t_s)
+            self.last_t, self.last_ts_text = t_s, ts_text
+        return {
+            "input_id": self.order,
+            "run": self.run,
+            "line": line,
+            "ts_text": ts_text,
+            "t_s": t_s,
+            "process": proc,
+            "pid": pid,
+        }
+
+    def event(self, base: dict, kind: str, text: str, **extra: Any) -> None:
+        self.events.add({**base, "kind": kind, "text": text[:MAX_TEXT], **extra})
+
+    def fact(self, base: dict, key: str, value: str, num: float | None, unit: str | None, text: str) -> None:
+        ident = (self.run, key, value, base["process"])
+        if ident in self.seen_facts:
+            return
+        self.seen_facts.add(ident)
+        self.startup.add({**base, "key": key, "value": value, "value_num": num, "unit": unit, "text": text[:MAX_TEXT]})
+
+    def meta(self) -> dict[str, Any]:
+        facts: dict[str, Any] = {}
+        keys, values = self.startup.column("key"), self.startup.column("value")
+        for k, v in zip(keys, values):
+            facts.setdefault(k, v)
+        kinds = dict(self.events.kinds)
+        return {
+            "records": self.records,
+            "stats_lines": self.stats.n,
+            "spec_decode_lines": self.spec.n,
+            "preemption_warnings": kinds.get("preemption", 0),
+            "events": kinds,
+            "runs": self.run + 1,
+            "run_starts": self.run_starts[:20],
+            "startup_facts": facts,
+            "malformed_lines": self.n_malformed,
+            "malformed_examples": [{"line": n, "text": t} for n, t in self.malformed],
+            "unknown_lines": self.n_unknown,
+            "unknown_examples": [{"line": n, "text": t} for n, t in self.unknown],
+            "engines": sorted(e for e in self.stats.unique("engine") if e is not None)[:64],
+        }
+
+    def tables(self) -> dict[str, pa.Table]:
+        return {
+            "serving_stats": self.stats.table(),
+            "serving_events": self.events.table(),
+            "serving_startup": self.startup.table(),
+            "spec_decode": self.spec.table(),
+        }
+
+
+def _message(st: LogState, n: int, msg: str, base: dict) -> None:
+    """One vLLM record's message into the tables."""
+    try:
+        parsed = parse_stats(msg)
+    except BadValue as exc:
+        st.bad(n, msg, str(exc))
+        return
+    if parsed is not None:
+        cols, extra = parsed
+        if "running" not in cols or ("waiting" not in cols and "swapped" not in cols):
+            st.bad(n, msg, "stats line without Running and Waiting/Pending (truncated?)")
+            return
+        st.stats.add({**base, **cols, "extra_json": json.dumps(extra) if extra else None})
+        st.last_engine[base["pid"]] = cols.get("engine")
+        st.run_active = True
+        return
+    m = _V0_PREFIX_HIT.match(msg)
+    if m:  # V0's own line right after the stats line of the same interval
+        if st.stats.n and st.stats.last("pid") == base["pid"] and st.stats.last("prefix_hit_pct") is None:
+            st.stats.set_last("prefix_hit_pct", float(m["gpu"]))
+        return
+    try:
+        sp = parse_spec(msg)
+    except BadValue as exc:
+        st.bad(n, msg, str(exc))
+        return
+    if sp is not None:
+        if sp.get("draft_tokens") is None:
+            st.bad(n, msg, "speculative-decoding line without a drafted-token count")
+            return
+        st.spec.add({**base, **sp, "engine": st.last_engine.get(base["pid"]), "text": msg[:MAX_TEXT]})
+        st.run_active = True
+        return
+    pm = _PREEMPT.search(msg)
+    if pm:
+        cum = int(pm["cum"]) if pm["cum"] and len(pm["cum"]) < 18 else None
+        st.event(
+            base, "preemption", msg, seq_group=pm["seq"][:100], mode=pm["mode"][:20], cumulative=cum, own_time=True
+        )
+        st.run_active = True
+        return
+    if _BANNER.search(msg) and st.run_active:
+        st.new_run(n, "startup banner")
+        base = {**base, "run": st.run}
+    if _event(st, base, msg, own_time=True):
+        return
+    for key, value, num, unit in startup_facts(msg):
+        st.fact(base, key, value, num, unit, msg)
+
+
+def _event(st: LogState, base: dict, text: str, own_time: bool) -> bool:
+    for kind, rx in EVENT_PATTERNS:
+        if rx.search(text):
+            st.event(base, kind, text, own_time=own_time)
+            if kind in (
+                "engine_dead",
+                "worker_died",
+                "nccl_watchdog",
+                "shm_broadcast_wait",
+                "request_finished",
+                "shutdown",
+            ):
+                st.run_active = True
+            return True
+    if _BANNER.search(text):
+        st.event(base, "startup", text, own_time=own_time)
+        return False  # the banner also carries the version fact
+    return False
+
+
+def _other_line(st: LogState, n: int, line: str) -> None:
+    """A line that holds no vLLM record: an access line, a uvicorn line, a PyTorch/NCCL message, or unknown."""
+    stripped = line.strip()
+    if not stripped:
+        return
+    base = st.at(None, n, st.last_ts_text, None, None) | {"t_s": st.last_t}
+    a = _ACCESS.search(line)
+    own = False
+    o = _OUTER_TIME.match(line)
+    if o and (st.outer_clock or st.records == 0):  # only when no vLLM record gives the file its clock
+        st.outer_clock = True
+        t = st.clock(o["date"], o["time"])
+        base = st.at(t, n, f"{o['date']} {o['time']}", None, None)
+        own = t is not None
+    if a:
+        st.event(base, "access", f"{a['method']} {a['path']} {a['status']}", http_status=int(a["status"]), own_time=own)
+        st.run_active = True
+        return
+    u = _UVICORN.search(line)
+    if u:
+        msg = u["msg"]
+        kind = "shutdown" if msg.startswith(("Shutting down", "Application shutdown", "Finished server")) else "ready"
+        if msg.startswith(("Started server process", "Waiting for application", "Uvicorn running")):
+            kind = "startup"
+        st.event(base, kind, msg, own_time=own)
+        if kind == "shutdown":
+            st.run_active = True  # whatever starts next is a new run
+        return
+    if _event(st, base, line, own_time=own):
+        return
+    st.unknown_line(n, stripped)
+
+
 def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
-    lines = _unwrap(_read_lines(path))
-    clock = _Clock()
-    stats: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
-    startup: list[dict[str, Any]] = []
-    spec: list[dict[str, Any]] = []
-    malformed: list[tuple[int, str]] = []
-    records = 0
-    last_engine: dict[Any, int | None] = {}
-    seen_facts: set[tuple] = set()
-    for n, line in lines:
-        matches = list(RECORD.finditer(line))
+    st = LogState(order)
+    clock = st.clock
+    for n, line in logical_lines(physical_lines(path)):
+        f = _FAST.match(line)
+        if f:
+            st.records += 1
+            pid = int(f["pid"]) if f["pid"] else None
+            base = st.at(clock(f["date"], f["time"]), n, f"{f['date']} {f['time']}", f["proc"], pid)
+            v1 = f["w"] is not None
+            st.stats.add(
+                {
+                    **base,
+                    "engine": int(f["engine"]) if f["engine"] else None,
+                    "log_format": "v1" if v1 else "v0",
+                    "prompt_tput_tok_s": float(f["p"]),
+                    "gen_tput_tok_s": float(f["g"]),
+                    "running": int(f["r"]),
+                    "waiting": int(f["w"] if v1 else f["pe"]),
+                    "swapped": None if v1 else int(f["sw"]),
+                    "kv_usage_pct": float(f["kv"]),
+                    "prefix_hit_pct": float(f["ph"]) if f["ph"] else None,
+                    "cpu_kv_usage_pct": float(f["cpu"]) if f["cpu"] else None,
+                }
+            )
+            st.last_engine[pid] = int(f["engine"]) if f["engine"] else None
+            st.run_active = True
+            continue
+        matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line or ":vllm." in line) else []
+        if not matches:
+            _other_line(st, n, line)
+            continue
+        if matches[0].start() > 0:
+            head = line[: matches[0].start()]
+            if _ACCESS.search(head) or any(rx.search(head) for _, rx in EVENT_PATTERNS):
+                _other_line(st, n, head)
         for j, m in enumerate(matches):
-            records += 1
+            st.records += 1
             end = matches[j + 1].start() if j + 1 < len(matches) else len(line)
             msg = line[m.end() : end].strip()
-            t_s = clock(m["date"], m["time"])
-            ts_text = f"{m['date']} {m['time']}"
-            proc = m["proc"]
-            pid = int(m["pid"]) if m["pid"] else None
-            base = {"input_id": order, "line": n, "ts_text": ts_text, "t_s": t_s, "process": proc, "pid": pid}
-            parsed = _parse_stats(msg)
-            if parsed is not None:
-                cols, extra = parsed
-                if "running" not in cols or ("waiting" not in cols and "swapped" not in cols):
-                    malformed.append((n, msg))
-                    continue
-                stats.append({**base, **cols, "extra_json": json.dumps(extra) if extra else None})
-                last_engine[pid] = cols.get("engine")
-                continue
-            sp = _parse_spec(msg)
-            if sp is not None:
-                if sp.get("draft_tokens") is None and sp.get("accepted_tokens") is None:
-                    malformed.append((n, msg))
-                    continue
-                spec.append({**base, **sp, "engine": last_engine.get(pid), "text": msg})
-                continue
-            pm = _PREEMPT.search(msg)
-            if pm:
-                events.append(
-                    {
-                        **base,
-                        "kind": "preemption",
-                        "seq_group": pm["seq"],
-                        "mode": pm["mode"],
-                        "cumulative": int(pm["cum"]) if pm["cum"] else None,
-                        "text": msg,
-                    }
-                )
-                continue
-            for key, value, num, unit in _startup_facts(msg):
-                ident = (key, value, proc)
-                if ident in seen_facts:
-                    continue
-                seen_facts.add(ident)
-                startup.append(  # STARTUP_SCHEMA keeps base's input_id, line, process and pid
-                    {
-                        **base,
-                        "key": key,
-                        "value": value,
-                        "value_num": num,
-                        "unit": unit,
-                        "text": msg[:500],
-                    }
-                )
-    if records == 0:
-        first = next((t.strip() for _, t in lines if t.strip()), "")
+            if m["ydate"]:
+                date, time_, proc, pid_s = m["ydate"], m["ytime"], None, None
+            elif m["dlevel"]:  # Python's default layout carries no time
+                date, time_, proc, pid_s = None, None, None, None
+            else:
+                date, time_, proc, pid_s = m["date"], m["time"], m["proc"], m["pid"]
+            pid = int(pid_s) if pid_s and len(pid_s) < 10 else None
+            if st.outer_clock:  # a record after wrapper-timed lines: its own clock wins from here on
+                st.outer_clock, st.clock = False, Clock()
+                clock = st.clock
+            t_s = clock(date, time_) if date else None
+            base = st.at(t_s, n, f"{date} {time_}" if date else None, proc, pid)
+            _message(st, n, msg, base)
+    tp_ranks = {int(m[1]) for name in st.pids if (m := re.match(r"Worker_TP(\d{1,4})$", name or ""))}
+    if tp_ranks and "tensor_parallel_size" not in st.startup.column("key"):  # `(Worker_TP1 pid=N)` prefixes
+        st.fact(
+            {"input_id": order, "run": 0, "line": None, "process": None, "pid": None},
+            "tensor_parallel_size",
+            str(max(tp_ranks) + 1),
+            float(max(tp_ranks) + 1),
+            None,
+            f"from the Worker_TP0..TP{max(tp_ranks)} process prefixes (no config line)",
+        )
+    served = sum(st.events.kinds.get(k, 0) for k in ("engine_dead", "worker_died", "access"))
+    if st.records == 0 and not served:  # a server log of uvicorn lines and tracebacks only is still read
         raise InputError(
             path,
-            "not a vLLM log: no 'LEVEL MM-DD HH:MM:SS [file.py:N]' records"
-            + (f" (line 1: {first[:60]!r})" if first else " (empty file)"),
+            "not a vLLM log: no 'LEVEL MM-DD HH:MM:SS [file.py:N]' or 'YYYY-MM-DD HH:MM:SS - vllm.x - LEVEL -' "
+            f"records ({st.n_unknown} other lines" + (f"; line 1: {st.unknown[0][1][:60]!r})" if st.unknown else ")"),
         )
-    facts = {}
-    for f in startup:
-        facts.setdefault(f["key"], f["value"])
-    meta = {
-        "records": records,
-        "stats_lines": len(stats),
-        "spec_decode_lines": len(spec),
-        "preemption_warnings": len(events),
-        "startup_facts": facts,
-        "malformed_lines": len(malformed),
-        "malformed_examples": [{"line": n, "text": t[:120]} for n, t in malformed[:MAX_EXAMPLES]],
-        "engines": sorted({s["engine"] for s in stats if s.get("engine") is not None}),
-    }
-    version = facts.get("vllm_version")
+    meta = st.meta()
+    version = meta["startup_facts"].get("vllm_version")
     row = {
         "rank": None,
         "profiler": f"vLLM {version} log" if version else "vLLM log",
         "file_bytes": path.stat().st_size,
-        "events_total": records,
+        "events_total": st.records,
         "meta_json": json.dumps(meta),
     }
-
-    def table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
-
-    return Parsed(
-        path=str(path),
-        format="vllm-log",
-        inputs_rows=[row],
-        tables={
-            "serving_stats": table(stats, STATS_SCHEMA),
-            "serving_events": table(events, EVENTS_SCHEMA),
-            "serving_startup": table(startup, STARTUP_SCHEMA),
-            "spec_decode": table(spec, SPEC_SCHEMA),
-        },
-    )
+    return Parsed(path=str(path), format="vllm-log", inputs_rows=[row], tables=st.tables())

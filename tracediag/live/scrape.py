@@ -6,16 +6,24 @@ followed by the exposition with every sample stamped with the scrape time (Prome
 `name{labels} value timestamp_ms`) — then flushed and fsynced, so a server that dies mid-run, or Ctrl-C,
 loses none of the scrapes already taken. The HTTP client is the standard library's urllib; the request
 asks for the plain text format (`Accept: text/plain;version=0.0.4`), not OpenMetrics.
+
+Deadlines: `timeout` bounds each socket read, and each scrape must finish within the same time as a whole
+(a server that drips one byte a second is cut off), and the run ends by `duration` plus one interval whatever
+the server does. A response that is not a metrics exposition — no status line, a body shorter than its
+Content-Length, broken chunked encoding, a truncated gzip body, binary or non-UTF-8 content, an HTTP error —
+is a counted failed scrape and is not written.
 """
 
 from __future__ import annotations
 
 import gzip
+import http.client
 import os
 import re
 import time
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,15 +55,61 @@ def metrics_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def fetch(url: str, timeout_s: float) -> str:
+MAX_BODY = 256 << 20  # a scrape larger than this is not a metrics page
+_SAMPLE = re.compile(r"(?m)^[A-Za-z_:][\w:]*(?:\{[^\n]*\})?[ \t]+\S")
+
+
+class ScrapeError(ValueError):
+    """A response that is not a usable metrics exposition."""
+
+
+def fetch_checked(url: str, timeout_s: float, deadline: float | None = None) -> str:
+    """GET the exposition; ScrapeError/OSError for anything that is not one, within `deadline` (monotonic)."""
+    deadline = deadline if deadline is not None else time.monotonic() + timeout_s
     req = urllib.request.Request(
         url, headers={"Accept": ACCEPT, "Accept-Encoding": "gzip", "User-Agent": "tracediag-scrape"}
     )
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        body = resp.read()
-        if resp.headers.get("Content-Encoding", "").lower() == "gzip":
-            body = gzip.decompress(body)
-    return body.decode("utf-8", errors="replace")
+    try:
+        with urllib.request.urlopen(req, timeout=max(0.05, min(timeout_s, deadline - time.monotonic()))) as resp:
+            chunks, size = [], 0
+            while True:
+                if time.monotonic() > deadline:
+                    raise ScrapeError(f"the server took longer than {timeout_s:g} s to send the page")
+                chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise ScrapeError(f"the page is larger than {MAX_BODY >> 20} MiB")
+                chunks.append(chunk)
+            body = b"".join(chunks)
+            declared = resp.headers.get("Content-Length")
+            if declared and declared.isdigit() and int(declared) != len(body):
+                raise ScrapeError(f"body of {len(body)} bytes, Content-Length says {declared}")
+            if resp.headers.get("Content-Encoding", "").lower() == "gzip":
+                body = gzip.decompress(body)
+    except urllib.error.HTTPError as exc:
+        raise ScrapeError(f"HTTP {exc.code} {exc.reason}") from None
+    except (http.client.HTTPException, EOFError, zlib.error) as exc:  # no status line, short body, bad gzip
+        raise ScrapeError(f"malformed response ({type(exc).__name__}: {str(exc)[:80]})") from None
+    if b"\x00" in body:
+        raise ScrapeError("binary content, not a metrics exposition")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScrapeError("content is not UTF-8 text, not a metrics exposition") from None
+    if not _SAMPLE.search(text):
+        raise ScrapeError("no metric sample in the response")
+    return text
+
+
+def fetch(url: str, timeout_s: float) -> str:
+    return fetch_checked(url, timeout_s)
+
+
+def scrape_block(body: str, seq: int, ts_ms: int, url: str) -> str:
+    """One scrape as written to the file: the marker line, then the exposition stamped with the scrape time."""
+    return f"# tracediag-scrape seq={seq} unix_ms={ts_ms} url={url}\n" + stamp(body, ts_ms)
 
 
 def _has_timestamp(line: str) -> bool:
@@ -115,8 +169,8 @@ def scrape_to_file(
                     break
                 ts_ms = int(time.time() * 1000)
                 try:
-                    body = fetch(url, timeout_s)
-                except (urllib.error.URLError, OSError, ValueError) as exc:
+                    body = fetch_checked(url, timeout_s, deadline=min(time.monotonic() + timeout_s, deadline))
+                except (OSError, ValueError) as exc:
                     res.failures += 1
                     consecutive += 1
                     res.last_error = str(getattr(exc, "reason", exc))
@@ -127,7 +181,7 @@ def scrape_to_file(
                         break
                 else:
                     consecutive = 0
-                    block = f"# tracediag-scrape seq={res.scrapes} unix_ms={ts_ms} url={url}\n" + stamp(body, ts_ms)
+                    block = scrape_block(body, res.scrapes, ts_ms, url)
                     f.write(block)  # one write per scrape, then flush + fsync: taken samples survive a crash
                     f.flush()
                     os.fsync(f.fileno())

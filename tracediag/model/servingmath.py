@@ -131,7 +131,12 @@ def kv_token_capacity(total_bytes: float, weights: float, runtime: float, margin
 
 
 def paged_tail_waste_bound(active_sequences: int, block_size: int) -> int:
-    """Unused slots in the last block of each sequence: at most A·(B−1) tokens."""
+    """Unused slots in the last block of each non-empty sequence: waste ≤ A·(B−1) tokens.
+
+    The bound is reached (every length ≡ 1 mod B: three 17-token sequences with B = 16 waste 45 = 3·15), so it
+    is "≤", not "<". It bounds tail blocks only — not block tables, reservations, or blocks shared by a prefix
+    cache or freed by a sliding window.
+    """
     return active_sequences * (block_size - 1)
 
 
@@ -249,6 +254,14 @@ def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
 
 
 # ---------------------------------------------------------------- trend test
+#
+# Every statistic here is O(n log n) in time and O(n) in memory: a day of stats lines at 10 s (8,640 samples)
+# or a million scrapes must not hang the tool. Exact small-sample distributions are used only below a small n.
+
+EXACT_MAX_N = 10  # no ties: exact permutation distribution of S (Mahonian numbers) up to this n
+EXACT_TIES_MAX_N = 7  # with ties: enumeration of the 7! = 5,040 orders; above, the tie-corrected normal approximation
+SEN_EXACT_MAX_PAIRS = 200_000  # Theil-Sen over all pairs up to this many; above, the median of as many random pairs
+SEN_SEED = 20240101  # fixed: the same series gives the same slope on every run
 
 
 @dataclass(frozen=True)
@@ -261,6 +274,7 @@ class Trend:
     sen_slope: float | None  # median pairwise slope, y-units per x-unit
     ols_slope: float | None  # least-squares slope, y-units per x-unit
     alpha: float  # significance level the caller tests against
+    sen_method: str = "all pairs"  # 'all pairs' or 'median of N random pairs (seed S)'
 
     @property
     def increasing(self) -> bool:
@@ -271,9 +285,37 @@ class Trend:
         return self.p_decrease < self.alpha and (self.sen_slope or 0) < 0
 
 
-def _mk_s(y: Sequence[float]) -> int:
+def _mk_s_naive(y: Sequence[float]) -> int:
     n = len(y)
     return sum((y[j] > y[i]) - (y[j] < y[i]) for i in range(n) for j in range(i + 1, n))
+
+
+def mk_statistic(y: Sequence[float]) -> int:
+    """S = Σ_{i<j} sign(y_j − y_i) in O(n log n): for each j, (earlier values below y_j) − (earlier above),
+    counted with a Fenwick tree over the ranks of y (equal values contribute 0)."""
+    n = len(y)
+    if n < 2:
+        return 0
+    ranks = {v: i + 1 for i, v in enumerate(sorted(set(y)))}
+    m = len(ranks)
+    tree = [0] * (m + 1)
+    s = 0
+    for j, v in enumerate(y):
+        r = ranks[v]
+        below, i = 0, r - 1
+        while i > 0:  # prefix sum of ranks < r
+            below += tree[i]
+            i -= i & -i
+        at_or_below, i = 0, r
+        while i > 0:
+            at_or_below += tree[i]
+            i -= i & -i
+        s += below - (j - at_or_below)
+        i = r
+        while i <= m:
+            tree[i] += 1
+            i += i & -i
+    return s
 
 
 def _inversion_counts(n: int) -> list[int]:
@@ -292,15 +334,44 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-EXACT_TIES_MAX_N = 8  # with ties, the exact permutation distribution is enumerated up to n! = 40,320
+def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, str]:
+    """Median of the pairwise slopes (y_j − y_i)/(x_j − x_i), i < j, x_j ≠ x_i; with the method used.
+
+    Exact over all pairs up to SEN_EXACT_MAX_PAIRS pairs; above, the median of SEN_EXACT_MAX_PAIRS pairs drawn
+    uniformly at random with a fixed seed (a consistent estimator of the same median; O(n) memory).
+    """
+    import numpy as np
+
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    n = len(x)
+    if n < 2:
+        return None, "all pairs"
+    pairs = n * (n - 1) // 2
+    if pairs <= SEN_EXACT_MAX_PAIRS:
+        i, j = np.triu_indices(n, k=1)
+        method = "all pairs"
+    else:
+        rng = np.random.default_rng(SEN_SEED)
+        i = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
+        j = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
+        lo, hi = np.minimum(i, j), np.maximum(i, j)
+        keep = lo != hi
+        i, j = lo[keep], hi[keep]
+        method = f"median of {len(i):,} random pairs of {pairs:,} (seed {SEN_SEED})"
+    dx = x[j] - x[i]
+    ok = dx != 0
+    if not ok.any():
+        return None, method
+    return float(np.median((y[j] - y[i])[ok] / dx[ok])), method
 
 
 def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
-    """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes.
+    """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes; O(n log n).
 
-    Exact p-values from the permutation distribution of S (Mahonian numbers without ties, enumeration with
-    ties for n ≤ 8); otherwise the normal approximation with the tie-corrected variance
-    [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 and a continuity correction.
+    p-values: exact permutation distribution of S for n ≤ EXACT_MAX_N without ties (Mahonian numbers) or
+    n ≤ EXACT_TIES_MAX_N with ties (enumeration); otherwise the normal approximation with the tie-corrected
+    variance [n(n−1)(2n+5) − Σ t(t−1)(2t+5)] / 18 and a continuity correction.
     """
     if len(x) != len(y):
         raise ValueError("x and y differ in length")
@@ -308,12 +379,15 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
     xs = [float(x[i]) for i in order]
     ys = [float(y[i]) for i in order]
     n = len(ys)
-    s = _mk_s(ys)
-    ties = len(set(ys)) < n
+    s = mk_statistic(ys)
+    groups: dict[float, int] = {}
+    for v in ys:
+        groups[v] = groups.get(v, 0) + 1
+    ties = len(groups) < n
     if n < 2:
         p_inc = p_dec = 1.0
         method = "exact"
-    elif not ties:
+    elif not ties and n <= EXACT_MAX_N:
         pairs = n * (n - 1) // 2
         counts = _inversion_counts(n)
         total = math.factorial(n)
@@ -321,27 +395,31 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
         p_inc = sum(counts[: d + 1]) / total  # P(S ≥ s) = P(inversions ≤ d)
         p_dec = sum(counts[d:]) / total  # P(S ≤ s)
         method = "exact"
-    elif n <= EXACT_TIES_MAX_N:
-        dist = [_mk_s(perm) for perm in itertools.permutations(ys)]
+    elif ties and n <= EXACT_TIES_MAX_N:
+        dist = [_mk_s_naive(perm) for perm in itertools.permutations(ys)]
         p_inc = sum(v >= s for v in dist) / len(dist)
         p_dec = sum(v <= s for v in dist) / len(dist)
         method = "exact"
     else:
-        groups: dict[float, int] = {}
-        for v in ys:
-            groups[v] = groups.get(v, 0) + 1
         var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in groups.values())) / 18
         if var <= 0:
             p_inc = p_dec = 1.0
         else:
             z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
             p_inc, p_dec = _normal_sf(z), _normal_sf(-z)
-        method = "normal"
-    slopes = [(ys[j] - ys[i]) / (xs[j] - xs[i]) for i in range(n) for j in range(i + 1, n) if xs[j] != xs[i]]
-    ss = sorted(slopes)
-    m = len(ss) // 2
-    sen = None if not ss else ss[m] if len(ss) % 2 else (ss[m - 1] + ss[m]) / 2
+        method = "normal (tie-corrected)"
+    sen, sen_method = theil_sen(xs, ys)
     mx, my = (sum(xs) / n, sum(ys) / n) if n else (0.0, 0.0)
     sxx = sum((v - mx) ** 2 for v in xs)
     ols = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx if sxx > 0 else None
-    return Trend(n=n, s=s, p_increase=p_inc, p_decrease=p_dec, method=method, sen_slope=sen, ols_slope=ols, alpha=alpha)
+    return Trend(
+        n=n,
+        s=s,
+        p_increase=p_inc,
+        p_decrease=p_dec,
+        method=method,
+        sen_slope=sen,
+        ols_slope=ols,
+        alpha=alpha,
+        sen_method=sen_method,
+    )

@@ -32,4 +32,5 @@ RULE_MODULES = (
     "tracediag.rules.sch008_littles_law",
     "tracediag.rules.sch009_load_test_validity",
     "tracediag.rules.sch010_slo_goodput",
+    "tracediag.rules.sch011_engine_stall",
 )

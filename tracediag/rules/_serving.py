@@ -1,12 +1,15 @@
-"""Shared queries of the serving rules (SCH002-SCH010): time series from vLLM logs and /metrics scrapes,
+"""Shared queries of the serving rules (SCH002-SCH011): time series from vLLM/SGLang logs and /metrics scrapes,
 startup facts, benchmark runs, and evidence rows. Tables: tracediag/store/schema_serving.sql."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tracediag.engine import Context
 
@@ -22,61 +25,144 @@ def short(path: str | None) -> str:
     return Path(path).name if path else "?"
 
 
-def series_label(path: str | None, engine: Any) -> str:
-    """A log's or scrape's file name, with the engine when it has one: "server.log engine 1"."""
+def series_label(path: str | None, engine: Any, run: Any = None) -> str:
+    """A log's or scrape's file name, with the server run (when the file holds several) and the engine:
+    "server.log run 2 engine 1"."""
+    r = "" if run is None else f" run {run}"
     eng = "" if engine is None else f" engine {engine}"
-    return f"{short(path)}{eng}"
+    return f"{short(path)}{r}{eng}"
+
+
+def _col(a: Any) -> np.ndarray:
+    """A fetched column as a plain array: NULL becomes NaN (numbers) or None (text)."""
+    if isinstance(a, np.ma.MaskedArray):
+        if a.dtype.kind in "iuf":
+            return a.astype(float).filled(np.nan)
+        return a.astype(object).filled(None)
+    return np.asarray(a)
 
 
 @dataclass
 class Series:
-    """One time series of a serving quantity: a log's stats lines of one engine, or one scrape series."""
+    """One time series of a serving quantity: a log's stats lines of one (run, engine, process), or one scrape
+    series. Columns are arrays (a day of stats lines is 10^4-10^6 samples): `t` seconds, `v` values, and the
+    other fetched columns in `cols`; `point(i)` gives one sample as a dict for evidence."""
 
     source: str  # 'log' or 'metrics'
     input_id: int
     path: str
     engine: Any  # engine index / label, None when the log or scrape has none
-    points: list[dict[str, Any]] = field(default_factory=list)  # rows with t_s, value and evidence fields
+    run: Any = None  # server run within the log; None when the file holds one run
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        return series_label(self.path, self.engine)
+        return series_label(self.path, self.engine, self.run)
+
+    @property
+    def t(self) -> np.ndarray:
+        return self.cols["t_s"]
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.cols["value"]
+
+    def __len__(self) -> int:
+        return len(self.cols.get("value", ()))
+
+    def point(self, i: int) -> dict[str, Any]:
+        out = {}
+        for k, a in self.cols.items():
+            x = a[i]
+            if isinstance(x, np.generic):
+                x = x.item()
+            if isinstance(x, float) and math.isnan(x):
+                x = None
+            out[k] = x
+        return out
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        return [self.point(i) for i in range(len(self))]
+
+    def valid(self) -> np.ndarray:
+        """Indices of samples with a time and a value, in time order."""
+        ok = ~np.isnan(self.t.astype(float)) & ~np.isnan(self.v.astype(float))
+        return np.nonzero(ok)[0]
 
     def xy(self) -> tuple[list[float], list[float]]:
-        pts = [p for p in self.points if p["t_s"] is not None and p["value"] is not None]
-        return [p["t_s"] for p in pts], [float(p["value"]) for p in pts]
+        idx = self.valid()
+        return self.t[idx].astype(float).tolist(), self.v[idx].astype(float).tolist()
+
+
+def _split(source: str, paths: dict[int, str], data: dict[str, Any], keys: tuple[str, ...], runs: dict) -> list[Series]:
+    cols = {k: _col(v) for k, v in data.items()}
+    n = len(next(iter(cols.values()))) if cols else 0
+    if n == 0:
+        return []
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for k in keys:
+        a = cols[k]
+        if a.dtype.kind == "f":
+            same = (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
+        else:
+            same = np.fromiter((_same(x, y) for x, y in zip(a[1:], a[:-1])), dtype=bool, count=n - 1)
+        change[1:] |= ~same
+    starts = [*np.nonzero(change)[0].tolist(), n]
+    out: list[Series] = []
+    for start, i in itertools.pairwise(starts):
+        g = {k: a[start:i] for k, a in cols.items()}
+        first = {k: g[k][0] for k in keys}
+        iid = int(first["input_id"])
+        eng = first.get("engine")
+        eng = None if eng is None or (isinstance(eng, float) and math.isnan(eng)) else eng
+        if isinstance(eng, float):
+            eng = int(eng)
+        run = first.get("run")
+        run = None if run is None or (isinstance(run, float) and math.isnan(run)) else int(run)
+        out.append(Series(source, iid, paths.get(iid, "?"), eng, run if runs.get(iid, 1) > 1 else None, g))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def log_runs(ctx: Context) -> dict[int, int]:
+    """input_id -> number of server runs in that log."""
+    return {
+        r["input_id"]: r["n"]
+        for r in ctx.rows("SELECT input_id, count(DISTINCT run) AS n FROM serving_stats GROUP BY input_id")
+    }
+
+
+LOG_COLUMNS = ("running", "waiting", "kv_usage_pct", "gen_tput_tok_s", "prompt_tput_tok_s", "tput_tok_s")
 
 
 def log_series(ctx: Context, column: str) -> list[Series]:
-    """serving_stats[column] per (log, engine, process), in time order. `column` is a serving_stats column."""
+    """serving_stats[column] per (log, run, engine, process), in time order. `column` is a serving_stats column."""
     paths = input_paths(ctx)
-    rows = ctx.rows(
-        f"SELECT input_id, engine, pid, line, ts_text, t_s, {column} AS value, running, waiting, kv_usage_pct "
-        "FROM serving_stats ORDER BY input_id, engine NULLS FIRST, pid NULLS FIRST, t_s, line"
-    )  # column names come from the calling rule, not from input
-    out: dict[tuple, Series] = {}
-    for r in rows:
-        key = (r["input_id"], r["engine"], r["pid"])
-        s = out.setdefault(key, Series("log", r["input_id"], paths.get(r["input_id"], "?"), r["engine"]))
-        s.points.append(r)
-    return list(out.values())
+    extra = ", ".join(c for c in LOG_COLUMNS if c != column)
+    data = ctx.con.execute(
+        f"SELECT input_id, run, engine, pid, line, ts_text, t_s, {column} AS value, {extra}, log_format "
+        "FROM serving_stats ORDER BY input_id, run, engine NULLS FIRST, pid NULLS FIRST, t_s NULLS LAST, line"
+    ).fetchnumpy()  # column names come from the calling rule, not from input
+    return _split("log", paths, data, ("input_id", "run", "engine", "pid"), log_runs(ctx))
 
 
 def metric_series(ctx: Context, canonical: str, part: str = "value") -> list[Series]:
     """A canonical metric per (file, engine), one point per timed scrape (summed over other labels)."""
     paths = input_paths(ctx)
-    rows = ctx.rows(
+    data = ctx.con.execute(
         "SELECT input_id, engine, scrape, min(t_s) AS t_s, min(ts_ns) AS ts_ns, min(line) AS line, "
         "sum(value) AS value FROM metric_samples WHERE canonical = ? AND part = ? AND preferred "
         "GROUP BY input_id, engine, scrape ORDER BY input_id, engine NULLS FIRST, scrape",
         [canonical, part],
-    )
-    out: dict[tuple, Series] = {}
-    for r in rows:
-        key = (r["input_id"], r["engine"])
-        s = out.setdefault(key, Series("metrics", r["input_id"], paths.get(r["input_id"], "?"), r["engine"]))
-        s.points.append(r)
-    return list(out.values())
+    ).fetchnumpy()
+    return _split("metrics", paths, data, ("input_id", "engine"), {})
 
 
 def startup_facts(ctx: Context) -> dict[int, dict[str, dict[str, Any]]]:

@@ -27,7 +27,12 @@ from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import nearest_rank
 from tracediag.rules._serving import bench_evidence, bench_runs, run_label
 
-RULE = RuleMeta(id="SCH002", step=6, title="Decoding requests are not stalled by prefill chunks")
+RULE = RuleMeta(
+    id="SCH002",
+    step=6,
+    title="Decoding requests are not stalled by prefill chunks",
+    may_be_downstream_of=("SCH009", "SCH003"),
+)
 STALL_FACTOR = 5.0
 WARN_SHARE = 0.05
 FORMULA = "max stall = max_i gap_i per request; mixed step gap = decode + prefill·c/prompt + overhead vs budget"

@@ -5,10 +5,12 @@ number of waiting requests (and their queue time) rises for as long as the load 
 does not fix that; lowering the arrival rate or adding replicas does.
 
 Formula: Mann-Kendall trend test of the Waiting series over the window, one-sided for an increase,
-significance level α = 0.05: S = Σ_{i<j} sign(w_j − w_i), p = P(S' ≥ S) under "no trend" (exact
-permutation distribution, or the tie-corrected normal approximation for long series with ties);
-slope = Sen's median pairwise slope (requests/s). A finding needs p < α and slope > 0 — a trend over
-the window, not one large sample. At least 4 samples per series.
+significance level α = 0.05: S = Σ_{i<j} sign(w_j − w_i), computed in O(n log n); p = P(S' ≥ S) under
+"no trend" (exact permutation distribution for n ≤ 10 without ties or n ≤ 7 with ties, else the
+tie-corrected normal approximation); slope = Theil-Sen median pairwise slope (requests/s; over all pairs up
+to 200,000 pairs, else the median of 200,000 seeded random pairs, said so in the table). A finding needs
+p < α and slope > 0 — a trend over the window, not one large sample. At least 4 samples per series; each
+server run of a log is its own window (a restart empties the queue).
 
 Evidence: per series (a log's stats lines of one engine: V0 Pending, V1 Waiting; or the
 vllm:num_requests_waiting gauge of timed scrapes; and the mean queue time per scrape interval from the
@@ -20,6 +22,8 @@ shed load before tuning kernels, then re-measure inside a window where the queue
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -33,7 +37,12 @@ from tracediag.rules._serving import (
     series_evidence,
 )
 
-RULE = RuleMeta(id="SCH003", step=6, title="Waiting requests and queue time are not rising over the window")
+RULE = RuleMeta(
+    id="SCH003",
+    step=6,
+    title="Waiting requests and queue time are not rising over the window",
+    may_be_downstream_of=("SCH009", "SCH011"),
+)
 FORMULA = "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05 and Sen slope > 0"
 
 
@@ -43,16 +52,25 @@ def _queue_time_series(ctx: Context) -> list[Series]:
     out = []
     for s_cnt in metric_series(ctx, "queue_time_seconds", "count"):
         s_sum = sums.get((s_cnt.input_id, s_cnt.engine))
-        if s_sum is None:
+        if s_sum is None or len(s_sum) != len(s_cnt) or len(s_cnt) < 2:
             continue
-        pts = []
-        for a, b, sa, sb in zip(s_cnt.points, s_cnt.points[1:], s_sum.points, s_sum.points[1:]):
-            dn = (b["value"] or 0) - (a["value"] or 0)
-            if b["t_s"] is not None and dn > 0:
-                pts.append({**b, "value": ((sb["value"] or 0) - (sa["value"] or 0)) / dn})
-        if pts:
-            out.append(Series("metrics", s_cnt.input_id, s_cnt.path, s_cnt.engine, pts))
+        dn = np.diff(np.nan_to_num(s_cnt.v.astype(float)))
+        ds = np.diff(np.nan_to_num(s_sum.v.astype(float)))
+        keep = np.nonzero((dn > 0) & ~np.isnan(s_cnt.t[1:].astype(float)))[0] + 1
+        if len(keep):
+            cols = {k: a[keep] for k, a in s_cnt.cols.items()}
+            cols["value"] = ds[keep - 1] / dn[keep - 1]
+            out.append(Series("metrics", s_cnt.input_id, s_cnt.path, s_cnt.engine, None, cols))
     return out
+
+
+def _slope(v: float | None) -> str:
+    return "undefined (all samples at one time)" if v is None else f"{v:+.3g}/s"
+
+
+def _ends(s: Series) -> list[int]:
+    idx = s.valid()
+    return [int(idx[0]), int(idx[-1])] if len(idx) else []
 
 
 def _row(s: Series, what: str, t: Trend | None, xs: list[float], ys: list[float]) -> dict:
@@ -70,6 +88,7 @@ def _row(s: Series, what: str, t: Trend | None, xs: list[float], ys: list[float]
         "p_decrease": round(t.p_decrease, 6) if t else None,
         "test": f"Mann-Kendall ({t.method})" if t else f"not tested: fewer than {MIN_TREND_POINTS} samples",
         "sen_slope_per_s": round(t.sen_slope, 6) if t and t.sen_slope is not None else None,
+        "sen_method": t.sen_method if t else None,
         "ols_slope_per_s": round(t.ols_slope, 6) if t and t.ols_slope is not None else None,
     }
 
@@ -105,7 +124,7 @@ def check(ctx: Context) -> Check:
         elif t.decreasing:
             title = (
                 f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
-                f"(Sen slope {t.sen_slope:+.3g}/s, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
+                f"(Sen slope {_slope(t.sen_slope)}, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
             )
         else:
             title = (
@@ -118,13 +137,15 @@ def check(ctx: Context) -> Check:
             confidence="high" if t.n >= 8 else "medium",
             title=title,
             formula=FORMULA,
-            substituted=f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g}, Sen slope = {t.sen_slope:+.4g}/s",
+            substituted=f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)}",
             values=values,
             table=table,
-            evidence=[series_evidence(s, p, "sample", value=p["value"]) for p in s.points[:1] + s.points[-1:]],
+            evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
         )
     s, what, t, xs, ys = min(growing, key=lambda x: x[2].p_increase)
-    peak = max(s.points, key=lambda p: p["value"] if p["value"] is not None else float("-inf"))
+    idx = s.valid()
+    first, last = s.point(int(idx[0])), s.point(int(idx[-1]))
+    peak = s.point(int(idx[int(np.argmax(s.v[idx].astype(float)))]))
     values |= {
         "series": s.label,
         "quantity": what,
@@ -134,9 +155,11 @@ def check(ctx: Context) -> Check:
         "p_increase": t.p_increase,
         "test": f"Mann-Kendall, one-sided, {t.method}",
         "sen_slope_per_s": t.sen_slope,
+        "sen_method": t.sen_method,
         "ols_slope_per_s": t.ols_slope,
         "first": ys[0],
         "last": ys[-1],
+        "max": max(ys),
     }
     return finding(
         RULE,
@@ -145,19 +168,19 @@ def check(ctx: Context) -> Check:
         impact=min(1.0, len(growing) / len(tested)),
         title=(
             f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
-            f"({t.sen_slope:+.3g}/s, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "
+            f"({_slope(t.sen_slope)}, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "
             "arrivals outpace completions"
         ),
         formula=FORMULA,
         substituted=(
             f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g} < {SIGNIFICANCE}, "
-            f"Sen slope = {t.sen_slope:+.4g}/s (least squares {t.ols_slope:+.4g}/s)"
+            f"Sen slope = {_slope(t.sen_slope)} (least squares {_slope(t.ols_slope)})"
         ),
         values=values,
         table=table,
         evidence=[
             series_evidence(s, p, label, value=p["value"])
-            for label, p in (("start", s.points[0]), ("peak", peak), ("end", s.points[-1]))
+            for label, p in (("start", first), ("peak", peak), ("end", last))
         ],
         next_check=(
             "No stable queue exists: compare the arrival rate with the completion rate; lower the request rate "

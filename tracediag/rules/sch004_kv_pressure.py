@@ -5,14 +5,19 @@ running ones (V0 swaps or recomputes them, V1 recomputes): work is redone and la
 near 100 % with preemptions rising means KV capacity, not compute, limits the batch.
 
 Formula: per-token KV bytes 2·L·H_kv·D·b (KV heads, not attention heads; 4-bit weights do not make the KV
-4-bit); token capacity floor((M_total − weights − runtime − margin) / per-token); paged tail waste
-< A·(B−1) tokens for A active sequences of block size B. Thresholds: KV usage ≥ 90 % is high,
-≥ 95 % with requests waiting is admission limited by KV; any preemption is a finding.
+4-bit; full attention on every layer — sliding-window, hybrid and MLA layouts differ); token capacity
+floor((M_total − weights − runtime − margin) / per-token), a logical upper bound, not a concurrency setting;
+paged tail waste ≤ A·(B−1) tokens for A non-empty sequences of block size B (reached when every length is
+≡ 1 mod B; it bounds tail blocks only, not block tables or shared blocks). Thresholds: KV usage ≥ 90 % is
+high, ≥ 95 % with requests waiting limits admission, "full" only at ≥ 99 %; any preemption (SGLang:
+retraction) is a finding. Every title quotes one sample (its usage and queue) or says "max … at …".
 
 Evidence: vLLM stats lines (GPU KV cache usage, V1 Preemptions, V0 Swapped/Pending), V0 preemption
-warnings (total_num_cumulative_preemption), /metrics kv_cache_usage_perc (gpu_cache_usage_perc before
-0.10) and num_preemptions; with a model config and the engine's reported KV size, the bytes per token,
-capacity and tail-waste bound.
+warnings (total_num_cumulative_preemption), SGLang batch lines (token usage, #queue-req) and retractions,
+/metrics kv_cache_usage_perc (gpu_cache_usage_perc before 0.10), sglang:token_usage, num_preemptions and
+sglang:num_retracted_requests; with a model config and the engine's reported KV size, the bytes per token,
+capacity and tail-waste bound. Capacity walk: KV is resource evidence, read after load-test validity
+(SCH009) and queue growth (SCH003) — a growing queue fills any cache.
 
 What to do: shorter contexts or max_tokens, fewer concurrent sequences (max_num_seqs), KV-cache
 quantization (kv_cache_dtype fp8), more memory per replica (gpu_memory_utilization, larger TP), or more
@@ -20,6 +25,8 @@ replicas.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -30,14 +37,22 @@ from tracediag.rules._serving import (
     log_series,
     metric_series,
     series_evidence,
-    short,
     startup_facts,
 )
 
-RULE = RuleMeta(id="SCH004", step=6, title="KV cache has headroom and no request is preempted")
+RULE = RuleMeta(
+    id="SCH004",
+    step=6,
+    title="KV cache has headroom and no request is preempted",
+    may_be_downstream_of=("SCH009", "SCH003", "SCH011"),
+)
 HIGH_PCT = 90.0
-FULL_PCT = 95.0
-FORMULA = "KV usage ≥ 90 % high; ≥ 95 % with Waiting > 0 limits admission; preemptions > 0 redo work"
+ADMISSION_PCT = 95.0
+FULL_PCT = 99.0
+FORMULA = (
+    "KV usage ≥ 90 % high; ≥ 95 % with Waiting > 0 limits admission; ≥ 99 % full; preemptions > 0 redo work; "
+    "tail waste ≤ A·(B−1)"
+)
 
 
 def _capacity(ctx: Context) -> dict:
@@ -61,145 +76,184 @@ def _capacity(ctx: Context) -> dict:
     return out
 
 
+def _where(s, p: dict) -> str:
+    """Where a sample is: the log line and its time, or the scrape."""
+    if s.source == "log":
+        return f"{s.label} line {p.get('line')}" + (f" ({p['ts_text']})" if p.get("ts_text") else "")
+    return f"{s.label} scrape {p.get('scrape')}" + (f" (t = {p['t_s']:.0f} s)" if p.get("t_s") is not None else "")
+
+
 def check(ctx: Context) -> Check:
     paths = input_paths(ctx)
-    kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if any(p["value"] is not None for p in s.points)]
-    kv_metrics = metric_series(ctx, "kv_usage")
+    kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
+    kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
     if not kv_logs and not kv_metrics:
-        return not_applicable(RULE, "missing KV-cache usage: no vLLM stats lines and no kv_cache_usage_perc metric")
+        return not_applicable(
+            RULE, "missing KV-cache usage: no vLLM/SGLang stats lines and no kv_cache_usage_perc/token_usage metric"
+        )
     table, evidence = [], []
-    kv_max, full_waiting, high = 0.0, [], []
-    for s in kv_logs:
-        for p in s.points:
-            if p["value"] is None:
-                continue
-            kv_max = max(kv_max, p["value"])
-            if p["value"] >= FULL_PCT and (p["waiting"] or 0) > 0:
-                full_waiting.append((s, p))
-            if p["value"] >= HIGH_PCT:
-                high.append((s, p))
-    for s in kv_metrics:
-        for p in s.points:
-            pct = (p["value"] or 0) * 100  # vLLM exposes a fraction 0-1
-            kv_max = max(kv_max, pct)
-            if pct >= HIGH_PCT:
-                high.append((s, {**p, "value": pct}))
-    # preemptions: V1 per-interval counts, V0 swapped requests and warnings, /metrics counters
-    v1 = ctx.rows("SELECT input_id, line, ts_text, t_s, preemptions FROM serving_stats WHERE preemptions > 0")
-    swapped = ctx.rows("SELECT input_id, line, ts_text, t_s, swapped FROM serving_stats WHERE swapped > 0 ORDER BY t_s")
-    warn = ctx.rows(
-        "SELECT input_id, line, ts_text, t_s, cumulative, mode, seq_group FROM serving_events "
-        "WHERE kind = 'preemption' ORDER BY input_id, t_s"
-    )
-    counters = [s for s in metric_series(ctx, "preemptions") if s.points]
-    n_v1 = sum(r["preemptions"] for r in v1)
-    n_warn = max((r["cumulative"] or 0 for r in warn), default=0) or len(warn)
-    n_metric = sum(max(p["value"] or 0 for p in s.points) for s in counters)
-    max_swapped = max((r["swapped"] for r in swapped), default=0)
-    preempted = n_v1 + n_warn + n_metric
+    n_samples, n_admission = 0, 0
+    worst_queued: tuple | None = None  # (kv %, waiting, series, index): the fullest sample with a queue
+    worst: tuple | None = None  # (kv %, series, index): the fullest sample
     for s in kv_logs + kv_metrics:
-        _, ys = s.xy()
-        ys = [y * 100 for y in ys] if s.source == "metrics" else ys
+        pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
+        ok = ~np.isnan(pct)
+        if not ok.any():
+            continue
+        n_samples += int(ok.sum())
+        i = int(np.nanargmax(pct))
+        if worst is None or pct[i] > worst[0]:
+            worst = (float(pct[i]), s, i)
+        if s.source == "log":
+            waiting = np.nan_to_num(s.cols["waiting"].astype(float))
+            queued = ok & (pct >= ADMISSION_PCT) & (waiting > 0)
+            n_admission += int(queued.sum())
+            if queued.any():
+                j = int(np.nonzero(queued)[0][np.argmax(pct[queued])])
+                if worst_queued is None or pct[j] > worst_queued[0]:
+                    worst_queued = (float(pct[j]), int(waiting[j]), s, j)
         table.append(
             {
                 "series": s.label,
-                "samples": len(ys),
-                "kv_max_pct": max(ys, default=None),
-                "kv_last_pct": ys[-1] if ys else None,
+                "samples": int(ok.sum()),
+                "kv_max_pct": round(float(pct[i]), 3),
+                "kv_last_pct": round(float(pct[ok][-1]), 3),
+                "samples_over_admission_pct_with_queue": int(queued.sum()) if s.source == "log" else None,
             }
         )
+    kv_max = worst[0] if worst else 0.0
+    # preemptions: V1 per-interval counts, V0 swapped requests and warnings, SGLang retractions, /metrics counters
+    v1 = ctx.rows(
+        "SELECT input_id, line, ts_text, t_s, preemptions FROM serving_stats WHERE preemptions > 0 "
+        "ORDER BY input_id, t_s"
+    )
+    swapped = ctx.rows(
+        "SELECT input_id, line, ts_text, t_s, swapped FROM serving_stats WHERE swapped > 0 "
+        "ORDER BY swapped DESC LIMIT 5"
+    )
+    warn = ctx.rows(
+        "SELECT input_id, line, ts_text, t_s, cumulative, mode, seq_group, kind FROM serving_events "
+        "WHERE kind IN ('preemption', 'retraction') ORDER BY input_id, t_s"
+    )
+    counters = [s for s in metric_series(ctx, "preemptions") if len(s)]
+    n_v1 = int(sum(r["preemptions"] for r in v1))
+    v0 = [r for r in warn if r["kind"] == "preemption"]
+    n_warn = max((r["cumulative"] or 0 for r in v0), default=0) or len(v0)
+    n_retract = sum(r["cumulative"] or 1 for r in warn if r["kind"] == "retraction")
+    n_metric = float(
+        sum(np.nanmax(s.v.astype(float)) if not np.isnan(s.v.astype(float)).all() else 0 for s in counters)
+    )
+    max_swapped = max((r["swapped"] for r in swapped), default=0)
+    preempted = n_v1 + n_warn + n_metric + n_retract
     values = {
         "kv_usage_max_pct": round(kv_max, 3),
+        "kv_usage_max_at": _where(worst[1], worst[1].point(worst[2])) if worst else None,
         "high_threshold_pct": HIGH_PCT,
+        "admission_threshold_pct": ADMISSION_PCT,
         "full_threshold_pct": FULL_PCT,
         "preemptions_v1_intervals": n_v1,
         "preemptions_v0_cumulative": n_warn,
+        "retractions_sglang": n_retract,
         "preemptions_metric_total": n_metric,
         "swapped_max": max_swapped,
-        "samples_full_with_waiting": len(full_waiting),
+        "samples": n_samples,
+        "samples_full_with_waiting": n_admission,
     } | _capacity(ctx)
     if values.get("block_size") and kv_logs:
-        a = max((p["running"] or 0 for s in kv_logs for p in s.points), default=0)
+        a = int(max(np.nanmax(np.nan_to_num(s.cols["running"].astype(float))) for s in kv_logs))
         values["tail_waste_bound_tokens"] = paged_tail_waste_bound(a, values["block_size"])
         values["active_sequences_max"] = a
     for r in warn[:2]:
-        evidence.append(log_evidence(paths[r["input_id"]], r, "preemption warning", value=r["cumulative"]))
+        evidence.append(log_evidence(paths[r["input_id"]], r, f"{r['kind']} message", value=r["cumulative"]))
     for r in swapped[:2]:
         evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Swapped)", value=r["swapped"]))
     for r in v1[:2]:
         evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Preemptions)", value=r["preemptions"]))
-    for s, p in (full_waiting or high)[:3]:
-        evidence.append(series_evidence(s, p, "KV usage sample (%)", value=p["value"]))
+    if worst_queued:
+        q = worst_queued[2].point(worst_queued[3])
+        evidence.append(
+            series_evidence(
+                worst_queued[2], q, "fullest KV sample with a queue (%)", value=worst_queued[0], waiting=worst_queued[1]
+            )
+        )
+    if worst:
+        w = worst[1].point(worst[2])
+        evidence.append(
+            series_evidence(worst[1], w, "max KV usage sample (%)", value=worst[0], waiting=w.get("waiting"))
+        )
     evidence = evidence[: ctx.settings.max_evidence]
     formula = FORMULA
     substituted = (
-        f"max KV usage {kv_max:.1f} %, preemptions {preempted:g} (V1 {n_v1}, V0 {n_warn}, metrics {n_metric:g}), "
-        f"max swapped {max_swapped}, {len(full_waiting)} samples ≥ {FULL_PCT:g} % with requests waiting"
+        f"max KV usage {kv_max:.1f} % ({values['kv_usage_max_at']}); preemptions {preempted:g} (V1 {n_v1}, "
+        f"V0 {n_warn}, SGLang retractions {n_retract}, metrics {n_metric:g}), max swapped {max_swapped}; "
+        f"{n_admission} of {n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
     )
     if "kv_bytes_per_token" in values:
         substituted += f"; per-token KV = 2·L·H_kv·D·b = {values['kv_bytes_per_token']:,.0f} B"
+    if "tail_waste_bound_tokens" in values:
+        substituted += (
+            f"; tail waste ≤ A·(B−1) = {values['active_sequences_max']}·({values['block_size']}−1) = "
+            f"{values['tail_waste_bound_tokens']:,} tokens"
+        )
     nxt = (
-        "Shorten contexts or max_tokens, lower max_num_seqs, quantize the KV cache (kv_cache_dtype=fp8), or give "
-        "each replica more KV memory (gpu_memory_utilization, larger TP) or add replicas; check SCH005 for the "
-        "capacity the engine actually got."
+        "First rule out a growing queue (SCH003) and an invalid load test (SCH009): more arrivals than completions "
+        "fill any cache. Then shorten contexts or max_tokens, lower max_num_seqs, quantize the KV cache "
+        "(kv_cache_dtype=fp8), or give each replica more KV memory (gpu_memory_utilization, larger TP) or add "
+        "replicas; check SCH005 for the capacity the engine actually got."
     )
+    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    full_word = "full" if kv_max >= FULL_PCT else "under pressure"
     if preempted > 0 or max_swapped > 0:
+        what = []
+        if n_v1 or n_warn or n_metric:
+            what.append(f"{n_v1 + n_warn + n_metric:g} preemptions")
+        if n_retract:
+            what.append(f"{n_retract} retracted (SGLang)")
+        if max_swapped:
+            what.append(f"up to {max_swapped} swapped")
         return finding(
             RULE,
             severity="warning",
             confidence="high",
             impact=min(1.0, kv_max / 100),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
             next_check=nxt,
+            **common,
             title=(
-                f"KV cache full and requests preempted: {preempted:g} preemptions"
-                + (f", {max_swapped} swapped" if max_swapped else "")
-                + f" at up to {kv_max:.1f} % KV usage"
+                f"KV cache {full_word}, requests preempted: {', '.join(what)}; max KV usage {kv_max:.1f} % at "
+                f"{values['kv_usage_max_at']}"
             ),
         )
-    if full_waiting:
-        s, p = full_waiting[0]
+    if worst_queued:
+        pct, waiting, ws, j = worst_queued
         return finding(
             RULE,
             severity="warning",
             confidence="high",
-            impact=len(full_waiting) / max(1, sum(len(s.points) for s in kv_logs)),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
+            impact=n_admission / max(1, n_samples),
             next_check=nxt,
+            **common,
             title=(
-                f"KV cache limits admission: {kv_max:.1f} % used while {p['waiting']} requests wait "
-                f"({len(full_waiting)} samples ≥ {FULL_PCT:g} % with a queue, {short(s.path)})"
+                f"KV cache {'full' if pct >= FULL_PCT else 'limits admission'}: {pct:.1f} % used while {waiting} "
+                f"requests wait ({_where(ws, ws.point(j))}); {n_admission} of {n_samples} samples ≥ "
+                f"{ADMISSION_PCT:g} % with a queue"
             ),
         )
-    if high:
+    if kv_max >= HIGH_PCT:
         return finding(
             RULE,
             severity="info",
             confidence="medium",
             impact=kv_max / 100,
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
             next_check="Watch for preemptions as load grows; " + nxt,
-            title=f"KV cache usage high: up to {kv_max:.1f} % (no preemption, no request waiting yet)",
+            **common,
+            title=(
+                f"KV cache usage high: max {kv_max:.1f} % at {values['kv_usage_max_at']} (no preemption, no request "
+                "waiting at ≥ 95 %)"
+            ),
         )
     return passed(
         RULE,
         confidence="high",
-        formula=formula,
-        substituted=substituted,
-        values=values,
-        table=table,
-        evidence=evidence,
-        title=f"KV cache has headroom: max usage {kv_max:.1f} %, no preemption",
+        **common,
+        title=f"KV cache has headroom: max usage {kv_max:.1f} % ({values['kv_usage_max_at']}), no preemption",
     )

@@ -1,8 +1,10 @@
 """SCH006 Prefix cache effectiveness.
 
 Hypothesis: a prefix cache only saves the prefill of the tokens it actually reuses. "90 % of requests hit"
-can mean 1.54 % of prompt tokens reused and 0.344 % of prefill work saved (many short hits, long misses),
-and when TTFT is dominated by queue time no cache can fix it.
+can mean 1.54 % of prompt tokens reused and 0.344 % of prefill work saved (many short hits, long misses;
+with a = 1, b = 1/1024 in C(n)); a full hit still recomputes the last position. With the queue held fixed,
+caching removes only the prefill share of TTFT; it can also lower queueing by lowering load, so whether
+queueing falls must be measured, not assumed.
 
 Formula: request hit rate = #(h > 0)/N; token reuse rate = Σh / Σn; modelled compute saved
 = Σ C(h) / Σ C(n) with C(n) = a·n + b·n(n+1)/2 (the remaining work is C(n) − C(h), not C(n − h)); only
@@ -17,7 +19,8 @@ time. Per-request (n, h) pairs are not in vLLM's logs, metrics or benchmark resu
 rate and the compute saved are reported as not measurable rather than guessed.
 
 What to do: if reuse is low, put stable content (system prompt, documents) first and per-request text
-last, check the chat template; do not expect the cache to fix TTFT when requests queue (SCH003).
+last, check the chat template; when requests queue (SCH003), measure TTFT with the cache off, cold and warm
+before crediting or blaming it — the engine's hit rate may count block lookups, not the two rates above.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
 
-RULE = RuleMeta(id="SCH006", step=6, title="Prefix cache reuses a useful share of prompt tokens")
+RULE = RuleMeta(
+    id="SCH006",
+    step=6,
+    title="Prefix cache reuses a useful share of prompt tokens",
+    may_be_downstream_of=("SCH009",),
+)
 LOW_REUSE = 0.10
 FORMULA = "token reuse = Σh / Σn (hits / queried tokens); compute saved = Σ C(h) / Σ C(n), C(n) = a·n + b·n(n+1)/2"
 
@@ -144,8 +152,8 @@ def check(ctx: Context) -> Check:
             ),
         )
     queue = (
-        f"; {worst['max_waiting']} requests were waiting in the same window — TTFT there is queueing, "
-        "which no cache fixes (SCH003)"
+        f"; {worst['max_waiting']} requests were waiting in the same window — with the queue held fixed the "
+        "cache only removes prefill time; whether it lowers queueing must be measured (SCH003)"
         if worst["max_waiting"]
         else ""
     )
@@ -165,7 +173,7 @@ def check(ctx: Context) -> Check:
         ),
         next_check=(
             "A high request hit rate would not change this (90 % of requests can be 1.54 % of tokens and 0.344 % "
-            "of prefill work): put stable content first in the prompt, check the chat template, or stop counting "
-            "on the cache for TTFT."
+            "of prefill work): put stable content first in the prompt, check the chat template, and measure TTFT "
+            "with the cache off, cold and warm before counting on it."
         ),
     )

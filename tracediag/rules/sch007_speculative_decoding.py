@@ -30,7 +30,12 @@ from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import conditional_acceptance, expected_tokens_per_round
 from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label
 
-RULE = RuleMeta(id="SCH007", step=6, title="Speculative decoding yields enough tokens per round")
+RULE = RuleMeta(
+    id="SCH007",
+    step=6,
+    title="Speculative decoding yields enough tokens per round",
+    may_be_downstream_of=("SCH009", "SCH003"),
+)
 MIN_TAIL_YIELD = 0.10  # tokens per round a trailing draft position must add
 MAX_REJECTED_UNDER_LOAD = 0.5  # share of verified draft tokens rejected while requests wait
 FORMULA = "E[tokens/round] = 1 + Σ_i P(A1…Ai); pays off only if T_round < E·T_base"
@@ -118,8 +123,8 @@ def _metric_groups(ctx: Context) -> list[dict]:
     for r in rows:
         g = groups.setdefault((r["input_id"], r["engine"]), {"pos": {}, "line": r["line"], "ts_ns": r["ts_ns"]})
         if r["canonical"] == "spec_accepted_tokens_per_pos":
-            pos = json.loads(r["labels_json"]).get("position")
-            if pos is not None:
+            pos = str(json.loads(r["labels_json"]).get("position"))
+            if pos.isdigit() and len(pos) < 4 and r["value"] is not None:  # an odd label is skipped, not a crash
                 g["pos"][int(pos)] = r["value"]
         else:
             g[r["canonical"]] = r["value"]
@@ -129,6 +134,8 @@ def _metric_groups(ctx: Context) -> list[dict]:
         if not drafted:
             continue
         joint = [g["pos"][i] / drafts for i in sorted(g["pos"])] if drafts and g["pos"] else None
+        if joint and not all(0 <= x <= 1 for x in joint):
+            joint = None  # counters that are not acceptance fractions (reset, mixed engines): no per-position claim
         e = expected_tokens_per_round(joint) if joint else (1 + accepted / drafts if drafts and accepted else None)
         out.append(
             {

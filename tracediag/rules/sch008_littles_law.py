@@ -35,7 +35,12 @@ from tracediag.rules._serving import (
     short,
 )
 
-RULE = RuleMeta(id="SCH008", step=6, title="Requests in system = arrival rate × time in system (Little's law)")
+RULE = RuleMeta(
+    id="SCH008",
+    step=6,
+    title="Requests in system = arrival rate × time in system (Little's law)",
+    may_be_downstream_of=("SCH009", "SCH011"),
+)
 FACTOR = 2.0
 MIN_SAMPLES = 2
 FORMULA = "L̄ = λ·W: ratio = mean(Running + Waiting) / (λ · mean time in system), agreement within ×2"

@@ -8,8 +8,12 @@ everything at t = 0 and measures a drain. Errors and timeouts dropped from the d
 numbers look better than what users got.
 
 Formula: closed loop: throughput ≈ N / mean E2E; achieved send rate = (n − 1) / (last start − first start)
-vs the requested rate (needs per-request start times); failed requests F of N = completed + failed must
-stay in every rate and attainment denominator.
+vs the requested rate (needs per-request start times); without start times, the completion rate
+completed / duration (computed when the result lacks request_throughput) is a lower bound of the send rate
+— at ≥ 95 % of the requested rate the client kept up, below it the test cannot tell the client's lag from
+the server's (SCH003); failed requests F of N = completed + failed must stay in every rate and attainment
+denominator. Capacity walk: this is checked first — an invalid load test invalidates the serving
+measurements that SCH003, SCH004, SCH008 and SCH010 read.
 
 Evidence: the `vllm bench serve` result's request_rate, max_concurrency, burstiness, completed, failed,
 duration, request throughput, mean E2E, max concurrent requests, and start_times when saved.
@@ -28,6 +32,8 @@ from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._serving import bench_evidence, bench_runs, bench_stat, finite, run_label
 
 RULE = RuleMeta(id="SCH009", step=6, title="The load test measured open-loop arrivals without dropping errors")
+# Capacity walk (load generator first): SCH009 is linked as the possible cause of SCH002-SCH004, SCH006-SCH008
+# and SCH010 findings, never downstream of them.
 SEND_RATE_TOLERANCE = 0.95  # achieved / requested send rate below this is a finding
 FORMULA = "closed loop: X ≈ N / mean E2E; achieved send rate = (n − 1) / (t_last − t_first) vs requested λ"
 
@@ -52,6 +58,10 @@ def check(ctx: Context) -> Check:
         rate, cap, failed, completed = r["request_rate_rps"], r["max_concurrency"], r["failed"], r["completed"]
         mean_e2e_ms = bench_stat(ctx, r["input_id"], r["run"], "e2el", "mean")
         achieved, _ = _send_rate(ctx, r)
+        throughput = r["request_throughput_rps"]
+        if throughput is None and completed is not None and r["duration_s"]:
+            throughput = completed / r["duration_s"]  # the result lacks it: completed / duration
+        completion_bound = throughput if achieved is None else None
         issues = []
         if cap:
             closed = cap / (mean_e2e_ms / 1000) if mean_e2e_ms else None
@@ -61,7 +71,7 @@ def check(ctx: Context) -> Check:
                     f"--max-concurrency {cap}: the client holds requests beyond {cap} in flight; throughput "
                     + (
                         f"≈ N / mean E2E = {cap} / {mean_e2e_ms / 1000:.2f} s = {closed:.2f} req/s "
-                        f"(measured {r['request_throughput_rps']:.2f})"
+                        + (f"(measured {throughput:.2f})" if throughput is not None else "")
                         if closed
                         else "follows the server's latency"
                     )
@@ -83,7 +93,7 @@ def check(ctx: Context) -> Check:
                     f"achieved send rate {achieved:.2f} req/s < {SEND_RATE_TOLERANCE:.0%} of the requested {rate:g}",
                 )
             )
-        if failed:
+        if failed and completed is not None:
             issues.append(
                 (
                     "errors dropped",
@@ -99,7 +109,8 @@ def check(ctx: Context) -> Check:
             "completed": completed,
             "failed": failed,
             "duration_s": r["duration_s"],
-            "request_throughput_rps": r["request_throughput_rps"],
+            "request_throughput_rps": throughput,
+            "completion_rate_lower_bound_rps": completion_bound,
             "mean_e2el_ms": mean_e2e_ms,
             "max_concurrent_requests": r["max_concurrent_requests"],
             "achieved_send_rate_rps": achieved,
@@ -117,11 +128,33 @@ def check(ctx: Context) -> Check:
     if not problems:
         r = runs[0]
         t = table[0]
+        rate = r["request_rate_rps"]
+        bound = t["completion_rate_lower_bound_rps"]
+        if t["achieved_send_rate_rps"] is not None:
+            send_txt = f", achieved send rate {t['achieved_send_rate_rps']:.2f} req/s"
+        elif bound is not None and rate and math.isfinite(rate) and bound >= SEND_RATE_TOLERANCE * rate:
+            how = (
+                f"completed / duration = {r['completed']} / {r['duration_s']:.1f} s"
+                if r["completed"] is not None and r["duration_s"]
+                else "the request throughput"
+            )
+            send_txt = f", send rate ≥ {how} = {bound:.3f} req/s (≥ {SEND_RATE_TOLERANCE:.0%} of {rate:g})"
+        elif bound is not None and rate and math.isfinite(rate):
+            send_txt = (
+                f"; send rate not checkable: completed / duration = {bound:.3f} req/s is below {rate:g} req/s, which "
+                "a slow server (SCH003) or a slow client both explain — save start_times (--save-detailed)"
+            )
+        else:
+            send_txt = " (send rate not checkable: no start_times and no completion count)"
+        values["achieved_rate_rps"] = t["achieved_send_rate_rps"] if t["achieved_send_rate_rps"] is not None else bound
         note = (
             f"; completion throughput {t['request_throughput_rps']:.2f} req/s is below the rate because the "
             f"run drained for {t['duration_s'] - t['send_window_s']:.1f} s after the {t['send_window_s']:.0f} s "
             "send window"
-            if t["send_window_s"] and t["duration_s"] and t["duration_s"] > t["send_window_s"]
+            if t["send_window_s"]
+            and t["duration_s"]
+            and t["duration_s"] > t["send_window_s"]
+            and t["request_throughput_rps"] is not None
             else ""
         )
         values |= {"request_rate_rps": finite(r["request_rate_rps"]), "failed": r["failed"]}
@@ -134,9 +167,11 @@ def check(ctx: Context) -> Check:
             substituted=f"{run_label(r)}: open loop, no concurrency cap, {r['failed'] or 0} failed{note}",
             evidence=[bench_evidence(r, value=finite(r["request_rate_rps"]))],
             title=(
-                f"Open-loop test at {r['request_rate_rps']:g} req/s (burstiness {r['burstiness']:g}), no concurrency "
-                f"cap, no failures"
-                + ("" if values["start_times_available"] else " (send rate not checkable: no start_times saved)")
+                (f"Open-loop test at {rate:g} req/s" if rate is not None else "Open-loop test (rate not a number)")
+                + (f" (burstiness {r['burstiness']:g})" if r["burstiness"] is not None else "")
+                + ", no concurrency cap, "
+                + ("no failures" if r["failed"] == 0 else "failures unknown (the result does not count them)")
+                + send_txt
             ),
         )
     r, kind, why, row = problems[0]

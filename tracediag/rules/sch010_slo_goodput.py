@@ -5,9 +5,14 @@ requests counted as misses — not separate p99s (99 % within TTFT and 99 % with
 jointly) and not vLLM's request goodput, which divides only completed requests by the duration.
 
 Formula: I = success ∧ TTFT ≤ B_f ∧ TPOT ≤ B_d ∧ max ITL ≤ B_i ∧ E2E ≤ B_e per request; attainment ΣI / N
-(N includes errors and timeouts); goodput ΣI / T. TPOT = (E2E − TTFT)/(O − 1) is undefined for O = 1:
+(N includes errors and timeouts: failed requests count as misses, and a result that does not count its
+failures — SGLang's — is said to be an upper bound); goodput ΣI / T in SLO-meeting *requests per second*
+over the run's duration T (not vLLM's --goodput, which counts only successful requests, nor the per-card
+output-token goodput of SHP004). TPOT = (E2E − TTFT)/(O − 1) is undefined for O = 1:
 those requests are excluded from TPOT statistics and the TPOT budget is not checked for them. Percentiles
-are nearest-rank. Across repeated runs the acceptance is the minimum attainment over runs. Without
+are nearest-rank. Across repeated independent runs the acceptance rule is the minimum attainment over runs —
+a pre-declared conservative rule, not a confidence bound; it also needs an error rate within budget, a valid
+load test (SCH009) and no sustained queue rise (SCH003). Without
 per-request data (no --save-detailed), attainment is bounded from the reported percentiles: per metric
 [largest p with v_p ≤ B, smallest p with v_p > B], joint lower bound 1 − Σ(1 − lo_k) (union bound), upper
 bound min hi_k, both × completed / N (vLLM's percentiles interpolate linearly).
@@ -33,7 +38,12 @@ from tracediag.model.servingmath import (
 )
 from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
 
-RULE = RuleMeta(id="SCH010", step=6, title="Requests meet every latency budget jointly (errors counted)")
+RULE = RuleMeta(
+    id="SCH010",
+    step=6,
+    title="Requests meet every latency budget jointly (errors counted)",
+    may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH002", "SCH004"),
+)
 TARGET = 0.95  # attainment a run must reach (the capacity article's example target q)
 FORMULA = "attainment = Σ_i [success ∧ TTFT≤B_f ∧ TPOT≤B_d ∧ E2E≤B_e] / N (errors in N); goodput = ΣI / T"
 
@@ -92,7 +102,7 @@ def _bounded(ctx: Context, r: dict, slo: dict[str, float]) -> dict | None:
         "run": run_label(r),
         "method": "bounds from reported percentiles (numpy-interpolated; no per-request data)",
         "n": completed + failed,
-        "failed": failed,
+        "failed": r["failed"],
         "good": None,
         "attainment": None,
         "attainment_low": lo,
@@ -150,6 +160,9 @@ def check(ctx: Context) -> Check:
         "goodput_rps": worst["goodput_rps"],
         "per_metric_attainment": worst["per_metric"],
         "tpot_convention": "TPOT undefined for one-token outputs: excluded from TPOT statistics, budget not checked",
+        "goodput_unit": "SLO-meeting requests per second (ΣI / T), failed requests counted as misses",
+        "min_over_runs_note": "the minimum over runs is a conservative acceptance rule, not a confidence bound",
+        "failures_counted": worst["failed"] is not None,
         "percentile_method": "nearest rank (per-request data); vLLM's reported percentiles interpolate linearly",
     }
     budgets = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items())

@@ -1,7 +1,9 @@
--- Serving telemetry: vLLM /metrics scrapes (ingest/prometheus.py), engine/server logs (ingest/vllm_log.py)
--- and `vllm bench serve` results (ingest/vllm_bench.py). One comment per column with its unit.
--- input_id joins inputs.input_id. Log times carry no year: t_s is seconds since the first timestamped record
--- of the same file, ts_text the time as the file wrote it.
+-- Serving telemetry: vLLM and SGLang /metrics scrapes (ingest/prometheus.py), engine/server logs
+-- (ingest/vllm_log.py, ingest/sglang_log.py) and benchmark results (`vllm bench serve`: ingest/vllm_bench.py,
+-- `python -m sglang.bench_serving`: ingest/sglang_bench.py). One comment per column with its unit.
+-- input_id joins inputs.input_id. vLLM log times carry no year: t_s is seconds since the first timestamped record
+-- of the same file, ts_text the time as the file wrote it. `run` numbers the server runs of one log (0-based): a
+-- startup banner after activity, a new pid of a process, or the clock going back > 5 min starts the next.
 
 CREATE TABLE metric_samples (
     input_id INTEGER,              -- inputs.input_id of the file
@@ -26,21 +28,23 @@ CREATE TABLE metric_samples (
 
 CREATE TABLE serving_stats (
     input_id INTEGER,              -- inputs.input_id of the log
+    run INTEGER,                   -- server run within the log (0-based)
     line INTEGER,                  -- 1-based line of the record in the file
     ts_text VARCHAR,               -- record time as written ('07-06 09:39:40'; vLLM logs carry no year)
     t_s DOUBLE,                    -- seconds since the first timestamped record of the file
     process VARCHAR,               -- process prefix ('APIServer', 'EngineCore_0', ...); NULL when absent
     pid INTEGER,                   -- process id from the prefix; NULL when absent
     engine INTEGER,                -- 'Engine NNN' index (data-parallel engine); -1 for 'N Engines Aggregated'; NULL on V0 lines
-    log_format VARCHAR,            -- 'v0' (Running/Swapped/Pending) or 'v1' (Engine NNN: ... Waiting)
+    log_format VARCHAR,            -- 'v0-2023' (scheduler.py Throughput), 'v0' (Running/Swapped/Pending), 'v1' (Engine NNN: ... Waiting), 'sglang-prefill', 'sglang-decode'
+    tput_tok_s DOUBLE,             -- 2023 scheduler.py 'Throughput': prompt and generation tokens together, tokens/s
     prompt_tput_tok_s DOUBLE,      -- Avg prompt throughput over the logging interval, tokens/s
     gen_tput_tok_s DOUBLE,         -- Avg generation throughput over the logging interval, tokens/s
-    running INTEGER,               -- requests running, count
-    waiting INTEGER,               -- requests waiting (V1 Waiting, V0 Pending), count
+    running INTEGER,               -- requests running, count (SGLang #running-req)
+    waiting INTEGER,               -- requests waiting (V1 Waiting, V0 Pending, SGLang #queue-req), count
     swapped INTEGER,               -- V0 Swapped requests, count
     deferred INTEGER,              -- V1 Deferred requests (also counted in Waiting), count
     preemptions INTEGER,           -- V1 Preemptions during the interval, count (printed only when > 0: NULL when absent)
-    kv_usage_pct DOUBLE,           -- GPU KV cache usage, percent
+    kv_usage_pct DOUBLE,           -- GPU KV cache usage, percent (SGLang token usage × 100; hybrid models: the full-attention pool)
     cpu_kv_usage_pct DOUBLE,       -- V0 CPU (swap) KV cache usage, percent
     prefix_hit_pct DOUBLE,         -- prefix cache hit rate (tokens, recent requests), percent
     external_prefix_hit_pct DOUBLE, -- KV-connector (external) prefix cache hit rate, percent
@@ -50,20 +54,24 @@ CREATE TABLE serving_stats (
 
 CREATE TABLE serving_events (
     input_id INTEGER,              -- inputs.input_id of the log
+    run INTEGER,                   -- server run within the log (0-based)
     line INTEGER,                  -- 1-based line of the record
     ts_text VARCHAR,               -- record time as written
     t_s DOUBLE,                    -- seconds since the first timestamped record of the file
     process VARCHAR,               -- process prefix, NULL when absent
     pid INTEGER,                   -- process id, NULL when absent
-    kind VARCHAR,                  -- 'preemption' (V0 scheduler warning)
+    kind VARCHAR,                  -- 'preemption' (V0 warning), 'retraction' (SGLang), 'engine_dead', 'worker_died', 'nccl_watchdog', 'shm_broadcast_wait', 'watchdog_timeout' (SGLang), 'scheduler_exception', 'startup', 'ready', 'shutdown', 'health_check', 'request_finished', 'access'
     seq_group VARCHAR,             -- preempted sequence group id
     mode VARCHAR,                  -- preemption mode: SWAP or RECOMPUTE
-    cumulative BIGINT,             -- total_num_cumulative_preemption at this record, count (NULL on versions without it)
-    text VARCHAR                   -- the message
+    cumulative BIGINT,             -- total_num_cumulative_preemption at this record, count (SGLang: #retracted_reqs); NULL on versions without it
+    http_status INTEGER,           -- access lines: HTTP status
+    own_time BOOLEAN,              -- the line has its own timestamp (false: access and PyTorch lines take the previous record's)
+    text VARCHAR                   -- the message (at most 500 characters)
 );
 
 CREATE TABLE serving_startup (
     input_id INTEGER,              -- inputs.input_id of the log
+    run INTEGER,                   -- server run within the log (0-based)
     line INTEGER,                  -- 1-based line of the record
     process VARCHAR,               -- process prefix, NULL when absent
     pid INTEGER,                   -- process id, NULL when absent
@@ -76,6 +84,7 @@ CREATE TABLE serving_startup (
 
 CREATE TABLE spec_decode (
     input_id INTEGER,              -- inputs.input_id of the log
+    run INTEGER,                   -- server run within the log (0-based)
     line INTEGER,                  -- 1-based line of the record
     ts_text VARCHAR,               -- record time as written
     t_s DOUBLE,                    -- seconds since the first timestamped record of the file

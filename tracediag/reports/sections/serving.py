@@ -1,5 +1,8 @@
-"""Serving telemetry: queue depth, running requests, KV-cache usage and preemptions over time (vLLM logs and
-/metrics scrapes), startup facts, speculative decoding, benchmark runs, and what each input held."""
+"""Serving telemetry: queue depth, running requests, KV-cache usage, generation throughput and preemptions over
+time (vLLM and SGLang logs and /metrics scrapes), server runs, hang and death messages, startup facts,
+speculative decoding, benchmark runs, and what each input held. Long series are thinned for the charts (min
+and max of each bucket kept) and long tables are cut, saying so: a day of stats lines must not make a 100 MB
+page."""
 
 from __future__ import annotations
 
@@ -7,23 +10,52 @@ import json
 
 from tracediag.reports.sections import Section
 from tracediag.reports.svg import scatter
-from tracediag.rules._serving import input_paths, series_label, short
+from tracediag.rules._serving import input_paths, log_runs, series_label, short
 
 MAX_SERIES = 6
-TELEMETRY = ("prometheus", "vllm-log", "vllm-bench")
+MAX_POINTS = 1500  # per chart series
+MAX_ROWS = 200  # per table: the first and last rows
+TELEMETRY = ("prometheus", "vllm-log", "vllm-bench", "sglang-log", "sglang-bench")
+
+
+def _thin(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """At most MAX_POINTS points: per bucket of consecutive points, the min and the max (spikes stay visible)."""
+    if len(pts) <= MAX_POINTS:
+        return pts
+    step = -(-len(pts) // (MAX_POINTS // 2))
+    out = []
+    for i in range(0, len(pts), step):
+        chunk = pts[i : i + step]
+        lo, hi = min(chunk, key=lambda p: p[1]), max(chunk, key=lambda p: p[1])
+        out += sorted({lo, hi})
+    return out
+
+
+def _cut(rows: list[dict], notes: list[str], what: str) -> list[dict]:
+    if len(rows) <= MAX_ROWS:
+        return rows
+    notes.append(f"{what}: {len(rows):,} rows; the first and last {MAX_ROWS // 2} are shown (all are in trace.duckdb).")
+    return rows[: MAX_ROWS // 2] + rows[-MAX_ROWS // 2 :]
 
 
 def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
     """Log stats series and timed metric series of one quantity, keyed by a readable label."""
     out: dict[str, list[tuple[float, float]]] = {}
     paths = input_paths(ctx)
-    for r in ctx.rows(
-        f"SELECT input_id, engine, pid, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
-        "AND t_s IS NOT NULL ORDER BY input_id, engine, pid, t_s"  # column names are ours
-    ):
-        label = series_label(paths.get(r["input_id"]), r["engine"])
-        out.setdefault(label, []).append((r["t_s"], float(r["v"])))
-    return out
+    runs = log_runs(ctx)
+    cur = ctx.con.execute(
+        f"SELECT input_id, run, engine, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
+        "AND t_s IS NOT NULL ORDER BY input_id, run, engine, pid, t_s"  # column names are ours
+    )
+    labels: dict[tuple, list] = {}
+    while batch := cur.fetchmany(100_000):
+        for iid, run, engine, t, v in batch:
+            pts = labels.get((iid, run, engine))
+            if pts is None:
+                label = series_label(paths.get(iid), engine, run if runs.get(iid, 1) > 1 else None)
+                pts = labels[(iid, run, engine)] = out.setdefault(label, [])
+            pts.append((t, float(v)))
+    return {k: _thin(v) for k, v in out.items()}
 
 
 def _metric(ctx, canonical: str, scale: float = 1.0) -> dict[str, list[tuple[float, float]]]:
@@ -37,7 +69,7 @@ def _metric(ctx, canonical: str, scale: float = 1.0) -> dict[str, list[tuple[flo
     ):
         label = series_label(paths.get(r["input_id"]), r["engine"]) + " (metrics)"
         out.setdefault(label, []).append((r["t_s"], float(r["v"] or 0) * scale))
-    return {k: v for k, v in out.items() if len(v) > 1}
+    return {k: _thin(v) for k, v in out.items() if len(v) > 1}
 
 
 def _chart(title: str, ylabel: str, series: dict[str, list[tuple[float, float]]]) -> str | None:
@@ -66,7 +98,7 @@ def _preemptions(ctx) -> dict[str, list[tuple[float, float]]]:
 
 def build(ctx) -> Section | None:
     inputs = ctx.rows(
-        "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs WHERE format IN (?, ?, ?) "
+        "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs WHERE format IN (?, ?, ?, ?, ?) "
         "ORDER BY input_id",
         list(TELEMETRY),
     )
@@ -93,6 +125,8 @@ def build(ctx) -> Section | None:
                         "preemption_warnings",
                         "runs",
                         "requests",
+                        "unknown_lines",
+                        "events",
                     )
                     if k in meta
                 },
@@ -101,6 +135,14 @@ def build(ctx) -> Section | None:
         if meta.get("malformed_lines"):
             ex = "; ".join(f"line {e['line']}: {e['text']!r}" for e in meta.get("malformed_examples", [])[:3])
             notes.append(f"{name}: {meta['malformed_lines']} malformed line(s) skipped ({ex}).")
+        if meta.get("unknown_lines"):
+            ex = "; ".join(f"line {e['line']}: {e['text'][:60]!r}" for e in meta.get("unknown_examples", [])[:2])
+            notes.append(f"{name}: {meta['unknown_lines']} line(s) of no known kind ({ex}).")
+        if isinstance(meta.get("runs"), int) and meta["runs"] > 1 and i["format"].endswith("-log"):
+            starts = ", ".join(
+                f"run {r['run']} from line {r['line']} ({r['why']})" for r in meta.get("run_starts", [])[1:6]
+            )
+            notes.append(f"{name}: {meta['runs']} server runs — {starts}; series are labelled by run.")
     notes.append("Log times carry no year: the x axis is seconds since each file's first timestamped record.")
     charts = [
         _chart(
@@ -110,16 +152,37 @@ def build(ctx) -> Section | None:
         ),
         _chart("Running requests", "requests", {**_series(ctx, "running"), **_metric(ctx, "requests_running")}),
         _chart("GPU KV-cache usage", "percent", {**_series(ctx, "kv_usage_pct"), **_metric(ctx, "kv_usage", 100.0)}),
+        _chart(
+            "Generation throughput",
+            "tokens/s",
+            {**_series(ctx, "gen_tput_tok_s"), **_series(ctx, "tput_tok_s"), **_metric(ctx, "gen_tput_tok_s")},
+        ),
         _chart("Preemptions", "count", _preemptions(ctx)),
     ]
     tables = {"telemetry inputs": summary}
-    stats = ctx.rows(
-        "SELECT i.path, s.line, s.ts_text, s.t_s, s.engine, s.running, s.waiting, s.swapped, s.preemptions, "
+    n_stats = ctx.scalar("SELECT count(*) FROM serving_stats") or 0
+    sql = (
+        "SELECT i.path, s.run, s.line, s.ts_text, s.t_s, s.engine, s.running, s.waiting, s.swapped, s.preemptions, "
         "s.kv_usage_pct, s.prefix_hit_pct, s.prompt_tput_tok_s, s.gen_tput_tok_s FROM serving_stats s "
-        "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY s.input_id, s.t_s, s.line"
+        "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY s.input_id, s.t_s, s.line "
+        "LIMIT ? OFFSET ?"
     )
+    if n_stats > MAX_ROWS:  # the first and last rows only, fetched as such (a million rows stay in the store)
+        stats = ctx.rows(sql, [MAX_ROWS // 2, 0]) + ctx.rows(sql, [MAX_ROWS // 2, n_stats - MAX_ROWS // 2])
+        notes.append(f"engine stats lines: {n_stats:,} rows; the first and last {MAX_ROWS // 2} are shown.")
+    else:
+        stats = ctx.rows(sql, [MAX_ROWS, 0])
     if stats:
         tables["engine stats lines"] = [{**r, "path": short(r["path"])} for r in stats]
+    events = ctx.rows(
+        "SELECT i.path, e.run, e.line, e.ts_text, e.kind, e.text FROM serving_events e "
+        "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) "
+        "WHERE e.kind NOT IN ('access', 'health_check', 'request_finished', 'preemption') ORDER BY e.input_id, e.line"
+    )
+    if events:
+        tables["hang, death and lifecycle messages"] = _cut(
+            [{**r, "path": short(r["path"]), "text": r["text"][:200]} for r in events], notes, "messages"
+        )
     facts = ctx.rows(
         "SELECT i.path, f.key, f.value, f.unit, f.line, f.process FROM serving_startup f "
         "JOIN (SELECT DISTINCT input_id, path FROM inputs) i USING (input_id) ORDER BY f.input_id, f.line"
@@ -131,7 +194,7 @@ def build(ctx) -> Section | None:
         "emitted_tokens, acceptance_rate, mean_acceptance_length, per_position FROM spec_decode ORDER BY input_id, t_s"
     )
     if spec:
-        tables["speculative decoding lines"] = spec
+        tables["speculative decoding lines"] = _cut(spec, notes, "speculative decoding lines")
     runs = ctx.rows(
         "SELECT input_id, run, source, date, tag, request_rate_rps, max_concurrency, num_prompts, completed, failed, "
         "duration_s, request_throughput_rps, output_tput_tok_s, max_concurrent_requests FROM bench_runs "
@@ -149,7 +212,7 @@ def build(ctx) -> Section | None:
     return Section(
         id="serving",
         step=6,
-        title="Serving telemetry (vLLM logs, /metrics, benchmark results)",
+        title="Serving telemetry (vLLM and SGLang logs, /metrics, benchmark results)",
         tables=tables,
         notes=tuple(notes),
         svgs=tuple(c for c in charts if c),
