@@ -149,22 +149,27 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     run_sql_file(con, "tracediag.derive", "collectives_finish.sql")
 
 
-CORE_SQL = ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
+# Core derivations in order: a `.sql` file is executed; a Python module name is imported and its build(con) called.
+CORE: tuple[str, ...] = ("tracediag.derive.step_markers", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.kernel_steps",)
+POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps")
+
+
+def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
+    if step.endswith(".sql"):
+        run_sql_file(con, "tracediag.derive", step)
+    else:
+        importlib.import_module(step).build(con)
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
     """Build every derived table, in dependency order."""
-    for name in CORE_SQL:
-        run_sql_file(con, "tracediag.derive", name)
+    for step in CORE:
+        _run(con, step)
     build_collectives(con)
     for step in POST_DERIVATIONS:
-        if step.endswith(".sql"):
-            run_sql_file(con, "tracediag.derive", step)
-        else:
-            importlib.import_module(step).build(con)
+        _run(con, step)
     con.execute(
         "DROP TABLE IF EXISTS step_markers; DROP TABLE IF EXISTS coll_cand; DROP TABLE IF EXISTS coll_outer;"
         "DROP TABLE IF EXISTS coll_kern; DROP TABLE IF EXISTS coll_calls; DROP TABLE IF EXISTS coll_meta;"
