@@ -162,7 +162,7 @@ def parse(name: str) -> StepMarker | None:
                 g_sk=g_sk,
                 g_sqsq=g_sqsq,
                 g_sqsk=g_sqsk,
-            ),  # fmt: skip
+            ),
         )
     if m := _VLLM_NEW_CACHED.fullmatch(name):
         new, cached = int(m.group(1)), int(m.group(2))

@@ -85,7 +85,7 @@ def _outermost(calls: list[tuple]) -> list[tuple]:
     """Drop calls nested in an earlier call on the same thread (a driver call inside its runtime call)."""
     out, ends = [], {}
     for c in sorted(calls, key=lambda c: (c[1], -c[2])):
-        name, ts, dur, tid = c
+        _, ts, dur, tid = c
         if ends.get(tid, -1) >= ts + dur:
             continue
         ends[tid] = max(ends.get(tid, -1), ts + dur)
@@ -137,8 +137,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             in_win = sum(iv.total(*iv.clip(gs, ge, w["w0"], w["w1"])) for w in windows)
             step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
             op = con.execute(
-                "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? AND ts_ns + dur_ns >= ? "
-                "ORDER BY dur_ns LIMIT 1",
+                "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
+                "AND ts_ns + dur_ns >= ? ORDER BY dur_ns LIMIT 1",
                 [rank, tid, ts, ts + dur],
             ).fetchone()
             stalls.append(
