@@ -150,7 +150,13 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
 
 
 # Core derivations in order: a `.sql` file is executed; a Python module name is imported and its build(con) called.
-CORE: tuple[str, ...] = ("tracediag.derive.step_markers", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
+CORE: tuple[str, ...] = (
+    "tracediag.derive.attention",
+    "tracediag.derive.step_markers",
+    "steps.sql",
+    "gemm_shapes.sql",
+    "step_shapes.sql",
+)
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
 POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps")
