@@ -36,8 +36,8 @@ STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the 
 _KINDS = (
     (re.compile(r"Synchronize", re.I), "synchronize API"),
     (re.compile(r"^(?:cuda|hip)Memcpy(?!Async)\w*$|^cuMemcpy(?:HtoD|DtoH|DtoD)?(?:_v2)?$"), "synchronous copy"),
-    (re.compile(r"Memcpy", re.I), "copy (host-blocking: pageable memory or a synchronous stream)"),
-    (re.compile(r"Launch", re.I), "kernel launch (lazy module loading or JIT compilation at first launch)"),
+    (re.compile(r"Memcpy|Memset", re.I), "blocking copy/memset"),
+    (re.compile(r"Launch", re.I), "slow kernel launch (lazy module loading or JIT)"),
     (re.compile(r"Module|Library|Load", re.I), "module loading"),
     (re.compile(r"Malloc|Free|HostAlloc|HostRegister|MemPool|Alloc", re.I), "allocation"),
 )
@@ -60,8 +60,8 @@ STALLS_SCHEMA = pa.schema(
 TIMELINE_SCHEMA = pa.schema(
     [
         ("rank", pa.int32()),
-        ("gpu_ts_ns", pa.int64()),  # first GPU activity start, ns
-        ("gpu_end_ns", pa.int64()),  # last GPU activity end, ns
+        ("gpu_ts_ns", pa.int64()),  # first GPU activity (or host-blocking stall) start, ns
+        ("gpu_end_ns", pa.int64()),  # last GPU activity (or stall) end, ns
         ("span_ns", pa.int64()),  # profiled GPU span, ns
         ("busy_ns", pa.int64()),  # union of GPU activity, ns
         ("windows", pa.int32()),  # steps with a GPU window
@@ -183,7 +183,10 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             win_stall += st
             win_idle += (w1 - w0) - busy - st
         if bs.size:
-            g0, g1 = int(bs[0]), int(be[-1])
+            # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
+            # before its first kernel)
+            g0 = int(min(bs[0], ss[0])) if ss.size else int(bs[0])
+            g1 = int(max(be[-1], se[-1])) if ss.size else int(be[-1])
             busy = iv.total(bs, be)
             window_ns = sum(w["w1"] - w["w0"] for w in windows)
             stall_total = iv.total(ss, se)

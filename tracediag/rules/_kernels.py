@@ -74,8 +74,10 @@ def phase_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> d
 
 
 def ms(ns: float | None) -> str:
-    """Nanoseconds as milliseconds, 3 significant digits: "12.3 ms" ("?" when unknown)."""
-    return "?" if ns is None else f"{ns / 1e6:.3g} ms"
+    """Nanoseconds as milliseconds, 3 significant digits: "12.3 ms"; seconds from 1 s ("?" when unknown)."""
+    if ns is None:
+        return "?"
+    return f"{ns / 1e9:.3g} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
 def median(xs: list[float]) -> float | None:
