@@ -11,7 +11,8 @@ import duckdb
 
 from tracediag import __version__
 from tracediag.derive import build_all
-from tracediag.engine import Context, Settings, TPDegree, load_rules, run_rules
+from tracediag.derive.layout import Layout, TPDegree, detect_layout
+from tracediag.engine import Context, Settings, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check
 from tracediag.ingest import discover_inputs, load, parse_all
@@ -32,6 +33,7 @@ class Report:
     tp: TPDegree | None
     checks: list[Check]
     sections: list[Section] = field(default_factory=list)
+    layout: Layout | None = None
 
     @property
     def findings(self) -> list[Check]:
@@ -55,40 +57,13 @@ class Report:
             "inputs": self.inputs,
             "model": self.model.to_dict() if self.model else None,
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
+            "layout": self.layout.to_dict() if self.layout else None,
             "cost_model": self.cost_model,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
             "checks": [c.to_dict() for c in self.checks],
             "findings": [c.to_dict() for c in self.findings],
             "sections": {s.id: s.to_dict() for s in self.sections},
         }
-
-
-def detect_tp(con: duckdb.DuckDBPyConnection, override: int | None) -> TPDegree | None:
-    """p: --tp, else the group size of the all-reduces, their process group, world size, or rank files."""
-    if override is not None:
-        if override < 1:
-            raise UsageError(f"--tp must be ≥ 1, got {override}")
-        return TPDegree(override, "--tp option")
-    row = con.execute(
-        "SELECT group_size, count(*) n FROM collectives WHERE op = 'all_reduce' AND group_size IS NOT NULL "
-        "GROUP BY group_size ORDER BY n DESC LIMIT 1"
-    ).fetchone()
-    if row:
-        return TPDegree(int(row[0]), "group size of the trace's all-reduce calls")
-    row = con.execute(
-        "SELECT g.pg_size, count(*) n FROM collectives c JOIN process_groups g "
-        "ON g.rank = c.rank AND g.pg_name = c.pg_name WHERE c.op = 'all_reduce' AND g.pg_size IS NOT NULL "
-        "GROUP BY g.pg_size ORDER BY n DESC LIMIT 1"
-    ).fetchone()
-    if row:
-        return TPDegree(int(row[0]), "size of the all-reduces' process group (distributedInfo.pg_config)")
-    row = con.execute("SELECT max(world_size) FROM inputs").fetchone()
-    if row and row[0]:
-        return TPDegree(int(row[0]), "distributedInfo.world_size")
-    n = con.execute("SELECT count(DISTINCT rank) FROM inputs").fetchone()[0]
-    if n > 1:
-        return TPDegree(n, "number of ranks in the inputs")
-    return None
 
 
 def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -153,8 +128,9 @@ def analyze(
         load(con, parsed)
         del parsed
         build_all(con)
-        tpd = detect_tp(con, tp)
-        ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings())
+        layout = detect_layout(con, tp)
+        tpd = layout.tp
+        ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings(), layout=layout)
         rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
         checks = run_rules(ctx, rules)
         return Report(
@@ -163,6 +139,7 @@ def analyze(
             tp=tpd,
             checks=checks,
             sections=build_sections(ctx, extra=extra_sections),
+            layout=layout,
         )
     finally:
         con.close()

@@ -71,6 +71,8 @@ def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> 
 
 def check(ctx: Context) -> Check:
     m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
+    if p == 1:
+        return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no tensor-parallel all-reduces to size")
     e_a, e_a_source = activation_element_bytes(ctx)
     if e_a is None:
         return not_applicable(
