@@ -204,8 +204,13 @@ SCENARIOS: dict[str, RunSpec] = {
         name="wide_tp2",
         tp=2,
         shape=ModelShape(
-            hidden_size=4096, intermediate_size=11008, num_hidden_layers=2, num_attention_heads=32,
-            num_key_value_heads=8, head_dim=128, vocab_size=8192,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=8192,
         ),
         num_seqs=8,
         description="A wider Llama-shaped model (H=4096, I=11008, 32 heads, 8 KV heads, 2 layers) at TP=2 with "
@@ -224,8 +229,12 @@ SCENARIOS: dict[str, RunSpec] = {
         "the vocab-parallel embedding is reduce-scattered, the final norm's output all-gathered. On gloo "
         "each reduce_scatter_tensor runs as an all-reduce of the full input on the worker thread.",
         expected_findings=(
-            ("COL001", "finding", "no all-reduce: 2L + 1 reduce-scatters and 2L + 1 all-gathers per step (sequence "
-             "parallelism); the SP variant of the cost model applies"),
+            (
+                "COL001",
+                "finding",
+                "no all-reduce: 2L + 1 reduce-scatters and 2L + 1 all-gathers per step (sequence "
+                "parallelism); the SP variant of the cost model applies",
+            ),
         ),
     ),
     "healthy_tp1": RunSpec(
@@ -954,7 +963,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--w4-group-size", type=int, help="AWQ group size (32/64/128; must divide per-rank K)")
     ap.add_argument("--delay-rank", type=int, help="rank that sleeps before each decode layer all-reduce")
     ap.add_argument("--delay-ms", type=float, help="that rank's delay in ms")
-    ap.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (RS + AG per layer)")
+    ap.add_argument(
+        "--sequence-parallel", action="store_true", help="Megatron sequence parallelism (RS + AG per layer)"
+    )
     args = ap.parse_args(argv)
 
     if args.all == bool(args.scenario):
