@@ -96,7 +96,8 @@ def workload(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
                  OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')) AS backward,
              (SELECT count(*) FROM annotations WHERE name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'
                  OR name IN ('## backward ##', '## optimizer ##') OR name LIKE 'DistributedDataParallel.%') AS marks,
-             (SELECT count(*) FROM annotations WHERE name LIKE 'execute\\_%' ESCAPE '\\' OR name LIKE '%step[%') AS engine"""
+             (SELECT count(*) FROM annotations
+                 WHERE name LIKE 'execute\\_%' ESCAPE '\\' OR name LIKE '%step[%') AS engine"""
     ).fetchone()
     backward, marks, engine = row
     if backward or marks:
