@@ -557,6 +557,7 @@ def check(ctx: Context) -> Check:
         confidence=confidence,
         title=(
             f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; "
-            f"{fit_text} — T* is optimistic (ideal 1/p compute, the rest of the step ignored): this does not prove TP pays off"
+            f"{fit_text} — T* is optimistic (ideal 1/p compute, the rest of the step ignored): "
+            "this does not prove TP pays off"
         ),
     )
