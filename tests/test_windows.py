@@ -4,6 +4,7 @@ on real traces (windows.py, COL004, step_activity)."""
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 import pytest
@@ -52,7 +53,7 @@ def test_step_windows_never_overlap(path):
     rows = con.execute(
         "SELECT rank, win_ts_ns, win_end_ns FROM steps WHERE win_ts_ns IS NOT NULL ORDER BY rank, win_ts_ns"
     ).fetchall()
-    for (r0, _, e0), (r1, s1, _) in zip(rows, rows[1:]):
+    for (r0, _, e0), (r1, s1, _) in itertools.pairwise(rows):
         if r0 == r1:
             assert e0 <= s1
     assert all(s <= e for _, s, e in rows)
