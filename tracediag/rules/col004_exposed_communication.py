@@ -117,7 +117,8 @@ def whole_trace_collective_ns(ctx: Context) -> int:
     total = 0
     for (rank,) in ctx.con.execute("SELECT DISTINCT rank FROM kernels WHERE klass = 'collective'").fetchall():
         k = ctx.con.execute(
-            "SELECT ts_ns AS s, ts_ns + dur_ns AS e FROM kernels WHERE rank = ? AND klass = 'collective' AND dur_ns > 0",
+            "SELECT ts_ns AS s, ts_ns + dur_ns AS e FROM kernels "
+            "WHERE rank = ? AND klass = 'collective' AND dur_ns > 0",
             [rank],
         ).fetchnumpy()
         s, e = merge_intervals(k["s"].astype(np.int64), k["e"].astype(np.int64))
