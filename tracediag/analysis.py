@@ -86,9 +86,16 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         )
         for table in ("kernels", "cpu_ops", "collectives", "steps")
     }
+    unparsed = dict(
+        con.execute(
+            "SELECT i.input_id, sum(u.occurrences) FROM step_annotations_unparsed u JOIN inputs i USING (rank) "
+            "GROUP BY i.input_id"
+        ).fetchall()
+    )
     out = []
     for r in rows:
         c = {t: counts[t].get(r["input_id"], 0) for t in counts}
+        c["step_annotations_not_understood"] = int(unparsed.get(r["input_id"], 0))
         c |= {"events_total": r.pop("events_total"), "python_events_skipped": r.pop("python_events_skipped")}
         r.pop("input_id")
         r["ranks"] = r["ranks"] or []

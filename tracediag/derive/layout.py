@@ -137,6 +137,13 @@ def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[Par
         by_pg.setdefault(c["pg_name"], {})[c["op"]] = c["n"]
         size_of[c["pg_name"]] = size_of.get(c["pg_name"]) or c["group_size"]
         desc_of[c["pg_name"]] = desc_of.get(c["pg_name"]) or c["pg_desc"]
+    multi = [p for p in pgs if (p["size"] or 0) > 1]
+    unnamed_to: str | None = None
+    if None in by_pg and len(multi) == 1 and multi[0]["pg_name"] not in by_pg:
+        # collectives that recorded no process group (gloo without record_param_comms) run on the only group
+        # of several ranks the trace lists
+        unnamed_to = multi[0]["pg_name"]
+        by_pg[unnamed_to] = by_pg.pop(None)
     groups, notes = [], []
     singles = 0
     seen: set[str | None] = set()
@@ -157,6 +164,8 @@ def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[Par
             continue
         kind, why = _kind(desc, size, ops, work)
         where = "distributedInfo.pg_config" if name in {p["pg_name"] for p in pgs} else "the collectives' args"
+        if name == unnamed_to:
+            where += "; its collectives record no group: it is the trace's only group of several ranks"
         carried = ", ".join(f"{n} {op}" for op, n in sorted(ops.items())) or "no collectives in the trace"
         groups.append(
             ParallelGroup(

@@ -15,10 +15,12 @@ def build(ctx) -> Section | None:
         GROUP BY ALL ORDER BY s.rank, s.step_id""")
     if not rows:
         return None
-    return Section(
-        id="steps",
-        step=6,
-        title="Engine steps",
-        tables={"steps per rank": rows},
-        notes=("Steps come from the first marker kind present on each rank (see README).",),
+    notes = ["Steps come from the first marker kind present on each rank (see README)."]
+    unparsed = ctx.rows(
+        "SELECT name, sum(occurrences) AS n FROM step_annotations_unparsed GROUP BY name ORDER BY n DESC"
     )
+    if unparsed:
+        total = sum(u["n"] for u in unparsed)
+        names = ", ".join(f"{u['name']} ×{u['n']}" for u in unparsed[:5])
+        notes.append(f"{total} step-like annotations not understood (no form of the step grammar matches): {names}")
+    return Section(id="steps", step=6, title="Engine steps", tables={"steps per rank": rows}, notes=tuple(notes))
