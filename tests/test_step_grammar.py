@@ -20,7 +20,8 @@ FORMS = [
     # detailed / roofline form (real: tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise)
     ("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)",
      "detailed", "mixed", 8192, ENGINE),
-    ("execute_16_context_0(sq0sk0sqsq0sqsk0)_generation_16(sq16sk8193sqsq16sqsk8193)", "detailed", "decode", 16, ENGINE),
+    ("execute_16_context_0(sq0sk0sqsq0sqsk0)_generation_16(sq16sk8193sqsq16sqsk8193)",
+     "detailed", "decode", 16, ENGINE),
     ("execute_new_3_cached_5", "vllm_new_cached", "mixed", None, ENGINE),
     ("execute_new_0_cached_5", "vllm_new_cached", "decode", None, ENGINE),
     # SGLang build_step_span_name (real: step[DECODE bs=16], step[EXTEND bs=15 toks=15360])
