@@ -93,7 +93,9 @@ def workload(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     row = con.execute(
         """SELECT
              (SELECT count(*) FROM cpu_ops WHERE name LIKE 'autograd::engine::evaluate_function%'
-                 OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')) AS backward,
+                 OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')
+                 -- FSDP's post-backward hook (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
+                 OR name = 'RegisterPostBackwardFunction') AS backward,
              (SELECT count(*) FROM annotations WHERE name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'
                  OR name IN ('## backward ##', '## optimizer ##') OR name LIKE 'DistributedDataParallel.%') AS marks,
              (SELECT count(*) FROM annotations
