@@ -60,7 +60,8 @@ def _attention_inputs(ctx: Context) -> dict[str, dict]:
     rows = ctx.rows(
         f"""SELECT s.phase, o.input_dims, o.input_types FROM cpu_ops o
            JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
+           WHERE o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL
+           ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
     )
     out: dict[str, dict] = {}
     for r in rows:
