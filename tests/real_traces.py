@@ -198,8 +198,8 @@ def render() -> str:
         out.append(
             f"| `{i.trace}` | {i.device or '—'} | {i.world_size if i.world_size is not None else '—'} | {i.ranks} | "
             f"{i.kernels:,} ({i.distinct_kernels:,}) | {i.cpu_ops:,} | {i.annotations:,} "
-            f"({i.engine_step_annotations} / {i.step_like_annotations}) | {i.runtime_calls:,} ({i.graph_launches}) | {i.collective_kernels} | "
-            f"{i.attention_kernels} | {i.backward_or_optimizer_events} |"
+            f"({i.engine_step_annotations} / {i.step_like_annotations}) | {i.runtime_calls:,} ({i.graph_launches}) | "
+            f"{i.collective_kernels} | {i.attention_kernels} | {i.backward_or_optimizer_events} |"
         )
     out += ["", "## Verdicts", "", "pass · **W** warning / **I** info / **E** error finding · n/a not applicable", ""]
     out.append("| trace | " + " | ".join(rules) + " |")
