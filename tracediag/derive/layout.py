@@ -277,12 +277,19 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
     elif work == "training" and groups:
         dp = [g for g in groups if g.kind == "DP"]
         if dp and dp[0].size:
-            what = f"data-parallel group of {dp[0].size} ({dp[0].description or dp[0].name})"
+            what = (
+                f"its all-reduces are gradient syncs of a data-parallel group of {dp[0].size} "
+                f"({dp[0].description or dp[0].name})"
+            )
         elif dp:
-            what = f"data-parallel group, size not recorded (world size {world_size or '?'})"
+            what = (
+                "its all-reduces are gradient syncs of a data-parallel group, size not recorded "
+                f"(world size {world_size or '?'})"
+            )
         else:
-            what = "no multi-rank group"
-        tp = TPDegree(1, f"training job without a tensor-parallel group: its all-reduces are gradient syncs ({what})")
+            kinds = ", ".join(sorted({g.kind for g in groups}))
+            what = f"its collectives belong to {kinds} groups"
+        tp = TPDegree(1, f"training job with no tensor-parallel group: {what}")
     elif (world_size or 1) <= 1 and rank_files <= 1 and not any((g.size or 1) > 1 for g in groups):
         if rank_files == 1 or world_size == 1:
             tp = TPDegree(1, "single process and no tensor-parallel collectives")
