@@ -167,15 +167,39 @@ def verdicts(path: Path) -> list[dict]:
     return [c.to_dict() for c in analyze([path]).checks]
 
 
+def kernel_names(path: Path) -> set[str]:
+    """Distinct kernel names as the file writes them (Kineto `cat: kernel` events; nsys demangled names)."""
+    if path.name.endswith(".json.gz"):
+        with gzip.open(path, "rt") as f:
+            doc = json.load(f)
+        events = doc["traceEvents"] if isinstance(doc, dict) else doc
+        return {str(e.get("name", "")) for e in events if isinstance(e, dict) and e.get("cat") == "kernel"}
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {
+            r[0] or ""
+            for r in con.execute(
+                "SELECT (SELECT value FROM StringIds WHERE id = coalesce(k.demangledName, k.shortName)) "
+                "FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+            )
+        }
+    except sqlite3.Error:
+        return set()
+    finally:
+        con.close()
+
+
 MARK = {"pass": "pass", "finding": "**{sev}**", "not_applicable": "n/a"}
 
 
-def render() -> str:
+def render(checks_of=None) -> str:
+    """The page; `checks_of(path)` gives a trace's checks as dicts (default: analyze it)."""
+    checks_of = checks_of or verdicts
     invs = [inventory(p) for p in TRACES]
     from tracediag.rules import RULE_MODULES
 
     rules = [m.rsplit(".", 1)[1].split("_")[0].upper() for m in RULE_MODULES]  # walk order
-    checks = {p.name: sorted(verdicts(p), key=lambda c: rules.index(c["rule"])) for p in TRACES}
+    checks = {p.name: sorted(checks_of(p), key=lambda c: rules.index(c["rule"])) for p in TRACES}
     out = [
         "# Real GPU traces: what they hold and what each rule says",
         "",

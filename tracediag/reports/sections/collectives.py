@@ -14,4 +14,15 @@ def build(ctx) -> Section | None:
         FROM collectives GROUP BY ALL ORDER BY rank, calls DESC""")
     if not rows:
         return None
-    return Section(id="collectives", step=3, title="Collectives per rank", tables={"per rank, op and dtype": rows})
+    layout = getattr(ctx, "layout", None)
+    notes = tuple(
+        f"{g.kind} group {g.description or g.name or '(unnamed)'} ({g.size or '?'} ranks): {g.evidence}"
+        for g in (layout.groups if layout else ())
+    )
+    return Section(
+        id="collectives",
+        step=3,
+        title="Collectives per rank",
+        tables={"per rank, op and dtype": rows},
+        notes=notes,
+    )
