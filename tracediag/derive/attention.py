@@ -75,6 +75,18 @@ def is_attention_triple(softmax_dims: str | None, prev_dims: str | None, next_di
     return qk and pv
 
 
+def _as_base_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Make `name` an updatable table when it is a view (a Parquet store attaches canonical tables as views):
+    the classes decided here then live in this database's copy, and the derived tables built from it."""
+    is_view = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
+    ).fetchone()[0]
+    if is_view:
+        con.execute(f"CREATE TABLE _{name}_copy AS SELECT * FROM {name}")
+        con.execute(f"DROP VIEW {name}")
+        con.execute(f"ALTER TABLE _{name}_copy RENAME TO {name}")
+
+
 def _mark_eager_attention(con: duckdb.DuckDBPyConnection) -> int:
     rows = con.execute(_STRUCTURE_SQL).fetchall()
     marks: list[tuple] = []
@@ -82,6 +94,7 @@ def _mark_eager_attention(con: duckdb.DuckDBPyConnection) -> int:
         if prev_ts is not None and next_ts is not None and is_attention_triple(dims, prev_dims, next_dims):
             marks += [(rank, tid, ts), (rank, tid, prev_ts), (rank, tid, next_ts)]
     if marks:
+        _as_base_table(con, "cpu_ops")
         t = pa.table({"rank": [m[0] for m in marks], "tid": [m[1] for m in marks], "ts_ns": [m[2] for m in marks]})
         con.register("_eager_in", t)
         con.execute(
@@ -132,4 +145,12 @@ DROP TABLE IF EXISTS _k; DROP TABLE IF EXISTS _k_ops; DROP TABLE IF EXISTS _k_de
 
 def build(con: duckdb.DuckDBPyConnection) -> None:
     _mark_eager_attention(con)
+    pending = con.execute("SELECT count(*) FROM kernels WHERE klass = 'other' OR family = 'softmax'").fetchone()[0]
+    if not pending:
+        con.execute(
+            "CREATE OR REPLACE TABLE kernel_op_class (rank INTEGER, name VARCHAR, op VARCHAR, klass VARCHAR, "
+            "family VARCHAR, kernels BIGINT)"
+        )
+        return
+    _as_base_table(con, "kernels")
     con.execute(_LAUNCHING_OPS_SQL)
