@@ -114,39 +114,62 @@ def analyze(
     extra_inputs: list[tuple[str | Path, str]] = (),
     extra_rules: list[str] = (),
     extra_sections: list[str] = (),
+    store: str | Path | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
     `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
     (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
     `extra_rules` / `extra_sections` are module names run after the registered ones (development, plugins).
+    `store` is a Parquet store made by `tracediag ingest` (tracediag.fleet): its tables are read through views,
+    nothing is parsed or derived again, and `paths`/`extra_inputs` must be empty.
     """
-    files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
-    files += [(Path(p), fmt) for p, fmt in extra_inputs]
-    if not files:
-        raise UsageError("no inputs given: pass traces, or --metrics/--log/--bench files")
-    for p, _ in files:
-        if not p.exists():
-            raise InputError(p, "no such file or directory")
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
-    parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
-    con = open_store(db_path)
+    if store is not None:
+        if paths or extra_inputs:
+            raise UsageError("--store replaces the inputs: give either traces or --store, not both")
+        from tracediag.fleet import open_store_views
+
+        con = open_store_views(store, db_path)
+    else:
+        files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
+        files += [(Path(p), fmt) for p, fmt in extra_inputs]
+        if not files:
+            raise UsageError("no inputs given: pass traces, or --metrics/--log/--bench files")
+        for p, _ in files:
+            if not p.exists():
+                raise InputError(p, "no such file or directory")
+        parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
+        con = open_store(db_path)
     try:
-        load(con, parsed)
-        del parsed
-        build_all(con)
-        layout = detect_layout(con, tp)
-        tpd = layout.tp
-        ctx = Context(con=con, model=model_cfg, tp=tpd, settings=settings or Settings(), layout=layout)
-        rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
-        checks = run_rules(ctx, rules)
-        return Report(
-            inputs=_input_rows(con),
-            model=model_cfg,
-            tp=tpd,
-            checks=checks,
-            sections=build_sections(ctx, extra=extra_sections),
-            layout=layout,
-        )
+        if store is None:
+            load(con, parsed)
+            del parsed
+            build_all(con)
+        return evaluate(con, model_cfg, tp, settings, extra_rules, extra_sections)
     finally:
         con.close()
+
+
+def evaluate(
+    con: duckdb.DuckDBPyConnection,
+    model: ModelConfig | None,
+    tp: int | None = None,
+    settings: Settings | None = None,
+    extra_rules: list[str] = (),
+    extra_sections: list[str] = (),
+) -> Report:
+    """Run the rules and build the report sections on a store that holds canonical and derived tables."""
+    layout = detect_layout(con, tp)
+    tpd = layout.tp
+    ctx = Context(con=con, model=model, tp=tpd, settings=settings or Settings(), layout=layout)
+    rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+    checks = run_rules(ctx, rules)
+    return Report(
+        inputs=_input_rows(con),
+        model=model,
+        tp=tpd,
+        checks=checks,
+        sections=build_sections(ctx, extra=extra_sections),
+        layout=layout,
+    )

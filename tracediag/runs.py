@@ -61,7 +61,7 @@ def load_run(
     keep_python: bool = False,
     settings: Settings | None = None,
 ) -> RunData:
-    """A findings.json, an analyze output folder (findings.json + trace.duckdb), or inputs to analyze."""
+    """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs."""
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
@@ -77,7 +77,12 @@ def load_run(
 
         workdir.mkdir(parents=True, exist_ok=True)
         db = workdir / f"run{len(list(workdir.glob('run*.duckdb')))}.duckdb"
-        report = analyze([p], model=model, tp=tp, db_path=db, jobs=jobs, keep_python=keep_python, settings=settings)
+        from tracediag.store.parquet import is_store
+
+        if is_store(p):  # a Parquet store from `tracediag ingest`: its tables, not re-parsed
+            report = analyze([], model=model, tp=tp, db_path=db, settings=settings, store=p)
+        else:
+            report = analyze([p], model=model, tp=tp, db_path=db, jobs=jobs, keep_python=keep_python, settings=settings)
         run = RunData(str(path), "inputs", orjson.loads(findings_json(report)), db)  # exactly what findings.json holds
     run.measures = run_measures(run.doc, run.db_path)
     return run

@@ -18,6 +18,7 @@ def analyze(
     inputs: opt.Inputs = None,
     model: opt.Model = None,
     tp: opt.Tp = None,
+    store: opt.Store = None,
     out: Annotated[
         Path,
         typer.Option("--out", "-o", metavar="DIR", help="Output folder for report.html, findings.json, trace.duckdb."),
@@ -53,6 +54,7 @@ def analyze(
     Examples:
       tracediag analyze traces/ --model config.json
       tracediag analyze rank0.json.gz rank1.json.gz -m config.json --tp 2 -o incident-123/
+      tracediag analyze --store incident-123.store -m config.json
       tracediag analyze --log server.log --metrics metrics.prom --bench result.json --slo ttft=500,tpot=50
     """
     from tracediag.analysis import analyze as run_analysis
@@ -79,6 +81,7 @@ def analyze(
             jobs=jobs,
             settings=settings,
             extra_inputs=extra,
+            store=store,
         )
 
     report = _guard(lambda: staged_outputs(out, produce), debug)

@@ -23,6 +23,7 @@ def check(
     inputs: opt.Inputs = None,
     model: opt.Model = None,
     tp: opt.Tp = None,
+    store: opt.Store = None,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -109,6 +110,7 @@ def check(
             config=config,
             out=out,
             extra_inputs=extra,
+            store=store,
             keep_python=keep_python,
             jobs=jobs,
         ),

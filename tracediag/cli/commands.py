@@ -2,6 +2,7 @@
 
 COMMAND_MODULES: tuple[str, ...] = (
     "tracediag.cli.analyze",
+    "tracediag.cli.ingest",
     "tracediag.cli.check",
     "tracediag.cli.diff",
     "tracediag.cli.env",

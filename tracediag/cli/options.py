@@ -48,3 +48,11 @@ Topology = Annotated[
 KeepPython = Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")]
+Store = Annotated[
+    Path | None,
+    typer.Option(
+        "--store",
+        metavar="DIR",
+        help="Read a Parquet store made by `tracediag ingest` instead of parsing traces (no inputs then).",
+    ),
+]

@@ -35,12 +35,13 @@ def run_check(
     config: Path | None = None,
     out: Path | None = None,
     extra_inputs: list[tuple[Path, str]] = (),
+    store: Path | None = None,
     keep_python: bool = False,
     jobs: int | None = None,
 ):
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix."""
     t0 = time.monotonic()
-    if not inputs and not extra_inputs:
+    if not inputs and not extra_inputs and store is None:
         raise UsageError("no inputs given: pass the traces of the run to check")
     if fail_on is not None and fail_on not in FAIL_ON_LEVELS:
         raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{fail_on}'")
@@ -83,6 +84,7 @@ def run_check(
                 jobs=jobs,
                 settings=cfg.settings,
                 extra_inputs=list(extra_inputs),
+                store=store,
             )
             report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
             doc = orjson.loads(findings_json(report))
@@ -110,7 +112,7 @@ def run_check(
             if annotated_trace is not None:
                 write_annotated_trace(db_path, result.findings(), annotated_trace)
             if junit is not None:
-                write_junit(result, junit, [str(p) for p in inputs])
+                write_junit(result, junit, [str(p) for p in inputs] or ([str(store)] if store else []))
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
     return result, warnings

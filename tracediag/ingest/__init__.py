@@ -126,7 +126,11 @@ def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
 
 def _parse_job(args: tuple[str, str | None, int, IngestOptions]) -> Parsed:
     path, fmt, order, options = args
-    p = Path(path)
+    return parse_one(Path(path), fmt, order, options)
+
+
+def parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> Parsed:
+    """Parse one input file (format detected from content when `fmt` is None)."""
     fmt = fmt or detect_format(p)
     if fmt is None:
         raise InputError(

@@ -1,6 +1,10 @@
 """The served model and the formulas the rules use.
 
-- `config`: reading a Hugging Face `config.json` into the RULEBOOK's symbols (L, H, I, h, H_kv, D, ...);
+- `config`: reading a Hugging Face `config.json` into the RULEBOOK's symbols (L, H, I, h, H_kv, D, ...) and the
+  architecture (MoE, MLA, sliding windows);
+- `quant`: the quantization format of each module group (attention, dense MLP, experts, router, ...);
+- `accounting`: weight and KV bytes per group, per rank and per decode step (MoE experts touched);
+- `kernel_formats`: the weight / activation format a GEMM kernel reads, from its name;
 - `dtypes`: element types as profilers spell them, and their sizes;
 - `tpmath`: tensor-parallel collective cost model (α–β, break-even T*, projection FLOPs);
 - `servingmath`: serving formulas (KV bytes per token, trend tests, Little's law, goodput, acceptance).

@@ -1,12 +1,12 @@
-"""Shared by the kernel and phase rules (SCH001, KRN001-KRN006, SHP003): per-phase dispatch, model byte
-counts, bandwidth. Not a rule (no RULE, no check)."""
+"""Shared by the kernel and phase rules (SCH001, KRN001-KRN006, SHP002-SHP004, SCH005): per-phase dispatch,
+the run's inputs to the byte accounting (p, KV element type, formats as they ran), which kernels served each
+quantized module group, bandwidth. Not a rule (no RULE, no check)."""
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -14,6 +14,10 @@ import orjson
 from tracediag.catalog import family_label
 from tracediag.derive import kernel_steps
 from tracediag.engine import Context
+from tracediag.model import accounting
+from tracediag.model.config import DTYPE_BYTES
+from tracediag.model.kernel_formats import kernel_format
+from tracediag.model.quant import Format
 
 PHASES = ("prefill", "decode", "mixed")
 # SDPA ops that take q as [B, h, Sq, D]: the dispatcher, and the backend ops compiled graphs call directly
@@ -64,7 +68,7 @@ def dispatch_rows(ctx: Context, klasses: tuple[str, ...]) -> list[dict[str, Any]
                   arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step,
                   min(first_ts_ns) AS ts_ns
            FROM kernel_steps WHERE step_id IS NOT NULL AND klass IN ({marks})
-           GROUP BY ALL ORDER BY time_ns DESC""",
+           GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name, source""",
         list(klasses),
     )
     for r in rows:
@@ -140,57 +144,9 @@ def fit_line(points: list[tuple[float, float]]) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------ model byte counts (per rank)
-
-
-def weight_params(m, p: int) -> dict[str, int] | None:
-    """Projection and lm_head parameters one rank holds (Megatron sharding by p); None if shapes are missing."""
-    if None in (m.h, m.H_kv, m.D, m.I):
-        return None
-    q = m.h * m.D
-    kv = math.ceil(m.H_kv / p) * m.D if p > 1 else m.H_kv * m.D
-    per_layer = m.H * (q // p + 2 * kv) + (q // p) * m.H + 3 * m.H * (m.I // p)
-    lm_head = m.H * math.ceil(m.vocab_size / p) if m.vocab_size else 0
-    return {"projections": m.L * per_layer, "lm_head": lm_head}
-
-
-def group_size(m) -> tuple[int | None, str]:
-    q = m.quantization or {}
-    g = q.get("group_size", q.get("q_group_size"))
-    if isinstance(g, int) and g > 0:
-        return g, "quantization_config.group_size"
-    if isinstance(g, int) and g <= 0:
-        return None, "quantization_config.group_size = -1 (per-channel scales)"
-    return 128, "assumed G = 128 (no group_size in the config)"
-
-
-def w16_w4_bytes(m, p: int) -> dict[str, Any] | None:
-    """W16 (all weights at 2 bytes) and W4 (projections at 4 bits + one 16-bit scale per G, lm_head 16-bit)."""
-    w = weight_params(m, p)
-    if w is None:
-        return None
-    g, g_source = group_size(m)
-    proj, head = w["projections"], w["lm_head"]
-    f = proj / (proj + head) if proj + head else 1.0
-    w16 = 2 * (proj + head)
-    w4 = 2 * head + proj * (0.5 + (2 / g if g else 0.0))
-    return {
-        "W16_bytes": w16,
-        "W4_bytes": round(w4),
-        "quantized_share_f": f,
-        "G": g,
-        "G_source": g_source,
-        "ratio": w4 / w16,
-        "params_projections": proj,
-        "params_lm_head": head,
-    }
-
-
-def kv_bytes_per_token(m, p: int, b: int) -> int | None:
-    """c = 2·L·H_kv·D·b for the KV heads one rank holds (ceil(H_kv/p) when p > 1)."""
-    if None in (m.H_kv, m.D):
-        return None
-    kv_heads = math.ceil(m.H_kv / p) if p > 1 else m.H_kv
-    return 2 * m.L * kv_heads * m.D * b
+# One accounting for every rule that reasons about bytes: tracediag.model.accounting (weights per module group
+# at their real format, MoE experts touched at decode, KV with MLA / sliding windows). The helpers below only
+# pick its inputs from the run: p, the KV element type and whether the quantized kernels actually ran.
 
 
 def tp_degree(ctx: Context) -> tuple[int, str]:
@@ -200,35 +156,185 @@ def tp_degree(ctx: Context) -> tuple[int, str]:
 
 
 @dataclass(frozen=True)
-class DecodeReads:
-    """What one rank reads per decode step, by part, at TP degree p (KRN004, KRN005)."""
+class KVDtype:
+    """Bytes per KV-cache element and where that came from (engine log, kernel name, config, model dtype)."""
 
-    p: int
-    p_source: str
-    b: int  # bytes per activation / KV element: the config's torch_dtype, 2 when it has none
-    w: dict[str, Any]  # w16_w4_bytes: W16_bytes, W4_bytes, quantized_share_f, G, ...
-    c: int  # KV bytes per token of context, c = 2·L·H_kv·D·b
+    b: float
+    name: str
+    source: str
 
 
-def decode_reads(ctx: Context) -> DecodeReads:
-    """DecodeReads of ctx.model at the run's TP degree (tp_degree)."""
+# FP8-KV markers in attention / cache kernel names: vLLM's template enum Fp8KVCacheDataType (0 = auto, 1 = fp8 e4m3,
+# 2 = fp8 e5m2; csrc/attention, csrc/cache_kernels.cu), TRT-LLM-gen FMHA cubin element codes (QkvE4m3 / KvE4m3 vs
+# QkvBfloat16), AITER A16W8 (16-bit queries, 8-bit KV).
+_KV_ENUM = re.compile(r"\(vllm::Fp8KVCacheDataType\)([0-2])")
+_KV_TRTLLM = re.compile(r"(?:Qkv|Kv|Q[A-Za-z0-9]*Kv)(E4m3|E5m2|Bfloat16|Fp16)")
+_KV_AITER = re.compile(r"(?i)a16w8")
+
+
+def kv_cache_dtype(ctx: Context) -> KVDtype:
+    """The KV element type: the engine log's kv_cache_dtype, else an FP8-KV attention/cache kernel name, else the
+    checkpoint's declared KV quantization, else the model dtype (2 bytes when it has none)."""
     m = ctx.model
-    p, p_source = tp_degree(ctx)
-    b = m.dtype_bytes or 2
-    return DecodeReads(p, p_source, b, w16_w4_bytes(m, p), kv_bytes_per_token(m, p, b))
+    for facts in startup_facts_by_input(ctx):
+        row = facts.get("kv_cache_dtype")
+        if row is None:
+            continue
+        v = str(row["value"]).strip("'\"").removeprefix("torch.")
+        if v.startswith("fp8") or "float8" in v:
+            return KVDtype(1, v, f"engine log: kv_cache_dtype={v} (line {row['line']})")
+        if v in DTYPE_BYTES:
+            return KVDtype(DTYPE_BYTES[v], v, f"engine log: kv_cache_dtype={v} (line {row['line']})")
+    rows = ctx.rows("SELECT DISTINCT name, klass FROM kernels WHERE klass IN ('attention', 'elementwise')")
+    names = [r["name"] for r in rows]
+    attention = {r["name"] for r in rows if r["klass"] == "attention"}
+    for n in names:
+        e = _KV_ENUM.search(n)
+        t = _KV_TRTLLM.search(n) if n in attention else None
+        aiter = n in attention and _KV_AITER.search(n)
+        if (e and e.group(1) != "0") or (t and t.group(1) in ("E4m3", "E5m2")) or aiter:
+            return KVDtype(1, "fp8", f"kernel name: FP8 KV cache ({n[:90]})")
+    for n in names:
+        e = _KV_ENUM.search(n)
+        t = _KV_TRTLLM.search(n) if n in attention else None
+        if e or t:
+            b = m.dtype_bytes if m is not None and m.dtype_bytes else 2
+            what = "Fp8KVCacheDataType 0 (auto: the model dtype)" if e else f"{t.group(1)} KV"
+            return KVDtype(b, m.dtype if m is not None and m.dtype else "bf16", f"kernel name: {what} ({n[:90]})")
+    if m is not None and m.quant is not None and m.quant.kv_cache:
+        return KVDtype(
+            1, m.quant.kv_cache, f"config: the checkpoint declares an {m.quant.kv_cache} KV cache ({m.quant.source})"
+        )
+    if m is not None and m.dtype_bytes:
+        return KVDtype(
+            m.dtype_bytes, m.dtype or "?", f"model dtype {m.dtype} (no kv_cache_dtype in a log, no FP8-KV kernel)"
+        )
+    return KVDtype(2, "bf16", "assumed 2 bytes (no kv_cache_dtype, no FP8-KV kernel, no torch_dtype)")
+
+
+def startup_facts_by_input(ctx: Context) -> list[dict[str, dict[str, Any]]]:
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    for r in ctx.rows("SELECT * FROM serving_startup ORDER BY input_id, line"):
+        out.setdefault(r["input_id"], {}).setdefault(r["key"], r)
+    return list(out.values())
+
+
+def gemm_dispatch(ctx: Context) -> list[dict[str, Any]]:
+    """GEMM-class kernels (or CPU ops) by phase and name, with the weight/activation format each reads."""
+    prepare(ctx)
+    rows = ctx.rows(
+        """SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
+                  count(DISTINCT (rank, step_id)) FILTER (WHERE step_id IS NOT NULL) AS steps,
+                  arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
+           FROM kernel_steps WHERE klass IN ('gemm', 'wo_gemm') GROUP BY ALL
+           ORDER BY time_ns DESC, phase, klass, family, name, source"""
+    )
+    for r in rows:
+        r["fmt"] = kernel_format(r["name"], r["source"])
+    return [r for r in rows if r["fmt"] is not None]
+
+
+def kernels_in_words(rows: list[dict[str, Any]]) -> str:
+    """'Triton matmul_ogs (MXFP4 MoE) W4A16 (2 kernels, 48 calls)' per family, from format rows."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for k in rows:
+        by.setdefault((family_label(k["family"]), k["scheme"]), []).append(k)
+    return ", ".join(
+        f"{fam} {scheme} ({len(ks)} kernel{'s' if len(ks) > 1 else ''}, {sum(k['calls'] for k in ks)} calls)"
+        for (fam, scheme), ks in by.items()
+    )
+
+
+def format_row(r: dict[str, Any]) -> dict[str, Any]:
+    f = r["fmt"]
+    return {
+        "phase": phase_name(r["phase"]),
+        "name": r["name"],
+        "family": r["family"],
+        "weights": f.weight,
+        "scheme": f.scheme,
+        "moe": f.moe,
+        "format_from": f.how,
+        "calls": r["calls"],
+        "time_ns": r["time_ns"],
+    }
+
+
+def served_formats(ctx: Context, phase: str | None = None) -> tuple[dict[str, Format], str]:
+    """Weight formats as they run: the checkpoint's when a low-bit GEMM kernel ran (in `phase`), else every group
+    at the model dtype (the quantization was not applied: the weights were dequantized at load)."""
+    m = ctx.model
+    if m.quant is None or not m.quant.quantized_groups:
+        return accounting.formats(m), f"checkpoint formats ({m.dtype or 'bf16 assumed'})"
+    rows = [r for r in gemm_dispatch(ctx) if phase is None or r["phase"] == phase]
+    if not rows:
+        return accounting.formats(m), f"declared formats ({m.quant.describe()}): no GEMM in the trace to check them"
+    ran = [r for r in rows if r["fmt"].lowbit]
+    if ran:
+        return accounting.formats(m), f"W{m.quant.main_bits} as declared ({m.quant.describe()}): low-bit kernels ran"
+    return accounting.formats(m, as_served=False), (
+        f"every group at {accounting.base_format(m).name}: the checkpoint declares {m.quant.method} but no low-bit "
+        "GEMM kernel ran (see SHP003)"
+    )
+
+
+def bytes_table(m, p: int, fmts: dict[str, Format]) -> list[dict[str, Any]]:
+    """The per-group weight table a rule used (for findings.json): params, format, bits, bytes per rank."""
+    return [g.row() for g in accounting.weights(m, p, fmts)]
+
+
+def w16_formats(m) -> dict[str, Format]:
+    return {g: accounting.W16 for g in accounting.formats(m)}
+
+
+def w16_w4_bytes(m, p: int) -> dict[str, Any] | None:
+    """The seed's pair for the projections and lm_head one rank reads (every expert counted): W16 at 2 bytes per
+    weight, W4 with the projection groups at 4 bits + one 16-bit scale per G; f = the projections' share."""
+    if None in (m.h, m.H_kv, m.D) or (m.I is None and m.moe is None):
+        return None
+    _, g, g_source = accounting.hypothetical_w4(m)
+    seed4 = Format("int4 (seed)", 4, 4 + 16 / g, 16, "bf16", f"4 bits + one 16-bit scale per {g}")
+    w4_fmts = {
+        k: seed4 if k in ("attention", "dense_mlp", "experts", "shared_experts") else v
+        for k, v in w16_formats(m).items()
+    }
+    full = m.moe.experts if m.moe else 1
+    w16 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w16_formats(m)).rows
+    w4 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w4_fmts).rows
+    proj = sum(r["bytes_read"] for r in w16 if r["group"] in ("attention", "dense_mlp", "experts", "shared_experts"))
+    total16 = sum(r["bytes_read"] for r in w16)
+    total4 = sum(r["bytes_read"] for r in w4)
+    return {
+        "W16_bytes": round(total16),
+        "W4_bytes": round(total4),
+        "quantized_share_f": proj / total16 if total16 else 1.0,
+        "G": g,
+        "G_source": g_source,
+        "ratio": total4 / total16 if total16 else 1.0,
+        "experts_counted": full,
+    }
 
 
 # ------------------------------------------------------------------ bandwidth
 
 
+SPEC_PEAK = (
+    "spec peak from the device properties (memory clock × bus width): a sustained figure is lower, so the floor "
+    "is optimistic and the efficiency understated; pass --hbm-bandwidth with a measured sustained bandwidth"
+)
+
+
 def bandwidth(ctx: Context) -> tuple[float | None, str]:
-    """Memory bandwidth in bytes/s: device properties first, then --hbm-bandwidth; else (None, why)."""
+    """Memory bandwidth in bytes/s: --hbm-bandwidth (the user's figure, ideally a measured sustained one) first,
+    then the device properties' spec peak (labelled so); else (None, why)."""
+    if ctx.settings.hbm_bandwidth_gbs:
+        return ctx.settings.hbm_bandwidth_gbs * 1e9, (
+            f"--hbm-bandwidth {ctx.settings.hbm_bandwidth_gbs:g} GB/s (given; sustained if measured)"
+        )
     for row in ctx.rows("SELECT rank, device_name, device_properties_json FROM inputs WHERE rank IS NOT NULL"):
         bw = _bw_from_props(row["device_properties_json"])
         if bw:
-            return bw, f"device properties of rank {row['rank']} ({row['device_name'] or 'GPU'})"
-    if ctx.settings.hbm_bandwidth_gbs:
-        return ctx.settings.hbm_bandwidth_gbs * 1e9, f"--hbm-bandwidth {ctx.settings.hbm_bandwidth_gbs:g} GB/s"
+            return bw, f"device properties of rank {row['rank']} ({row['device_name'] or 'GPU'}): {SPEC_PEAK}"
     return None, (
         "missing memory bandwidth: the trace's device properties carry none (Kineto writes no memory clock "
         "or bus width); pass --hbm-bandwidth GB/s"
@@ -313,40 +419,50 @@ def decode_steps(ctx: Context) -> list[dict[str, Any]]:
     return decode_context(ctx)
 
 
-# ------------------------------------------------------------------ weight-only 4-bit configs
+# ------------------------------------------------------------------ quantized groups: which kernels serve them
+
+# (K, N) roles of the SHP002 table -> module group
+ROLE_GROUP = {
+    "q_proj": "attention",
+    "o_proj": "attention",
+    "k_proj/v_proj": "attention",
+    "qkv_proj (fused)": "attention",
+    "q_a_proj": "attention",
+    "q_b_proj": "attention",
+    "kv_a_proj_with_mqa": "attention",
+    "fused_qkv_a_proj": "attention",
+    "kv_b_proj": "attention",
+    "gate_proj/up_proj": "dense_mlp",
+    "gate_up_proj (fused)": "dense_mlp",
+    "down_proj": "dense_mlp",
+    "expert gate_up_proj": "experts",
+    "expert gate_proj/up_proj": "experts",
+    "expert down_proj": "experts",
+    "shared_expert gate_up_proj": "shared_experts",
+    "shared_expert gate_proj/up_proj": "shared_experts",
+    "shared_expert down_proj": "shared_experts",
+    "router (replicated)": "router",
+}
 
 
-def weight_only_4bit(m) -> str | None:
-    """How the config declares 4-bit weights with 16-bit activations (W4A16), or None.
-
-    Keys as Hugging Face quantization_config writes them: AWQ/GPTQ `bits: 4`, bitsandbytes `load_in_4bit`,
-    compressed-tensors `config_groups.*.weights.num_bits: 4` without input_activations, `quant_method: mxfp4`.
-    """
-    q = m.quantization if m is not None else None
-    if not q:
-        return None
-    method = str(q.get("quant_method", "?"))
-    if m.weight_bits == 4:
-        return f"{method} bits = 4"
-    if q.get("load_in_4bit") is True:
-        return f"{method} load_in_4bit ({q.get('bnb_4bit_quant_type', '?')})"
-    for name, g in (q.get("config_groups") or {}).items():
-        w = (g or {}).get("weights") or {}
-        if w.get("num_bits") == 4 and not (g or {}).get("input_activations"):
-            return f"{method} {name}: weights num_bits = 4, activations not quantized"
-    if method.lower() == "mxfp4":
-        return "mxfp4 (4-bit microscaled weights)"
-    return None
+def role_group(role: str) -> str | None:
+    base = role.split(" (H padded", 1)[0].split(" (EP)", 1)[0]
+    if base.startswith("lm_head"):
+        return "lm_head"
+    return ROLE_GROUP.get(base)
 
 
 def dense_projection_gemms(ctx: Context, p: int) -> list[dict[str, Any]] | None:
     """Dense GEMM ops whose (K, N) is a projection of the config at TP degree p (lm_head excluded): the
-    weight is full-size 16-bit. None when the trace recorded no GEMM shapes."""
+    weight is full-size 16-bit. Each carries its role and module group. None when no GEMM shapes were recorded."""
     from tracediag.rules.shp002_config_trace_consistency import expected_roles  # the same role table
 
     if not ctx.scalar("SELECT count(*) FROM gemm_shapes"):
         return None
-    roles = {kn: r for r, kn in expected_roles(ctx.model, p).items() if not r.startswith("lm_head")}
+    roles: dict[tuple[int, int], str] = {}
+    for r, kn in expected_roles(ctx.model, p).items():
+        if not r.startswith("lm_head") and kn not in roles:
+            roles[kn] = r
     rows = ctx.rows(
         """SELECT g.rank, g.step_id, g.name, g.ts_ns, g.act_dims, g.w_dims, g.act_type, s.phase
            FROM gemm_shapes g LEFT JOIN steps s USING (rank, step_id) ORDER BY g.rank, g.ts_ns"""
@@ -361,5 +477,104 @@ def dense_projection_gemms(ctx: Context, p: int) -> list[dict[str, Any]] | None:
             continue
         kn = (act[-1], w[0]) if r["name"] == "aten::linear" else (act[-1], w[-1])
         if kn in roles:
-            out.append(r | {"role": roles[kn], "K": kn[0], "N": kn[1]})
+            out.append(r | {"role": roles[kn], "group": role_group(roles[kn]), "K": kn[0], "N": kn[1]})
     return out
+
+
+@dataclass
+class GroupVerdict:
+    """How one quantized module group ran: 'applied', 'not_applied', 'partly', 'unverified' or 'not_seen'."""
+
+    group: str
+    declared: Format
+    verdict: str
+    why: str
+    kernels: list[dict[str, Any]] = field(default_factory=list)  # kernels serving the group (format rows)
+    dense_calls: int = 0  # dense projection GEMM calls with this group's full-size (K, N)
+    dense_roles: dict[str, int] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "group": self.group,
+            "declared": f"{self.declared.name} ({self.declared.scheme})",
+            "verdict": self.verdict,
+            "why": self.why,
+            "kernels": ", ".join(sorted({f"{k['name'][:60]} [{k['scheme']}]" for k in self.kernels})) or None,
+            "dense_projection_calls": self.dense_calls,
+        }
+
+
+def group_dispatch(
+    ctx: Context, p: int
+) -> tuple[list[GroupVerdict], list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """For each quantized module group of the model: which GEMM kernels served it and whether they read weights of
+    the declared format. MoE experts are judged on the expert GEMMs (grouped / batched MoE kernels), the other
+    groups on the dense GEMMs; recorded GEMM shapes (CPU traces, eager GPU runs) tie dense GEMMs to their group.
+    Returns (verdicts, GEMM rows with formats, shape-matched dense projection GEMMs or None)."""
+    m = ctx.model
+    gemms = gemm_dispatch(ctx)
+    dense = dense_projection_gemms(ctx, p)
+    moe_k = [r for r in gemms if r["fmt"].moe]
+    flat_k = [r for r in gemms if not r["fmt"].moe]
+    out = []
+    for gq in m.quant.quantized_groups:
+        fmt, bits = gq.fmt, gq.fmt.weight_bits
+        pool = moe_k if gq.group == "experts" else flat_k
+        ok = [r for r in pool if r["fmt"].lowbit and r["fmt"].matches_bits(bits) is not False]
+        wrong = [r for r in pool if r["fmt"].lowbit and r["fmt"].matches_bits(bits) is False]
+        wide = [r for r in pool if r["fmt"].weight == "16-bit"]
+        unknown = [r for r in pool if r["fmt"].weight == "?"]
+        shaped = [d for d in dense or [] if d["group"] == gq.group]
+        roles: dict[str, int] = {}
+        for d in shaped:
+            roles[d["role"]] = roles.get(d["role"], 0) + 1
+        fr = [format_row(r) for r in ok + wrong + unknown]
+        v = GroupVerdict(gq.group, fmt, "", "", fr, len(shaped), roles)
+        if gq.group == "experts":
+            if ok and not wide and not wrong:
+                v.verdict, v.why = "applied", f"expert GEMMs read {fmt.name} weights"
+            elif wrong and not ok:
+                v.verdict, v.why = "not_applied", f"expert GEMMs read {wrong[0]['fmt'].weight} weights, not {fmt.name}"
+            elif wide and not ok:
+                v.verdict, v.why = "not_applied", "expert GEMMs read 16-bit weights"
+                v.kernels = [format_row(r) for r in wide]
+            elif ok and (wide or wrong):
+                v.verdict, v.why = "partly", "some expert GEMMs read 16-bit or other-width weights"
+                v.kernels = [format_row(r) for r in ok + wide + wrong]
+            elif unknown:
+                v.verdict, v.why = "unverified", "the expert GEMM kernels do not print their weight format"
+            elif shaped:
+                v.verdict, v.why = "not_applied", "expert GEMMs with full-size 16-bit weights (recorded shapes)"
+            else:
+                v.verdict, v.why = "not_seen", "no MoE expert GEMM kernel recognised in the trace"
+        else:
+            if shaped and not ok:
+                v.verdict, v.why = "not_applied", "dense GEMMs with this group's full-size (K, N) and no low-bit kernel"
+            elif shaped:
+                v.verdict, v.why = (
+                    "partly",
+                    "low-bit kernels ran, but some of this group's GEMMs ran dense on full-size weights",
+                )
+            elif ok:
+                v.verdict, v.why = "applied", f"low-bit GEMMs ({', '.join(sorted({r['fmt'].weight for r in ok}))}) ran"
+            elif wrong:
+                v.verdict, v.why = "not_applied", f"GEMMs read {wrong[0]['fmt'].weight} weights, not {fmt.name}"
+            elif unknown:
+                v.verdict, v.why = "unverified", "the GEMM kernels do not print their weight format"
+            elif wide:
+                v.verdict, v.why = (
+                    "not_applied",
+                    "only dense 16-bit GEMM kernels ran (no GEMM shapes to tie them to roles)",
+                )
+                v.kernels = [format_row(r) for r in wide]
+            else:
+                v.verdict, v.why = "not_seen", "no GEMM kernel in the trace"
+        out.append(v)
+    return out, gemms, dense
+
+
+def declared_formats(m) -> str:
+    """'experts mxfp4 (W4A16); attention, router, embeddings, lm_head bf16 (excluded)' from the group table."""
+    if m is None or m.quant is None:
+        return "none"
+    return m.quant.describe()

@@ -1,20 +1,23 @@
-"""KRN003 W4A16 dispatch.
+"""KRN003 Low-bit dispatch: each quantized group on a fused kernel of its format.
 
-Hypothesis: with a 4-bit weight-only checkpoint the projection GEMMs should run fused W4A16 kernels
-(Marlin, Machete, AWQ / GPTQ / exllama, bitsandbytes, TensorRT-LLM fpA_intB, int4 packed mm): they read
-4-bit weights and dequantize in registers. Two things defeat that: no W4A16 kernel at all (SHP003), or a
-separate dequantize kernel that writes 16-bit weights back to memory before a dense GEMM (vLLM's AWQ
-does this above a token threshold) — its time Δ is paid every step, and above the budget
-(W16 − W4)/BW the quantized path is slower than plain bf16 weights.
+Hypothesis: a quantized module group should run a fused kernel of its format that reads the packed weights and
+dequantizes in registers — W4A16 (Marlin, Machete, AWQ / GPTQ / exllama, bitsandbytes, TensorRT-LLM fpA_intB,
+int4 packed mm, Triton matmul_ogs with MXFP4), W4A8 (MXFP4 × MXFP8 trtllm-gen MoE), W4A4 (NVFP4), W8A8 (FP8
+scaled-mm, DeepGEMM, CUTLASS / CK MoE). Two things defeat that: no kernel of the format at all (SHP003), or
+a separate dequantize kernel that writes 16-bit weights back to memory before a dense GEMM (vLLM's AWQ does
+this above a token threshold) — its time Δ is paid every step, and above the budget (W16 − Wq)/BW the
+quantized path is slower than plain 16-bit weights. Activation-quantize kernels (FP8 / NVFP4 / MXFP8 quant of
+the activations before a W8A8 / W4A4 / W4A8 GEMM) are listed with their time: they are part of the path.
 
-Formula: Δ = separate dequantize time per step (per phase); budget = (W16 − W4) / BW with
-W16 = 2·(L·P + V·H/p) bytes per rank (P = projection parameters per layer per rank), W4 = L·P·(1/2 + 2/G)
-+ 2·V·H/p (4-bit projections, one 16-bit scale per group of G, lm_head left 16-bit); BW from the device
-properties, else --hbm-bandwidth. Quantized path slower when Δ > budget.
+Formula: Δ = separate dequantize time per step (per phase); budget = (W16 − Wq) / BW with W16 and Wq the
+bytes one rank holds of the quantized dense groups at 16 bits and at their declared format (scales included;
+tracediag.model.accounting); BW from --hbm-bandwidth, else the device properties' spec peak. Quantized path
+slower when Δ > budget.
 
-Evidence: W4A16 kernels and dequantize kernels with calls and time per phase; the byte counts and BW.
+Evidence: per quantized group the kernels that served it and the scheme read from their names (W4A16, W4A8,
+W8A8, W4A4); dequantize and activation-quantize kernels with calls and time per phase; the byte counts and BW.
 
-What to do: no W4A16 kernel → SHP003. Dequantize kernels → check the engine's per-batch-size path
+What to do: no kernel of the format → SHP003. Dequantize kernels → check the engine's per-batch-size path
 (e.g. vLLM AWQ dequantizes for ≥ 256 tokens), prefer a Marlin/Machete kernel for this method (awq_marlin,
 gptq_marlin), and compare Δ with the budget.
 """
@@ -25,23 +28,25 @@ from collections import defaultdict
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 from tracediag.rules._kernels import (
     SOURCE_LABEL,
     bandwidth,
     call_evidence,
+    declared_formats,
+    group_dispatch,
+    kernels_in_words,
     phase_evidence,
     phase_name,
     prepare,
     source_of,
     tp_degree,
-    w16_w4_bytes,
-    weight_only_4bit,
 )
 
 RULE = RuleMeta(
     id="KRN003",
     step=5,
-    title="W4A16 kernels fused (no separate dequantize beyond the budget (W16 − W4)/BW)",
+    title="Quantized groups on fused kernels of their format (no separate dequantize beyond (W16 − Wq)/BW)",
     requires_tables=("steps",),
     requires_model=("H",),
     may_be_downstream_of=("SHP003",),
@@ -53,73 +58,87 @@ def dequant_budget(w16_bytes: float, w4_bytes: float, bw_bytes_per_s: float) -> 
     return (w16_bytes - w4_bytes) / bw_bytes_per_s
 
 
+def _scheme_words(v) -> str:
+    """'experts mxfp4 W4A16 on Triton matmul_ogs (MXFP4 MoE) W4A16 (2 kernels, 48 calls)'."""
+    return f"{v.group} {v.declared.name} {v.declared.scheme}" + (
+        f" on {kernels_in_words(v.kernels)}" if v.kernels else ""
+    )
+
+
 def check(ctx: Context) -> Check:
-    declared = weight_only_4bit(ctx.model)
-    if declared is None:
-        return not_applicable(RULE, f"missing 4-bit weight-only quantization_config in {ctx.model.path}")
+    m = ctx.model
+    if m.quant is None or not m.quant.quantized_groups:
+        return not_applicable(RULE, f"missing quantization_config: {m.path} declares no quantized module group")
     prepare(ctx)
     source = source_of(ctx)
-    rows = ctx.rows(
-        """SELECT phase, klass, name, family, sum(calls) AS calls, sum(time_ns) AS time_ns,
+    p, p_source = tp_degree(ctx)
+    verdicts, gemms, _ = group_dispatch(ctx, p)
+    aux = ctx.rows(
+        """SELECT phase, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) AS steps, arg_min(rank, first_ts_ns) AS rank,
                   arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE klass IN ('wo_gemm', 'dequant') AND step_id IS NOT NULL
-           GROUP BY ALL ORDER BY klass DESC, time_ns DESC"""
+           FROM kernel_steps WHERE (klass = 'dequant' OR family = 'act_quant') AND step_id IS NOT NULL
+           GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name"""
     )
-    wo = [r for r in rows if r["klass"] == "wo_gemm"]
-    dq = [r for r in rows if r["klass"] == "dequant"]
-    p, p_source = tp_degree(ctx)
-    w = w16_w4_bytes(ctx.model, p)
-    bw, bw_source = bandwidth(ctx)
+    dq = [r for r in aux if r["klass"] == "dequant"]
+    aq = [r for r in aux if r["family"] == "act_quant"]
+    lowbit = [r for r in gemms if r["fmt"].lowbit]
     values = {
-        "declared": declared,
+        "declared": declared_formats(m),
         "time_source": SOURCE_LABEL[source],
         "p": p,
         "p_source": p_source,
-        "w4a16_calls": sum(r["calls"] for r in wo),
+        "lowbit_calls": sum(r["calls"] for r in lowbit),
+        "schemes_run": sorted({r["fmt"].scheme for r in lowbit}),
         "dequant_calls": sum(r["calls"] for r in dq),
+        "act_quant_calls": sum(r["calls"] for r in aq),
+        "act_quant_time_ns": sum(r["time_ns"] for r in aq),
+        "groups": [v.row() for v in verdicts],
     }
-    table = [
+    table = [v.row() for v in verdicts] + [
         {k: r[k] for k in ("klass", "name", "family", "calls", "time_ns", "steps")} | {"phase": phase_name(r["phase"])}
-        for r in rows
+        for r in aux
     ]
-    evidence = [phase_evidence(r) for r in rows][: ctx.settings.max_evidence]
-    formula = "Δ (dequantize time per step) vs budget (W16 − W4) / BW"
-    if not wo:
-        dense = ctx.scalar("SELECT coalesce(sum(calls), 0) FROM kernel_steps WHERE klass = 'gemm'")
-        if not dense:
-            return not_applicable(RULE, "missing GEMMs: no W4A16 or dense GEMM kernel/op in any step")
-        ex = ctx.rows(
-            """SELECT rank, step_id, first_ts_ns AS ts_ns, name, calls FROM kernel_steps
-               WHERE klass = 'gemm' AND step_id IS NOT NULL ORDER BY time_ns DESC LIMIT ?""",
-            [ctx.settings.max_evidence],
-        )
+    formula = "per quantized group: a kernel of its format; Δ (dequantize time per step) vs budget (W16 − Wq) / BW"
+    missing = [v for v in verdicts if v.verdict in ("not_applied", "partly")]
+    if missing:
+        if not gemms:
+            return not_applicable(RULE, "missing GEMMs: no GEMM kernel or op in any step")
+        dense_calls = sum(r["calls"] for r in gemms if not r["fmt"].lowbit)
+        ex = sorted((r for r in gemms if not r["fmt"].lowbit), key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
+        schemes = sorted({v.declared.scheme for v in missing})
         return finding(
             RULE,
             severity="warning",
             confidence="high",
-            impact=1.0,
-            title=f"No W4A16 kernel in any step although the config declares {declared}: {dense} dense GEMM calls",
+            impact=len(missing) / len(verdicts),
+            title=(
+                f"No {'/'.join(schemes)} kernel for {', '.join(f'{v.group} ({v.declared.name})' for v in missing)} "
+                f"although the config declares {values['declared']}: {dense_calls} dense GEMM calls"
+            ),
             formula=formula,
-            substituted=f"W4A16 calls = 0; dense GEMM calls = {dense}",
-            values=values | {"dense_gemm_calls": dense},
+            substituted="; ".join(f"{v.group}: {v.verdict} — {v.why}" for v in verdicts),
+            values=values | {"dense_gemm_calls": dense_calls, "w4a16_calls": values["lowbit_calls"]},
             table=table,
-            evidence=[call_evidence(e, "step_id") for e in ex],
+            evidence=[call_evidence(e) for e in ex],
             next_check="See SHP003: the weights are not used quantized; fix the load path before the kernel path.",
         )
     if not dq:
+        ran = [v for v in verdicts if v.kernels]
+        aq_note = f"; activation quantize {len(aq)} kernel(s), {values['act_quant_time_ns'] / 1e6:.3g} ms" if aq else ""
         return passed(
             RULE,
-            confidence="high",
+            confidence="high" if all(v.verdict == "applied" for v in verdicts) else "low",
             title=(
-                f"Fused W4A16 path: {values['w4a16_calls']} calls of {', '.join(sorted({r['name'] for r in wo}))}, "
-                "no separate dequantize kernel"
+                f"Fused low-bit path: {'; '.join(_scheme_words(v) for v in ran) or 'no quantized group seen'}, "
+                f"no separate dequantize kernel{aq_note}"
             ),
             formula=formula,
             substituted="Δ = 0 (no dequantize kernel or op in any step)",
-            values=values,
+            values=values | {"w4a16_calls": values["lowbit_calls"]},
             table=table,
-            evidence=evidence,
+            evidence=[phase_evidence(r) for r in aux][: ctx.settings.max_evidence]
+            or [call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][: ctx.settings.max_evidence],
         )
     per_phase: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for r in dq:
@@ -129,18 +148,32 @@ def check(ctx: Context) -> Check:
     delta = {ph: t / n for ph, (t, n) in per_phase.items()}
     worst_ph = max(delta, key=delta.get)
     values["delta_ns_per_step"] = delta
+    dense_groups = [v.group for v in verdicts if v.group != "experts"]
+    served = accounting.formats(m)
+    w16 = sum(
+        g.bytes_per_rank
+        for g in accounting.weights(m, p, {g: accounting.W16 for g in served})
+        if g.group in dense_groups
+    )
+    wq = sum(g.bytes_per_rank for g in accounting.weights(m, p, served) if g.group in dense_groups)
+    values |= {
+        "W16_bytes": round(w16),
+        "Wq_bytes": round(wq),
+        "W4_bytes": round(wq),
+        "budget_groups": dense_groups,
+        "weight_table": [g.row() for g in accounting.weights(m, p, served) if g.group in dense_groups],
+    }
+    bw, bw_source = bandwidth(ctx)
     budget_ns = None
-    if w is not None:
-        values |= {"W16_bytes": w["W16_bytes"], "W4_bytes": w["W4_bytes"], "G": w["G"], "G_source": w["G_source"]}
-    if w is not None and bw is not None:
-        budget_ns = dequant_budget(w["W16_bytes"], w["W4_bytes"], bw) * 1e9
+    if bw is not None and w16 > wq:
+        budget_ns = dequant_budget(w16, wq, bw) * 1e9
         values |= {"bandwidth_bytes_per_s": bw, "bandwidth_source": bw_source, "budget_ns": budget_ns}
         substituted = (
-            f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms vs ({w['W16_bytes'] / 1e6:.4g} − "
-            f"{w['W4_bytes'] / 1e6:.4g} MB) / {bw / 1e9:.4g} GB/s = {budget_ns / 1e6:.3g} ms"
+            f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms vs ({w16 / 1e6:.4g} − {wq / 1e6:.4g} MB) / "
+            f"{bw / 1e9:.4g} GB/s = {budget_ns / 1e6:.3g} ms"
         )
     else:
-        values["budget"] = "not computed: " + (bw_source if bw is None else "config lacks h, H_kv, D or I")
+        values["budget"] = "not computed: " + (bw_source if bw is None else "no dense quantized group")
         substituted = f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms per step; budget {values['budget']}"
     over = budget_ns is not None and delta[worst_ph] > budget_ns
     return finding(
@@ -152,7 +185,7 @@ def check(ctx: Context) -> Check:
             f"Separate dequantize kernels before dense GEMMs in {', '.join(delta)}: Δ = {delta[worst_ph] / 1e6:.3g} ms "
             f"per {worst_ph} step"
             + (
-                f" {'>' if over else '≤'} budget (W16 − W4)/BW = {budget_ns / 1e6:.3g} ms"
+                f" {'>' if over else '≤'} budget (W16 − Wq)/BW = {budget_ns / 1e6:.3g} ms"
                 + (": the quantized path is slower than 16-bit weights there" if over else "")
                 if budget_ns is not None
                 else " (budget needs --hbm-bandwidth)"
@@ -162,7 +195,7 @@ def check(ctx: Context) -> Check:
         substituted=substituted,
         values=values,
         table=table,
-        evidence=evidence,
+        evidence=[phase_evidence(r) for r in dq][: ctx.settings.max_evidence],
         next_check=(
             "Check which batch sizes take the dequantize path (e.g. vLLM AWQ for ≥ 256 tokens) and whether a "
             "Marlin/Machete kernel exists for this method and GPU (awq_marlin, gptq_marlin)."

@@ -1,37 +1,55 @@
 """KRN004 What 4-bit weights can buy in decode.
 
-Hypothesis: a decode step reads the weights once and every active sequence's KV history; 4-bit
-weights shrink only the first term. When the KV term dominates (long contexts, many sequences),
+Hypothesis: a decode step reads the weights once and every active sequence's KV history; 4-bit weights
+shrink only the first term, and only for the groups not already at 4 bits. When the KV term dominates
+(long contexts, many sequences), or the weights that matter are already 4-bit (MXFP4 / NVFP4 / AWQ experts),
 weight quantization cannot speed decode steps much, whatever the kernel.
 
-Formula: read bytes ≈ W + B·K per decode step and rank, K = S·c, c = 2·L·H_kv·D·b (KV heads held by
-the rank, b bytes per KV element = the activation dtype: 4-bit weights do not make the KV 4-bit);
-S_read = (W16 + B·K) / (W4 + B·K), W4/W16 ≈ (1 − f) + f/4 + f/G (f quantized share, G group size;
-seed: f = 0.9, G = 128 → 0.332). Finding when S_read ≤ 1.25: KV traffic dominates.
+Formula: read bytes ≈ W + B·K per decode step and rank (tracediag.model.accounting): W = weights read at
+their format as served (attention, dense MLP, shared experts, router, lm_head in full; MoE experts only the
+expected E·(1 − (1 − k/E)^T) touched by the step's T tokens — an estimate, exact only for uniform independent
+routing); K = KV bytes of one sequence of S tokens (2·ceil(H_kv/p)·D·b per full layer, sliding layers capped at
+their window, MLA one latent of kv_lora_rank + qk_rope_head_dim), b the KV element bytes (engine log, FP8-KV
+kernel name or config; 4-bit weights do not make the KV 4-bit). W4 = the same reads with every 16-bit
+projection group at 4 bits + one 16-bit scale per G (seed: (1 − f) + f/4 + f/G, f = 0.9, G = 128 → 0.332);
+groups already ≤ 4.5 bits stay. S_read = (W + B·K) / (W4 + B·K). Finding when S_read ≤ 1.25 because KV
+traffic dominates; a pass says so when the weights are already 4-bit (no 4-bit saving is offered for them).
 
-Evidence: per decode step: B active sequences and S tokens of KV each (from the attention op's key
-shape or the vLLM annotation, with the source named), K, W16, W4, S_read.
+Evidence: per decode step: B active sequences and S tokens of KV each (from the attention op's key shape or
+the vLLM annotation, with the source named), K, W, W4, S_read; the per-group byte table behind W.
 
-What to do: when KV dominates, weight quantization is the wrong lever for decode speed: reduce KV
-bytes (KV-cache quantization, fewer/shorter contexts per step, GQA/MLA models) or accept it; when
-weights dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up to S_read.
+What to do: when KV dominates, weight quantization is the wrong lever for decode speed: reduce KV bytes
+(KV-cache quantization, fewer/shorter contexts per step, GQA/MLA models) or accept it; when 16-bit weights
+dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up to S_read.
 """
 
 from __future__ import annotations
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import NO_DECODE_STEPS, decode_reads, decode_steps, median, step_events
+from tracediag.model import accounting
+from tracediag.rules._kernels import (
+    NO_DECODE_STEPS,
+    decode_steps,
+    kv_cache_dtype,
+    median,
+    served_formats,
+    step_events,
+    tp_degree,
+    w16_formats,
+)
 
 RULE = RuleMeta(
     id="KRN004",
     step=5,
-    title="Decode read traffic: what 4-bit weights can buy, S_read = (W16 + B·K)/(W4 + B·K)",
+    title="Decode read traffic: what 4-bit weights can buy, S_read = (W + B·K)/(W4 + B·K)",
     requires_tables=("steps",),
     requires_model=("L", "H", "I", "h", "H_kv", "D"),
-    may_be_downstream_of=("SHP001", "SHP002"),
+    may_be_downstream_of=("SHP001", "SHP002", "SHP003"),
 )
 KV_DOMINATES = 1.25  # S_read at or below this: weight quantization buys ≤ 25 % of decode reads
+PROJECTION_GROUPS = ("attention", "dense_mlp", "experts", "shared_experts")  # what 4-bit quantization covers
+ALREADY_4BIT = 0.05  # W4 within 5 % of W: the weights that matter are 4-bit already
 
 
 def s_read(w16: float, w4: float, bk: float) -> float:
@@ -50,93 +68,122 @@ def check(ctx: Context) -> Check:
             "missing context length S of the decode steps: no aten::scaled_dot_product_attention with recorded "
             "key shapes and no vLLM annotation carrying KV lengths",
         )
-    reads = decode_reads(ctx)
-    p, p_source, b, w, c = reads.p, reads.p_source, reads.b, reads.w, reads.c
+    p, p_source = tp_degree(ctx)
+    kv = kv_cache_dtype(ctx)
+    served, served_how = served_formats(ctx, "decode")
+    w4_fmts, G, G_source = accounting.hypothetical_w4(m)
+    c = accounting.kv_bytes_per_token(m, p, kv.b)
     table = []
     for s in known:
-        bk = s["B"] * s["S"] * c
+        T = s["T"] or s["B"]
+        W = accounting.decode_reads(m, p, T, served).total
+        W16 = accounting.decode_reads(m, p, T, w16_formats(m)).total
+        W4 = accounting.decode_reads(m, p, T, w4_fmts).total
+        K = accounting.kv_bytes(m, p, kv.b, s["S"])
+        bk = s["B"] * K
         table.append(
             {
                 "rank": s["rank"],
                 "step": s["step_id"],
                 "B": s["B"],
                 "S": s["S"],
-                "K_bytes": round(s["S"] * c),
+                "T": T,
+                "K_bytes": round(K),
                 "BK_bytes": round(bk),
-                "W16_bytes": w["W16_bytes"],
-                "W4_bytes": w["W4_bytes"],
-                "S_read": s_read(w["W16_bytes"], w["W4_bytes"], bk),
-                "kv_share_of_W16_reads": bk / (w["W16_bytes"] + bk),
+                "W_bytes": round(W),
+                "W16_bytes": round(W16),
+                "W4_bytes": round(W4),
+                "S_read": s_read(W, W4, bk),
+                "kv_share_of_reads": bk / (W + bk),
             }
         )
     sr = median([t["S_read"] for t in table])
     mid = min(table, key=lambda t: abs(t["S_read"] - sr))
+    reads = accounting.decode_reads(m, p, mid["T"], served)
     values = {
         "p": p,
         "p_source": p_source,
-        "b": b,
-        "b_source": f"activation dtype {m.dtype}"
-        if m.dtype_bytes
-        else "assumed 2 bytes (no torch_dtype in the config)",
+        "b": kv.b,
+        "b_source": kv.source,
+        "kv_layout": accounting.kv_layout(m),
         "c_bytes_per_token": c,
-        "W16_bytes": w["W16_bytes"],
-        "W4_bytes": w["W4_bytes"],
-        "W4_over_W16": w["ratio"],
-        "f": w["quantized_share_f"],
-        "G": w["G"],
-        "G_source": w["G_source"],
+        "W_bytes": mid["W_bytes"],
+        "W_counted_as": served_how,
+        "W16_bytes": mid["W16_bytes"],
+        "W4_bytes": mid["W4_bytes"],
+        "W4_over_W": mid["W4_bytes"] / mid["W_bytes"],
+        "f": sum(r["bytes_read"] for r in reads.rows if r["group"] in PROJECTION_GROUPS) / mid["W_bytes"],
+        "G": G,
+        "G_source": G_source,
+        "experts_touched_per_moe_layer": reads.experts_touched,
+        "experts_touched_note": (
+            "estimate E·(1−(1−k/E)^T) for uniform independent routing; skewed routing touches fewer" if m.moe else None
+        ),
+        "weight_groups": reads.rows,
         "B_median": median([t["B"] for t in table]),
         "S_median": median([t["S"] for t in table]),
         "B_source": known[0]["B_source"],
         "S_source": known[0]["S_source"],
         "S_read_median": sr,
-        "kv_share_median": median([t["kv_share_of_W16_reads"] for t in table]),
+        "kv_share_median": median([t["kv_share_of_reads"] for t in table]),
         "decode_steps": len(steps),
         "decode_steps_with_S": len(known),
     }
-    formula = "S_read = (W16 + B·K) / (W4 + B·K), K = S·c, c = 2·L·H_kv·D·b"
+    formula = "S_read = (W + B·K) / (W4 + B·K), K = KV bytes of one sequence of S tokens"
+    moe = (
+        f"; experts: {reads.experts_touched:.1f} of {m.moe.experts} touched per MoE layer at T = {mid['T']:g} "
+        "(estimate)"
+        if m.moe
+        else ""
+    )
     substituted = (
-        f"c = 2·{m.L}·{c // (2 * m.L * m.D * b)}·{m.D}·{b} = {c:,} B/token; e.g. rank {mid['rank']} step "
-        f"{mid['step']}: B·K = {mid['B']}·{mid['S']:g}·{c:,} = {mid['BK_bytes']:,} B; "
-        f"S_read = ({w['W16_bytes']:,} + {mid['BK_bytes']:,}) / ({w['W4_bytes']:,} + {mid['BK_bytes']:,}) "
-        f"= {mid['S_read']:.3f}"
+        f"rank {mid['rank']} step {mid['step']}: W = {mid['W_bytes']:,} B{moe}; B·K = {mid['B']}·{mid['K_bytes']:,} = "
+        f"{mid['BK_bytes']:,} B ({values['kv_layout']}, b = {kv.b:g}); S_read = ({mid['W_bytes']:,} + "
+        f"{mid['BK_bytes']:,}) / ({mid['W4_bytes']:,} + {mid['BK_bytes']:,}) = {mid['S_read']:.3f}"
     )
     events = step_events(steps)
     evidence = [
         events[(t["rank"], t["step"])] | {"B": t["B"], "S": t["S"], "S_read": round(t["S_read"], 4)} for t in table
     ][: ctx.settings.max_evidence]
+    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    kv_pct = values["kv_share_median"]
+    if 1 - values["W4_over_W"] < ALREADY_4BIT:
+        four = [r["group"] for r in reads.rows if r["bits_per_weight"] <= 5]
+        big = max(reads.rows, key=lambda r: r["bytes_read"])
+        return passed(
+            RULE,
+            confidence="high",
+            title=(
+                f"No 4-bit saving left: {', '.join(four) or 'the weights'} already run 4-bit "
+                f"({big['group']} {big['format']} is {big['bytes_read'] / mid['W_bytes']:.0%} of weight reads); "
+                f"KV {kv_pct:.0%} of decode reads (B = {values['B_median']:g}, S = {values['S_median']:g})"
+            ),
+            **common,
+        )
     if sr <= KV_DOMINATES:
         return finding(
             RULE,
             severity="info",
             confidence="high" if known[0]["S_source"] else "medium",
-            impact=values["kv_share_median"],
+            impact=kv_pct,
             title=(
                 f"Weight quantization cannot speed these decode steps much: KV traffic dominates "
-                f"({values['kv_share_median']:.0%} of 16-bit reads), S_read = {sr:.2f} "
+                f"({kv_pct:.0%} of reads), S_read = {sr:.2f} "
                 f"(B = {values['B_median']:g} sequences × S = {values['S_median']:g} tokens)"
             ),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
             next_check=(
                 "Cut KV bytes instead: KV-cache quantization, fewer or shorter contexts per step, a GQA/MLA model; "
                 "4-bit weights still save memory (more sequences fit) but not decode time."
             ),
+            **common,
         )
+    sixteen = [r["group"] for r in reads.rows if r["bits_per_weight"] > 5 and r["bytes_read"] > 0.05 * mid["W_bytes"]]
     return passed(
         RULE,
         confidence="high",
         title=(
-            f"Weights dominate decode reads: 4-bit weights could cut them up to {sr:.2f}× "
-            f"(KV {values['kv_share_median']:.0%} of 16-bit reads, B = {values['B_median']:g}, "
-            f"S = {values['S_median']:g})"
+            f"16-bit weights dominate decode reads ({', '.join(sixteen)}): 4-bit weights could cut them up to "
+            f"{sr:.2f}× (KV {kv_pct:.0%} of reads, B = {values['B_median']:g}, S = {values['S_median']:g})"
         ),
-        formula=formula,
-        substituted=substituted,
-        values=values,
-        table=table,
-        evidence=evidence,
+        **common,
     )

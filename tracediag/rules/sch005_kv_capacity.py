@@ -6,9 +6,13 @@ Dividing that memory by the per-token KV bytes the model config implies must giv
 large mismatch means the config is not the served model's (other head count or layers), the KV dtype is
 not what the user thinks (fp8 halves the bytes), or the tensor-parallel split differs.
 
-Formula: per-token KV bytes per GPU = 2·(L/pp)·ceil(H_kv/p)·D·b (b = KV element bytes: kv_cache_dtype,
-'auto' = model dtype); expected tokens = floor(X GiB / per-token bytes); ratio = reported / expected;
-match within ±5 %.
+Formula: per-token KV bytes per GPU (tracediag.model.accounting) = (L/pp)·2·ceil(H_kv/p)·D·b for full
+attention; MLA (DeepSeek V2/V3/R1, Kimi) (L/pp)·(kv_lora_rank + qk_rope_head_dim)·b — one latent per token
+and layer, replicated on every TP rank, not 2·H_kv·D; b = KV element bytes (kv_cache_dtype from the log,
+'auto' = the model dtype; else an FP8-KV kernel name or the checkpoint's declared KV quantization).
+expected tokens = floor(X GiB / per-token bytes); ratio = reported / expected; match within ±5 %.
+Models with sliding-window or chunked layers are not checked: the engine sizes those layers apart and
+reports tokens as concurrency × max_model_len (vLLM kv_cache_utils), which per-token bytes cannot predict.
 
 Evidence: the startup lines (KV cache memory, GPU KV cache size, num_gpu_blocks, tensor/pipeline
 parallel size, dtype, kv_cache_dtype) with their line numbers, and the model config fields.
@@ -23,8 +27,8 @@ import math
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import DTYPE_BYTES
-from tracediag.model.servingmath import kv_bytes_per_token
+from tracediag.model import DTYPE_BYTES, accounting
+from tracediag.rules._kernels import kv_cache_dtype
 from tracediag.rules._serving import input_paths, log_evidence, short, startup_facts
 
 RULE = RuleMeta(
@@ -38,14 +42,17 @@ TOLERANCE = 0.05
 GIB = 1024**3
 
 
-def _kv_element_bytes(facts: dict, model) -> tuple[float | None, str]:
+def _kv_element_bytes(ctx: Context, facts: dict, model) -> tuple[float | None, str]:
     kv = str((facts.get("kv_cache_dtype") or {}).get("value", "auto")).strip("'")
     if kv.startswith("fp8") or "float8" in kv:
-        return 1, f"kv_cache_dtype={kv}"
+        return 1, f"engine log: kv_cache_dtype={kv}"
     if kv not in ("auto", "None", ""):
         b = DTYPE_BYTES.get(kv.replace("torch.", ""))
         if b:
-            return b, f"kv_cache_dtype={kv}"
+            return b, f"engine log: kv_cache_dtype={kv}"
+    other = kv_cache_dtype(ctx)  # an FP8-KV kernel name, or the checkpoint's declared KV quantization
+    if not other.source.startswith(("model dtype", "assumed", "engine log")):
+        return other.b, f"kv_cache_dtype={kv} in the log; {other.source}"
     dt = str((facts.get("dtype") or {}).get("value", "")).replace("torch.", "")
     if DTYPE_BYTES.get(dt):
         return DTYPE_BYTES[dt], f"kv_cache_dtype=auto → engine dtype {dt}"
@@ -87,10 +94,14 @@ def _evaluate(ctx: Context, path: str, facts: dict) -> dict | str:
     p_source = f"log line {tp_row['line']}" if tp_row else (ctx.tp.source if ctx.tp else "default 1 (not logged)")
     pp_row = facts.get("pipeline_parallel_size")
     pp = int(pp_row["value_num"]) if pp_row and pp_row["value_num"] else 1
-    b, b_source = _kv_element_bytes(facts, m)
+    b, b_source = _kv_element_bytes(ctx, facts, m)
     if b is None:
         return "missing the KV element type: no dtype in the log and no torch_dtype in the config"
-    per_token = kv_bytes_per_token(m.L, m.H_kv, m.D, b, p=p, pp=pp)
+    full = accounting.kv_bytes_per_token(m, p, b)
+    if full is None:
+        return "missing the KV shape: the config lacks num_key_value_heads or head_dim"
+    per_token = full / pp
+    mla = m.attention is not None and m.attention.kind == "MLA"
     mem_bytes = mem["value_num"] * GIB
     expected = math.floor(mem_bytes / per_token)
     ratio = reported / expected
@@ -107,7 +118,8 @@ def _evaluate(ctx: Context, path: str, facts: dict) -> dict | str:
         "tensor_parallel_size": p,
         "tp_source": p_source,
         "pipeline_parallel_size": pp,
-        "kv_heads_per_rank": math.ceil(m.H_kv / p),
+        "kv_heads_per_rank": math.ceil(m.H_kv / p) if not mla else None,
+        "kv_layout": accounting.kv_layout(m),
         "bytes_per_token_per_gpu": per_token,
         "expected_tokens": expected,
         "ratio": round(ratio, 4),
@@ -117,9 +129,14 @@ def _evaluate(ctx: Context, path: str, facts: dict) -> dict | str:
     if blocks_row:
         values["num_gpu_blocks"] = int(blocks_row["value_num"])
         values["block_size_implied"] = round(reported / blocks_row["value_num"], 3)
+    shape = (
+        f"{m.L}/{pp}·({m.attention.kv_lora_rank} + {m.attention.qk_rope_head_dim})·{b:g}"
+        if mla
+        else f"2·{m.L}/{pp}·ceil({m.H_kv}/{p})·{m.D}·{b:g}"
+    )
     substituted = (
-        f"floor({mem['value_num']} GiB / (2·{m.L}/{pp}·ceil({m.H_kv}/{p})·{m.D}·{b:g} = {per_token:,.0f} B)) "
-        f"= {expected:,}; {reported:,} / {expected:,} = {ratio:.4f}"
+        f"floor({mem['value_num']} GiB / ({shape} = {per_token:,.0f} B)) = {expected:,}; "
+        f"{reported:,} / {expected:,} = {ratio:.4f}"
     )
     evidence = [
         log_evidence(path, r, name, value=r["value"])
@@ -141,6 +158,12 @@ def check(ctx: Context) -> Check:
     if not candidates:
         return not_applicable(
             RULE, "missing the engine's reported KV size: no 'GPU KV cache size' / num_gpu_blocks line in the logs"
+        )
+    if any(c is not None for c in accounting.kv_layer_caps(m)):
+        return not_applicable(
+            RULE,
+            f"not comparable: {accounting.kv_layout(m)} — the engine sizes windowed layers apart and reports tokens "
+            "as concurrency × max_model_len, which per-token bytes cannot predict",
         )
     results, reasons = [], []
     for input_id, facts in candidates:

@@ -6,10 +6,15 @@ so every later number would be computed with the wrong H, I or p.
 Formula: the projection GEMMs of a Megatron-sharded layer have (input width K, output width N) of
   QKV  (H, (h/p + 2·ceil(H_kv/p))·D)  or q (H, h·D/p), k/v (H, ceil(H_kv/p)·D)
   O    (h·D/p, H)      gate_up (H, 2I/p) or gate/up (H, I/p)      down (I/p, H)      lm_head (H, V/p)
-Every GEMM whose K or N equals H should match one of these roles.
+MLA (DeepSeek): q_a (H, q_lora_rank) and kv_a (H, kv_lora_rank + qk_rope_head_dim) replicated, q_b
+(q_lora_rank, h/p·(qk_nope + qk_rope)), kv_b (kv_lora_rank, h/p·(qk_nope + v_head_dim)), O (h/p·v_head_dim, H).
+MoE: router (H, E) replicated (not sharded); experts (H, 2·I_e/p) / (I_e/p, H) under TP, or (H, 2·I_e) /
+(I_e, H) under expert parallelism; shared experts like a dense MLP of their width. Kernels may pad H (and I)
+to a multiple of 64/128/256 (vLLM's MXFP4 MoE pads 2880 to 3072): such a GEMM matches its role "padded to
+3072", said so, not silently. Every GEMM whose K or N is H (or padded H) should match one of these roles.
 
 Evidence: GEMM CPU ops with recorded shapes (aten::linear / mm / addmm / matmul, outermost only),
-counted by (K, N); the roles matched; unmatched shapes with example events.
+counted by (K, N); the roles matched (padding named); unmatched shapes with example events.
 
 What to do: make sure --model is the served model's config.json and --tp the engine's
 tensor_parallel_size; if shapes fit another p, the trace is from another deployment.
@@ -36,11 +41,31 @@ RULE = RuleMeta(
 MATCH_SHARE = 0.9  # share of hidden-size GEMM calls that must match a role
 
 
+def _dense_roles(roles: dict[str, tuple[int, int]], prefix: str, H: int, width: int | None, p: int) -> None:
+    if width and width % p == 0:
+        roles[f"{prefix}gate_proj/up_proj"] = (H, width // p)
+        roles[f"{prefix}gate_up_proj (fused)" if not prefix else f"{prefix}gate_up_proj"] = (H, 2 * width // p)
+        roles[f"{prefix}down_proj"] = (width // p, H)
+
+
 def expected_roles(m, p: int) -> dict[str, tuple[int, int]]:
     """(K, N) per projection role on one rank at TP degree p; roles whose inputs are unknown are left out."""
     roles: dict[str, tuple[int, int]] = {}
     H = m.H
-    if m.h and m.D and m.h % p == 0:
+    a = m.attention
+    if a is not None and a.kind == "MLA" and m.h and m.h % p == 0:
+        hp, qh, v = m.h // p, a.q_head_dim or 0, a.v_head_dim or 0
+        kv_a = (a.kv_lora_rank or 0) + (a.qk_rope_head_dim or 0)
+        if a.q_lora_rank:
+            roles["q_a_proj"] = (H, a.q_lora_rank)
+            roles["q_b_proj"] = (a.q_lora_rank, hp * qh)
+            roles["fused_qkv_a_proj"] = (H, a.q_lora_rank + kv_a)
+        else:
+            roles["q_proj"] = (H, hp * qh)
+        roles["kv_a_proj_with_mqa"] = (H, kv_a)
+        roles["kv_b_proj"] = (a.kv_lora_rank or 0, hp * ((a.qk_nope_head_dim or 0) + v))
+        roles["o_proj"] = (hp * v, H)
+    elif m.h and m.D and m.h % p == 0:
         q = m.h // p * m.D
         roles["q_proj"] = (H, q)
         roles["o_proj"] = (q, H)
@@ -48,14 +73,45 @@ def expected_roles(m, p: int) -> dict[str, tuple[int, int]]:
             kv = math.ceil(m.H_kv / p) * m.D
             roles["k_proj/v_proj"] = (H, kv)
             roles["qkv_proj (fused)"] = (H, q + 2 * kv)
-    if m.I and m.I % p == 0:
-        roles["gate_proj/up_proj"] = (H, m.I // p)
-        roles["gate_up_proj (fused)"] = (H, 2 * m.I // p)
-        roles["down_proj"] = (m.I // p, H)
+    _dense_roles(roles, "", H, m.dense_I if m.moe else m.I, p)
+    if m.moe:
+        roles["router (replicated)"] = (H, m.moe.experts)
+        _dense_roles(roles, "expert ", H, m.moe.expert_I, p)
+        if p > 1:  # expert parallelism: whole experts per rank
+            roles["expert gate_up_proj (EP)"] = (H, 2 * m.moe.expert_I)
+            roles["expert down_proj (EP)"] = (m.moe.expert_I, H)
+        if m.moe.shared_experts and m.moe.shared_I:
+            _dense_roles(roles, "shared_expert ", H, m.moe.shared_I, p)
     if m.vocab_size:
         roles["lm_head (vocab-parallel)"] = (H, math.ceil(m.vocab_size / p))
         roles["lm_head (replicated)"] = (H, m.vocab_size)
     return roles
+
+
+PAD_ALIGNMENTS = (64, 128, 256)  # kernels round H / I up to these (vLLM MXFP4 MoE: 256)
+
+
+def padded_roles(m, p: int) -> dict[str, tuple[int, int]]:
+    """The roles again with H (and the expert width) rounded up to a kernel alignment, where that changes them."""
+    out: dict[str, tuple[int, int]] = {}
+    base = expected_roles(m, p)
+    for align in PAD_ALIGNMENTS:
+        Hp = -(-m.H // align) * align
+        if Hp == m.H:
+            continue
+        sub = {m.H: Hp}
+        if m.moe:
+            Ip = -(-m.moe.expert_I // align) * align
+            sub[m.moe.expert_I] = Ip
+            sub[2 * m.moe.expert_I] = 2 * Ip
+            if p > 1:
+                sub[m.moe.expert_I // p] = Ip // p
+                sub[2 * m.moe.expert_I // p] = 2 * Ip // p
+        for role, (k, n) in base.items():
+            kn = (sub.get(k, k), sub.get(n, n))
+            if kn != (k, n) and kn not in base.values():
+                out.setdefault(f"{role} (H padded to {Hp})", kn)
+    return out
 
 
 def _kn(name: str, act: list[int], w: list[int]) -> tuple[int, int] | None:
@@ -69,8 +125,11 @@ def _kn(name: str, act: list[int], w: list[int]) -> tuple[int, int] | None:
 
 
 def _match(shapes: dict[tuple[int, int], dict], roles: dict[str, tuple[int, int]], H: int):
-    relevant = {kn: s for kn, s in shapes.items() if H in kn}
-    by_role = {kn: [r for r, v in roles.items() if v == kn] for kn in relevant}
+    """Shapes with K or N = H, plus those a padded-H role explains (an unexplained padded width is not counted:
+    it may be anything)."""
+    role_of = {kn: [r for r, v in roles.items() if v == kn] for kn in shapes}
+    relevant = {kn: s for kn, s in shapes.items() if H in kn or any("padded to" in r for r in role_of[kn])}
+    by_role = {kn: role_of[kn] for kn in relevant}
     matched = sum(s["calls"] for kn, s in relevant.items() if by_role[kn])
     total = sum(s["calls"] for s in relevant.values())
     return relevant, by_role, matched, total
@@ -87,7 +146,7 @@ def check(ctx: Context) -> Check:
     m, p = ctx.model, ctx.tp.p
     rows = ctx.rows(
         "SELECT name, act_dims, w_dims, count(*) AS calls, min(rank) AS rank, min(step_id) AS step_id, "
-        "min(ts_ns) AS ts_ns FROM gemm_shapes GROUP BY name, act_dims, w_dims"
+        "min(ts_ns) AS ts_ns FROM gemm_shapes GROUP BY name, act_dims, w_dims ORDER BY ts_ns, name, act_dims, w_dims"
     )
     shapes: dict[tuple[int, int], dict] = {}
     for r in rows:
@@ -99,7 +158,7 @@ def check(ctx: Context) -> Check:
             continue
         s = shapes.setdefault(kn, {"calls": 0, "example": r})
         s["calls"] += r["calls"]
-    roles = expected_roles(m, p)
+    roles = expected_roles(m, p) | padded_roles(m, p)
     relevant, by_role, matched, total = _match(shapes, roles, m.H)
     table = [
         {
@@ -121,6 +180,7 @@ def check(ctx: Context) -> Check:
         "matched_calls": matched,
         "matched_share": matched / total if total else None,
         "expected_roles": {r: list(v) for r, v in roles.items()},
+        "padded_calls": sum(s["calls"] for kn, s in relevant.items() if any("padded to" in r for r in by_role[kn])),
     }
     formula = "share = calls whose (K, N) matches a role at p / calls with K = H or N = H"
     evidence = [
@@ -151,17 +211,23 @@ def check(ctx: Context) -> Check:
     substituted = f"share = {matched} / {total} = {share:.2f} (need ≥ {MATCH_SHARE})"
     common = {"formula": formula, "substituted": substituted, "table": table[:20], "evidence": evidence}
     if share >= MATCH_SHARE:
+        pads = sorted(
+            {r.rsplit("padded to ", 1)[1].rstrip(")") for rs in by_role.values() for r in rs if "padded to" in r}
+        )
+        padded = (
+            f" ({values['padded_calls']} with H padded to {', '.join(pads)})" if pads and values["padded_calls"] else ""
+        )
         return passed(
             RULE,
             confidence="high",
-            title=f"{matched} of {total} hidden-size GEMM calls match the config's roles at p={p}",
+            title=f"{matched} of {total} hidden-size GEMM calls match the config's roles at p={p}{padded}",
             values=values,
             **common,
         )
     alt = {}
     for q in (1, 2, 4, 8, 16):
         if q != p:
-            _, _, mq, tq = _match(shapes, expected_roles(m, q), m.H)
+            _, _, mq, tq = _match(shapes, expected_roles(m, q) | padded_roles(m, q), m.H)
             alt[q] = mq / tq if tq else 0.0
     best = max(alt, key=alt.get) if alt else None
     hint = f"; the shapes fit p={best} ({alt[best]:.0%} of calls)" if best and alt[best] >= MATCH_SHARE else ""

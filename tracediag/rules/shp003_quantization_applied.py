@@ -1,23 +1,25 @@
 """SHP003 Quantization applied.
 
-Hypothesis: the config declares 4-bit weight-only quantization (AWQ / GPTQ / bitsandbytes /
-compressed-tensors W4A16 / MXFP4), but the engine runs the projections as dense 16-bit GEMMs on
-full-size weights and no W4A16 kernel runs — the model was loaded unquantized or dequantized once at
-load, so neither the memory nor the decode-bandwidth saving the config promises exists.
+Hypothesis: the checkpoint declares quantized weights for some module groups (AWQ / GPTQ / bitsandbytes /
+compressed-tensors / FP8 / MXFP4 / NVFP4 ...), but the engine runs those groups as dense 16-bit GEMMs on
+full-size weights — the model was loaded unquantized or dequantized once at load, so neither the memory nor the
+decode-bandwidth saving the config promises exists. Groups the checkpoint excludes from quantization
+(`modules_to_not_convert`, `ignore`, `exclude_modules`: attention and router of gpt-oss, lm_head almost
+everywhere) running dense are right, not a finding.
 
-Formula: W4A16 calls = kernels/ops of class wo_gemm (Marlin, Machete, AWQ, GPTQ/exllama, bitsandbytes,
-fpA_intB, int4 packed mm, MXFP4 matmul_ogs); dense projection calls = dense GEMM ops whose (K, N) is a
-projection of the config at TP degree p (the SHP002 role table, lm_head excluded: quantizers leave it
-16-bit) — on GPU traces without recorded shapes, dense GEMM kernels.
-Finding when W4A16 calls = 0 and dense projection calls > 0; also when both run (some projections
-stayed dense).
+Formula: per quantized module group (tracediag.model.quant: attention, dense MLP, experts, shared experts,
+lm_head), the GEMM kernels that serve it must read weights of its declared width: MoE experts are judged on
+the expert GEMMs (grouped / batched MoE kernels: matmul_ogs, trtllm-gen bmm, Marlin MoE, CUTLASS / CK MoE,
+fused_moe), the other groups on the dense GEMMs. A dense GEMM op whose (K, N) is the group's full-size
+projection at TP degree p (the SHP002 role table) proves the group ran 16-bit; on GPU traces without
+recorded shapes, a quantized dense group with no low-bit GEMM kernel at all is the evidence.
 
-Evidence: the config's quantization_config, W4A16 kernels with calls and time, dense projection GEMMs
-with their shapes (role, K, N) and example calls.
+Evidence: the per-group table (declared format and scheme, verdict, kernels with the format read from their
+names), dense projection GEMMs with their shapes (role, K, N) and example calls.
 
-What to do: check the engine's load log for the quantization method it picked (and warnings that it
-fell back), that the checkpoint really holds packed weights (qweight/scales), that the quant kernels
-exist for this GPU arch and dtype, and the engine flags (--quantization) — then KRN003 for the path.
+What to do: check the engine's load log for the quantization method it picked (and warnings that it fell
+back), that the checkpoint really holds packed weights (qweight/scales, *_blocks/*_scales), that the quant
+kernels exist for this GPU arch and dtype, and the engine flags (--quantization) — then KRN003 for the path.
 """
 
 from __future__ import annotations
@@ -27,135 +29,152 @@ from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     SOURCE_LABEL,
     call_evidence,
-    dense_projection_gemms,
+    declared_formats,
+    group_dispatch,
+    kernels_in_words,
     phase_name,
     prepare,
     source_of,
     tp_degree,
-    weight_only_4bit,
 )
 
 RULE = RuleMeta(
     id="SHP003",
     step=1,
-    title="4-bit weight-only config → W4A16 kernels run on the projections",
+    title="Quantized module groups run kernels of their declared format",
     requires_tables=("steps",),
     requires_model=("H",),
     may_be_downstream_of=("SHP002",),
 )
+NEXT_CHECK = (
+    "Check the engine's load log for the quantization method it chose (or a fallback warning), that the "
+    "checkpoint holds packed weights (qweight/qzeros/scales, *_blocks/*_scales), that the low-bit kernels support "
+    "this GPU arch and dtype, and the --quantization flag; then KRN003 for the kernel path."
+)
 
 
 def check(ctx: Context) -> Check:
-    declared = weight_only_4bit(ctx.model)
-    if declared is None:
-        q = ctx.model.quantization
-        what = f"quant_method {q.get('quant_method', '?')}, bits {ctx.model.weight_bits}" if q else "none"
+    m = ctx.model
+    if m.quant is None or not m.quant.quantized_groups:
+        what = declared_formats(m) if m.quant is not None and m.quant.method else "none"
         return not_applicable(
-            RULE, f"missing 4-bit weight-only quantization_config in {ctx.model.path} (quantization_config: {what})"
+            RULE, f"missing quantization_config: {m.path} declares no quantized module group (quantization: {what})"
         )
     prepare(ctx)
     p, p_source = tp_degree(ctx)
-    source = source_of(ctx)
-    wo = ctx.rows(
-        """SELECT name, family, sum(calls) AS calls, sum(time_ns) AS time_ns, arg_min(rank, first_ts_ns) AS rank,
-                  arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE klass = 'wo_gemm' GROUP BY ALL ORDER BY time_ns DESC"""
-    )
-    wo_calls = sum(r["calls"] for r in wo)
-    dense = dense_projection_gemms(ctx, p)
-    if dense is None:  # no shapes: fall back to dense GEMM kernels
-        dense_kernels = ctx.rows(
-            """SELECT name, phase, sum(calls) AS calls, sum(time_ns) AS time_ns, arg_min(rank, first_ts_ns) AS rank,
-                      arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
-               FROM kernel_steps WHERE klass = 'gemm' GROUP BY ALL ORDER BY time_ns DESC"""
-        )
-        dense_calls = sum(r["calls"] for r in dense_kernels)
-        dense_how = "dense GEMM kernels (no GEMM shapes recorded: roles not checked)"
-        dense_ev = [call_evidence(r) for r in dense_kernels]
-        roles: dict[str, int] = {}
-    else:
-        dense_calls = len(dense)
-        dense_how = f"dense GEMM ops with a projection's full-size (K, N) at p = {p}"
-        dense_ev = [
-            {
-                "rank": r["rank"],
-                "step": r["step_id"],
-                "ts_ns": r["ts_ns"],
-                "name": r["name"],
-                "phase": phase_name(r["phase"]),
-                "role": r["role"],
-                "K": r["K"],
-                "N": r["N"],
-                "act_type": r["act_type"],
-            }
-            for r in dense
-        ]
-        roles = {}
-        for r in dense:
-            roles[r["role"]] = roles.get(r["role"], 0) + 1
+    verdicts, gemms, dense = group_dispatch(ctx, p)
+    if not gemms and not dense:
+        return not_applicable(RULE, "missing GEMMs: no GEMM kernel or op in the trace")
+    lowbit = [r for r in gemms if r["fmt"].lowbit]
+    failed = [v for v in verdicts if v.verdict in ("not_applied", "partly")]
+    dense_rows = [d for d in dense or [] if d["group"] in {v.group for v in verdicts}]
     values = {
-        "declared": declared,
-        "quantization_config": ctx.model.quantization,
+        "declared": declared_formats(m),
+        "quantization_source": m.quantization_source,
+        "quantization_config": m.quantization,
         "p": p,
         "p_source": p_source,
-        "time_source": SOURCE_LABEL[source],
-        "w4a16_calls": wo_calls,
-        "w4a16_kernels": {r["name"]: r["calls"] for r in wo},
-        "dense_projection_calls": dense_calls,
-        "dense_counted_as": dense_how,
-        "dense_roles": roles,
+        "time_source": SOURCE_LABEL[source_of(ctx)],
+        "lowbit_calls": sum(r["calls"] for r in lowbit),
+        "lowbit_kernels": {r["name"]: r["calls"] for r in lowbit},
+        "dense_projection_calls": len(dense_rows),
+        "dense_counted_as": (
+            f"dense GEMM ops with a quantized group's full-size (K, N) at p = {p}"
+            if dense is not None
+            else "no GEMM shapes recorded: dense GEMM kernels cannot be tied to a group"
+        ),
+        "groups": [v.row() for v in verdicts],
+        "group_formats": m.quant.table(),
     }
-    formula = "W4A16 calls (class wo_gemm) vs dense projection GEMM calls; finding when the dense ones run"
-    substituted = f"W4A16 calls = {wo_calls}; {dense_how}: {dense_calls}"
-    table = [
-        {"kind": "W4A16", "name": r["name"], "family": r["family"], "calls": r["calls"], "time_ns": r["time_ns"]}
-        for r in wo
-    ] + [{"kind": "dense projection", "role": k, "calls": v} for k, v in roles.items()]
-    wo_ev = [call_evidence(r) for r in wo]
+    formula = (
+        "per quantized group: GEMM kernels serving it read weights of its declared width (experts: the MoE GEMMs); "
+        "dense GEMMs with the group's full-size (K, N) = not applied"
+    )
+    substituted = "; ".join(f"{v.group} {v.declared.name}: {v.verdict} ({v.why})" for v in verdicts)
+    table = [v.row() for v in verdicts]
     n = ctx.settings.max_evidence
-    if not wo_calls and not dense_calls:
-        return not_applicable(RULE, "missing GEMMs: neither W4A16 nor dense projection GEMMs in the trace")
-    if wo_calls and not dense_calls:
+    ev_dense = [
+        {
+            "rank": r["rank"],
+            "step": r["step_id"],
+            "ts_ns": r["ts_ns"],
+            "name": r["name"],
+            "phase": phase_name(r["phase"]),
+            "role": r["role"],
+            "group": r["group"],
+            "K": r["K"],
+            "N": r["N"],
+            "act_type": r["act_type"],
+        }
+        for r in dense_rows
+    ]
+    ev_k = [call_evidence(r, scheme=r["fmt"].scheme, weights=r["fmt"].weight) for r in gemms]
+    if not failed:
+        unverified = [v for v in verdicts if v.verdict in ("unverified", "not_seen")]
+        applied = [v for v in verdicts if v.verdict == "applied"]
+        excluded = [g.group for g in m.quant.groups.values() if not g.quantized]
+        how = "; ".join(
+            f"{v.group} {v.declared.name} ({v.declared.scheme}) on {kernels_in_words(v.kernels)}"
+            for v in applied
+            if v.kernels
+        )
+        note = f"; {', '.join(v.group for v in unverified)}: {unverified[0].why}" if unverified else ""
         return passed(
             RULE,
-            confidence="high",
+            confidence="high" if not unverified else "low",
             title=(
-                f"Quantization applied ({declared}): {wo_calls} W4A16 calls "
-                f"({', '.join(sorted(values['w4a16_kernels']))}), no dense projection GEMM"
+                f"Quantization applied per group: {how or 'no group verified'}{note}"
+                + (f"; {', '.join(excluded)} stay {m.quant.groups[excluded[0]].fmt.name} by design" if excluded else "")
             ),
             formula=formula,
             substituted=substituted,
             values=values,
             table=table,
-            evidence=wo_ev[:n],
+            evidence=[call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][:n] or ev_k[:n],
         )
-    if not wo_calls:
+    not_applied = [v for v in failed if v.verdict == "not_applied"]
+    proven = any(v.dense_calls for v in failed) or any(v.group == "experts" for v in not_applied)
+    roles = {}
+    for v in failed:
+        for r, c in v.dense_roles.items():
+            roles[r] = roles.get(r, 0) + c
+    groups_txt = ", ".join(f"{v.group} ({v.declared.name})" for v in failed)
+    if not_applied and not lowbit:
         title = (
-            f"Quantization not applied: the config declares {declared}, but no W4A16 kernel ran and "
-            f"{dense_calls} projection GEMMs ran dense"
-            + (f" on full-size weights ({', '.join(f'{k} ×{v}' for k, v in roles.items())})" if roles else "")
+            f"Quantization not applied: the config declares {groups_txt}, but no low-bit kernel ran and "
+            + (
+                f"{len(dense_rows)} projection GEMMs ran dense"
+                if dense_rows
+                else f"{sum(r['calls'] for r in gemms)} GEMM calls ran 16-bit kernels"
+            )
+            + (f" on full-size weights ({', '.join(f'{k} ×{c}' for k, c in roles.items())})" if roles else "")
         )
-        severity, impact = "error", 1.0
+        impact = 1.0
     else:
         title = (
-            f"Quantization partly applied ({declared}): {wo_calls} W4A16 calls, but {dense_calls} projection GEMMs "
-            f"still dense ({', '.join(f'{k} ×{v}' for k, v in roles.items()) or 'dense GEMM kernels'})"
+            f"Quantization not applied to {groups_txt}: "
+            + "; ".join(f"{v.group}: {v.why}" for v in failed)
+            + (f" ({', '.join(f'{k} ×{c}' for k, c in roles.items())})" if roles else "")
         )
-        severity, impact = "warning", dense_calls / (dense_calls + wo_calls)
+        impact = len(failed) / len(verdicts)
     return finding(
         RULE,
-        severity=severity,
-        confidence="high" if roles else "medium",
+        severity="error" if proven else "warning",
+        confidence="high" if proven else "medium",
         impact=impact,
         title=title,
         formula=formula,
         substituted=substituted,
-        values=values,
-        table=table,
-        evidence=(dense_ev[: n - min(len(wo_ev), 2)] + wo_ev[:2]) if wo_ev else dense_ev[:n],
-        next_check=(
-            "Check the engine's load log for the quantization method it chose (or a fallback warning), that the "
-            "checkpoint holds packed weights (qweight/qzeros/scales), that the W4A16 kernels support this GPU arch "
-            "and dtype, and the --quantization flag; then KRN003 for the kernel path."
+        values=values
+        | (
+            {}
+            if proven
+            else {
+                "note": "no GEMM shapes tie the dense kernels to these groups: a low-bit "
+                "kernel missing from the catalog would look the same"
+            }
         ),
+        table=table,
+        evidence=(ev_dense[: n - 2] + ev_k[:2]) if ev_dense else ev_k[:n],
+        next_check=NEXT_CHECK,
     )

@@ -5,30 +5,33 @@ baseline for throughput is p replicas of TP=1 on the same p cards, compared by p
 not TP=1 vs TP=p latency ("TP article": 先把“放得下”和“跑得快”拆开; vLLM's deployment guidance
 starts from single-GPU serving when the model fits). Capacity is necessary, not proof of speed.
 
-Formula: M_rank(p) = M_weight(p) + M_KV(p) + M_runtime ≤ M_usable, with M_weight(p) ≈ params ×
-bytes_per_weight / p, M_KV(p) = tokens × 2·L·ceil(H_kv/p)·D·b (KV heads replicate when p > H_kv, so
-M_KV does not always shrink by p), M_runtime an allowance for activations, CUDA graphs and
-communication buffers, and M_usable = GPU memory × 0.9 (vLLM's default gpu_memory_utilization). "Fits"
-means one full context (max_position_embeddings tokens) of KV fits beside the weights.
-G_card = SLO-meeting output tokens / (time × GPUs) is the comparison to run.
+Formula: M_rank(p) = M_weight(p) + M_KV(p) + M_runtime ≤ M_usable. M_weight(p): every module group's
+parameters at its real format (tracediag.model.accounting: MXFP4 experts at 4.25 bits, AWQ at 4 + 20/G, FP8
+block at 8.002, bf16 attention / router / embeddings ...), split the Megatron/vLLM way (attention by heads,
+MLPs and experts by p, router and norms replicated, vocab-parallel embeddings and lm_head). M_KV(p) = the
+KV of one full context (max_position_embeddings tokens) on one rank: 2·ceil(H_kv/p)·D·b per token per
+full-attention layer (KV heads replicate when p > H_kv), sliding-window layers capped at their window, MLA
+one latent of kv_lora_rank + qk_rope_head_dim per layer (not split by p); b from the engine log, an FP8-KV
+kernel name or the config. M_runtime an allowance for activations, CUDA graphs and communication buffers;
+M_usable = GPU memory × 0.9 (vLLM's default gpu_memory_utilization). G_card = SLO-meeting output tokens /
+(time × GPUs) is the comparison to run.
 
-Evidence: GPU memory (the trace's deviceProperties, else the topology snapshot), the parameter
-estimate from config.json, bytes per weight (quantization), the per-p capacity table (weights, KV per
-token, KV tokens that fit, fits?), the smallest p that fits, p in use.
+Evidence: GPU memory (the trace's deviceProperties, else the topology snapshot), the per-group weight table
+(parameters, format, bits per weight, bytes per rank), the per-p capacity table (weights, KV per token, KV
+tokens that fit, fits?), the smallest p that fits, p in use.
 
 What to do: when the model fits at p = 1 and p > 1 is in use, benchmark p replicas of TP=1 against
-TP=p at the same arrival process and SLO, and compare per-card goodput; keep TP only if it wins or if
-one replica cannot meet the latency SLO. Informational until per-card goodput data shows TP losing.
+TP=p at the same arrival process and SLO, and compare per-card goodput; TP is justified if it wins there,
+or if a TP=1 replica cannot meet the single-request latency SLO (a long prompt's TTFT, the per-token
+latency of one stream). Informational until per-card goodput data shows TP losing.
 """
 
 from __future__ import annotations
 
-import json
-import math
-from pathlib import Path
-
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
+from tracediag.rules._kernels import kv_cache_dtype, served_formats
 
 RULE = RuleMeta(
     id="SHP004",
@@ -42,66 +45,48 @@ RUNTIME_BYTES = 2 * 1024**3  # allowance for activations, CUDA graphs, NCCL buff
 GiB = 1024**3
 
 
-def _raw_config(path: str) -> dict:
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if isinstance(raw, dict) and "hidden_size" not in raw and isinstance(raw.get("text_config"), dict):
-        return {**raw, **raw["text_config"]}
-    return raw if isinstance(raw, dict) else {}
-
-
-def param_count(m, raw: dict) -> tuple[int, list[str]]:
-    """Dense decoder estimate: embeddings (+ untied lm_head) + L × (attention + MLP + norms)."""
-    notes = []
-    q = m.h * m.D
-    kv = m.H_kv * m.D
-    experts = raw.get("num_local_experts") or raw.get("num_experts") or 1
-    mlp = 3 * m.H * m.I * experts
-    if experts > 1:
-        notes.append(f"MoE: {experts} experts counted in every layer's MLP (router and shared experts ignored)")
-    per_layer = m.H * q + 2 * m.H * kv + q * m.H + mlp + 2 * m.H
-    tied = bool(raw.get("tie_word_embeddings", False))
-    emb = m.vocab_size * m.H * (1 if tied else 2)
-    return emb + m.L * per_layer + m.H, notes
-
-
 def gpu_memory(ctx: Context) -> tuple[int | None, str]:
     row = ctx.rows(
         "SELECT min(device_total_mem_bytes) AS mem, any_value(device_name) AS name FROM inputs "
         "WHERE rank IS NOT NULL AND device_total_mem_bytes IS NOT NULL"
     )
     if row and row[0]["mem"]:
-        return int(row[0]["mem"]), f"trace deviceProperties ({row[0]['name']})"
+        return int(row[0]["mem"]), f"trace deviceProperties ({row[0]['name'] or 'GPU'})"
     row = ctx.rows("SELECT min(memory_total_bytes) AS mem, any_value(name) AS name FROM topo_gpus")
     if row and row[0]["mem"]:
         return int(row[0]["mem"]), f"topology snapshot ({row[0]['name']})"
     return None, ""
 
 
-def capacity(m, params: int, w_bytes: float, kv_bytes: int, mem: int, p: int, ctx_len: int | None) -> dict:
+def capacity(m, kv_b: float, mem: float, p: int, ctx_len: int | None, fmts: dict | None = None) -> dict:
+    """One row of the per-p table: weights (in `fmts`, default as declared) and KV of one rank against its
+    usable memory."""
     usable = mem * GPU_MEMORY_UTILIZATION
-    weights = params * w_bytes / p
-    kv_per_token = 2 * m.L * math.ceil(m.H_kv / p) * m.D * kv_bytes
-    free = usable - weights - RUNTIME_BYTES
-    tokens = int(free // kv_per_token) if free > 0 else 0
+    weights = accounting.weight_bytes(m, p, fmts)
+    per_token = accounting.kv_bytes_per_token(m, p, kv_b) or 0.0
     need = ctx_len or 1
+    kv_need = accounting.kv_bytes(m, p, kv_b, need) or 0.0
+    free = usable - weights - RUNTIME_BYTES
+    capped = (accounting.kv_bytes(m, p, kv_b, need) or 0.0) - per_token * need  # sliding layers: a fixed part
+    # every layer keeps a bounded window (per_token = 0): the token count does not limit the context
+    tokens = (max(int((free - max(capped, 0.0)) // per_token), 0) if free > 0 else 0) if per_token else None
     return {
         "p": p,
         "weights_gib": round(weights / GiB, 3),
-        "kv_bytes_per_token": kv_per_token,
+        "kv_bytes_per_token": per_token,
+        "kv_gib_one_context": round(kv_need / GiB, 3),
         "kv_tokens_that_fit": tokens,
         "usable_gib": round(usable / GiB, 3),
-        "fits": tokens >= need,
+        "fits": free >= kv_need,
     }
 
 
 def check(ctx: Context) -> Check:
     m = ctx.model
-    absent = m.missing("I", "h", "H_kv", "D", "vocab_size")
-    if absent:
-        return not_applicable(RULE, f"missing {', '.join(absent)} in {m.path}: the parameter count cannot be estimated")
+    absent = m.missing("h", "H_kv", "D", "vocab_size")
+    if absent or (m.I is None and m.moe is None):
+        what = ", ".join(absent) or "I"
+        return not_applicable(RULE, f"missing {what} in {m.path}: the parameter count cannot be estimated")
     mem, mem_source = gpu_memory(ctx)
     if mem is None:
         return not_applicable(
@@ -109,22 +94,18 @@ def check(ctx: Context) -> Check:
             "missing GPU memory: no deviceProperties in the trace (a CPU trace?) and no topology snapshot "
             "(--topology from `tracediag env`)",
         )
-    raw = _raw_config(m.path)
-    params, notes = param_count(m, raw)
-    if m.weight_bits and m.weight_bits < 16:
-        w_bytes, w_source = m.weight_bits / 8, f"{m.weight_bits}-bit weights (quantization_config; scales ignored)"
-    elif m.dtype_bytes:
-        w_bytes, w_source = m.dtype_bytes, f"{m.dtype} weights"
-    else:
-        w_bytes, w_source = 2, "2 bytes per weight assumed (no torch_dtype)"
-    kv_bytes = m.dtype_bytes or 2
-    ctx_len = raw.get("max_position_embeddings") if isinstance(raw.get("max_position_embeddings"), int) else None
+    kv = kv_cache_dtype(ctx)
+    fmts, fmts_how = served_formats(ctx)
+    ctx_len = m.max_position_embeddings
     p_used = ctx.tp.p if ctx.tp else 1
     ps = sorted({1, 2, 4, 8, p_used})
-    table = [capacity(m, params, w_bytes, kv_bytes, mem, p, ctx_len) for p in ps]
+    table = [capacity(m, kv.b, mem, p, ctx_len, fmts) for p in ps]
     by_p = {r["p"]: r for r in table}
     min_p = next((r["p"] for r in table if r["fits"]), None)
     one = by_p[1]
+    params = accounting.total_params(m)
+    groups = accounting.weights(m, 1, fmts)
+    unknown = [g.group for g in groups if g.fmt.bits_per_weight is None]
     values = {
         "p": p_used,
         "p_source": ctx.tp.source if ctx.tp else "no TP degree known: p = 1 assumed",
@@ -133,9 +114,12 @@ def check(ctx: Context) -> Check:
         "gpu_memory_utilization": GPU_MEMORY_UTILIZATION,
         "runtime_allowance_gib": RUNTIME_BYTES / GiB,
         "params_estimate": params,
-        "bytes_per_weight": w_bytes,
-        "weights_from": w_source,
-        "kv_bytes_per_element": kv_bytes,
+        "weights_from": fmts_how,
+        "bytes_per_weight": round(accounting.weight_bytes(m, 1, fmts) / params, 4),
+        "weight_groups": [g.row() for g in groups],
+        "kv_bytes_per_element": kv.b,
+        "kv_element_source": kv.source,
+        "kv_layout": accounting.kv_layout(m),
         "context_tokens_required": ctx_len,
         "context_source": "max_position_embeddings" if ctx_len else "unknown (one token required)",
         "min_p_that_fits": min_p,
@@ -143,20 +127,24 @@ def check(ctx: Context) -> Check:
         "kv_tokens_that_fit_at_p1": one["kv_tokens_that_fit"],
         "per_card_goodput_data": "none given: informational",
     }
+    notes = [n for n in m.notes if n.startswith(("MoE", "MLA", "tie_word", "intermediate_size"))]
+    if unknown:
+        notes.append(f"{', '.join(unknown)}: format unknown, counted at 16 bits (an upper bound)")
     if notes:
         values["notes"] = notes
-    formula = "M_weight(p) + M_KV(p) + M_runtime ≤ 0.9 × GPU memory; M_KV(p) = tokens × 2L·ceil(H_kv/p)·D·b"
-    substituted = (
-        f"p=1: {one['weights_gib']:.2f} GiB weights ({params / 1e9:.2f} B params × {w_bytes:g} B) + "
-        f"{RUNTIME_BYTES / GiB:g} GiB runtime ≤ {one['usable_gib']:.2f} GiB usable leaves KV for "
-        f"{one['kv_tokens_that_fit']:,} tokens ({one['kv_bytes_per_token']:,} B/token) vs {ctx_len or 1:,} needed"
+    formula = (
+        "M_weight(p) + M_KV(p) + M_runtime ≤ 0.9 × GPU memory; M_weight = Σ_groups params × bits/8 per rank, "
+        "M_KV = one context of KV per rank"
     )
-    common = {
-        "formula": formula,
-        "substituted": substituted,
-        "values": values,
-        "table": table,
-    }
+    big = sorted(groups, key=lambda g: -g.bytes_per_rank)[:3]
+    substituted = (
+        f"p=1: {one['weights_gib']:.2f} GiB weights ({params / 1e9:.2f} B params: "
+        + ", ".join(f"{g.group} {g.params / 1e9:.3g} B × {g.fmt.bits_per_weight or 16:g} bit" for g in big)
+        + f") + {RUNTIME_BYTES / GiB:g} GiB runtime ≤ {one['usable_gib']:.2f} GiB usable leaves KV for "
+        f"{one['kv_tokens_that_fit'] or 0:,} tokens ({one['kv_bytes_per_token']:,.0f} B/token, {values['kv_layout']}) "
+        f"vs {ctx_len or 1:,} needed ({one['kv_gib_one_context']:.2f} GiB)"
+    )
+    common = {"formula": formula, "substituted": substituted, "values": values, "table": table}
     if p_used > 1 and one["fits"]:
         return finding(
             RULE,
@@ -166,7 +154,7 @@ def check(ctx: Context) -> Check:
             impact=0.0,
             title=(
                 f"The model fits on one card ({one['weights_gib']:.1f} GiB weights, KV for "
-                f"{one['kv_tokens_that_fit']:,} tokens on {values['gpu_memory_gib']:.0f} GiB) but runs with "
+                f"{one['kv_tokens_that_fit'] or 0:,} tokens on {values['gpu_memory_gib']:.0f} GiB) but runs with "
                 f"TP={p_used}: compare {p_used} replicas of TP=1 by per-card goodput"
             ),
             evidence=[
@@ -174,14 +162,17 @@ def check(ctx: Context) -> Check:
             ],
             next_check=(
                 f"Benchmark {p_used} TP=1 replicas against TP={p_used} with the same arrival process and SLO; compare "
-                "G_card = SLO-meeting output tokens / (time × GPUs). Keep TP only if it wins or a replica misses the "
-                "latency SLO."
+                "G_card = SLO-meeting output tokens / (time × GPUs). TP is justified if it wins there, or if a TP=1 "
+                "replica cannot meet the single-request latency SLO."
             ),
         )
     if min_p is None:
         title = f"Even at p = {ps[-1]} the estimate leaves no room for one context of KV: check the config/quantization"
     elif p_used == 1:
-        title = f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights)"
+        title = (
+            f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights of "
+            f"{values['gpu_memory_gib']:.0f} GiB)"
+        )
     else:
         title = f"TP={p_used} is needed for capacity: the smallest p that fits is {min_p}"
         if p_used > min_p:

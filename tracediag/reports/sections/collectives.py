@@ -11,7 +11,7 @@ def build(ctx) -> Section | None:
                min(payload_bytes) AS min_payload_bytes, max(payload_bytes) AS max_payload_bytes,
                sum(payload_bytes) AS total_payload_bytes, sum(dur_ns) AS total_ns,
                any_value(evidence) AS size_from, count(kernel_name) AS with_kernel
-        FROM collectives GROUP BY ALL ORDER BY rank, calls DESC""")
+        FROM collectives GROUP BY ALL ORDER BY rank, calls DESC, op, dtype, group_size""")
     if not rows:
         return None
     layout = getattr(ctx, "layout", None)

@@ -19,12 +19,12 @@ def build(ctx) -> Section | None:
     }
     fams = ctx.rows(
         """SELECT phase, klass, family, sum(calls) AS calls, sum(time_ns) AS time_ns, sum(graph_calls) AS graph_calls
-           FROM kernel_steps WHERE step_id IS NOT NULL GROUP BY ALL"""
+           FROM kernel_steps WHERE step_id IS NOT NULL GROUP BY ALL ORDER BY phase, klass, family"""
     )
     names = ctx.rows(
         """SELECT phase, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) AS steps
-           FROM kernel_steps WHERE step_id IS NOT NULL GROUP BY ALL"""
+           FROM kernel_steps WHERE step_id IS NOT NULL GROUP BY ALL ORDER BY phase, klass, family, name"""
     )
     family_rows = [
         {

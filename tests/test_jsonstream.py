@@ -1,0 +1,61 @@
+"""Chunked decoding of a document's big array: the same items as a whole-file decode, on every real trace,
+at chunk sizes small enough that every boundary kind is crossed; and clear failures on broken documents."""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import msgspec
+import pytest
+from conftest import KINETO_DATA, SAMPLES
+
+from tracediag.ingest import kineto as k
+from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
+
+FILES = [*sorted(KINETO_DATA.glob("*.json.gz")), SAMPLES / "healthy_tp2" / "rank0.pt.trace.json.gz"]
+DECODER = msgspec.json.Decoder(list[k._Event])
+
+
+def _stream(raw: bytes, chunk: int) -> tuple[list, bytes | None]:
+    ac = ArrayChunks(io.BytesIO(raw), DECODER.decode, msgspec.DecodeError, chunk_bytes=chunk)
+    return [e for c in ac for e in c], ac.rest
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_chunks_hold_exactly_the_items_of_the_whole_decode(path):
+    raw = gzip.decompress(path.read_bytes())
+    whole = msgspec.json.decode(raw, type=k._TraceOrArray)
+    events = whole if isinstance(whole, list) else whole.traceEvents
+    for chunk in (4096, 1 << 20):
+        got, rest = _stream(raw, chunk)
+        assert got == events, chunk
+        if isinstance(whole, list):
+            assert rest is None
+        else:
+            top = msgspec.json.decode(rest, type=k._Trace)
+            assert top.traceEvents == [] and top.distributedInfo == whole.distributedInfo
+            assert top.deviceProperties == whole.deviceProperties
+
+
+def test_braces_inside_strings_do_not_cut_an_item():
+    items = [{"ph": "X", "name": 'void f<{},{}>(}, {"x": 1}, {)', "ts": i} for i in range(50)]
+    raw = msgspec.json.encode({"traceEvents": items, "after": {"k": [1, 2, {"a": "]}"}]}})
+    got, rest = _stream(raw, 64)
+    assert [e.name for e in got] == [i["name"] for i in items] and [e.ts for e in got] == list(range(50))
+    assert msgspec.json.decode(rest) == {"traceEvents": [], "after": {"k": [1, 2, {"a": "]}"}]}}
+
+
+def test_one_item_larger_than_the_chunk():
+    raw = msgspec.json.encode([{"ph": "X", "name": "n" * 100_000}, {"ph": "X", "name": "b"}])
+    got, rest = _stream(raw, 1024)
+    assert [len(e.name) for e in got] == [100_000, 1] and rest is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"traceEvents": [{"ph": "X"}, {"ph": "X"', b'{"other": 1}', b'"just a string"', b'{"traceEvents": [{"ph": '],
+)
+def test_broken_documents_fail_clearly(raw):
+    with pytest.raises(NotAnArray):
+        _stream(raw, 8)

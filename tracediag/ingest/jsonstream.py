@@ -1,0 +1,190 @@
+"""Decode one big JSON array of a document in chunks, so memory stays bounded whatever the file size.
+
+A Kineto trace is one JSON object whose `traceEvents` array holds almost every byte (or a bare array of
+events). `ArrayChunks` reads the file in pieces (plain or gzip, decompressed as it goes), finds the array,
+and hands the caller's decoder one chunk of whole array items at a time, wrapped in `[...]`. Everything
+else in the document (keys before and after the array) is kept as a small JSON object, `rest`, with the
+array left empty, available once the chunks are consumed.
+
+Where one chunk ends is found without a byte-by-byte scan in Python: a candidate cut is a `}` followed by
+`,` and `{` (optionally with whitespace) — the separator between two objects of the array — and the decoder
+itself is the validator: when a candidate lies inside a nested object or a string, the chunk does not
+decode and the previous candidate is tried. A well-formed file needs one decode per chunk; a chunk that
+holds a single huge item grows until that item ends, so memory is bounded by the chunk size or the largest
+item, whichever is larger.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import IO, Generic, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_CHUNK_BYTES = 32 << 20
+_READ = 8 << 20
+_WS = b" \t\r\n"
+_MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a pathological item)
+_MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
+
+
+class NotAnArray(ValueError):
+    """The document has no array under the key (or is not a JSON object/array at all)."""
+
+
+class ArrayChunks(Generic[T]):
+    """Iterate `decode(b"[" + items + b"]")` over chunks of the array stored under `key`.
+
+    `decode` must raise `errors` (e.g. msgspec.DecodeError) on a syntactically invalid chunk; any
+    other exception propagates. After iteration, `rest` is the document without the array's items
+    (`{"key": [], ...}`), or None when the document was a bare array; `items_bytes` counts the bytes of
+    the array's items.
+    """
+
+    def __init__(
+        self,
+        f: IO[bytes],
+        decode: Callable[[bytes], T],
+        errors: type[BaseException] | tuple[type[BaseException], ...],
+        key: bytes = b"traceEvents",
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        self._f = f
+        self._decode = decode
+        self._errors = errors
+        self._key = re.compile(rb'"' + re.escape(key) + rb'"\s*:\s*\[')
+        self._chunk = max(1, chunk_bytes)
+        self.rest: bytes | None = None
+        self.items_bytes = 0
+        self._eof = False
+
+    def _read(self, buf: bytearray) -> bool:
+        if self._eof:
+            return False
+        data = self._f.read(max(_READ, self._chunk // 4))
+        if not data:
+            self._eof = True
+            return False
+        buf += data
+        return True
+
+    def _find_array(self, buf: bytearray) -> tuple[bytes, int]:
+        """(prefix up to and including '[', offset of the first item)."""
+        while True:
+            head = bytes(buf[:64]).lstrip(_WS)
+            if head.startswith(b"["):
+                start = len(buf) - len(buf.lstrip(_WS)) + 1
+                return b"", start
+            if head and not head.startswith(b"{"):
+                raise NotAnArray("not a JSON object or array")
+            m = self._key.search(buf)
+            if m:
+                return bytes(buf[: m.end()]), m.end()
+            if not self._read(buf):
+                raise NotAnArray("no array under the key")
+
+    def _cuts(self, buf: bytearray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+        """Candidate (end of an item, start of the next) pairs in buf[lo:hi], last first."""
+        i = hi
+        while True:
+            i = buf.rfind(b"}", lo, i)
+            if i < 0:
+                return
+            j = i + 1
+            while j < hi and buf[j] in _WS:
+                j += 1
+            if j < hi and buf[j] == 0x2C:  # ','
+                k = j + 1
+                while k < hi and buf[k] in _WS:
+                    k += 1
+                if k < hi and buf[k] == 0x7B:  # '{'
+                    yield i + 1, k
+            if i <= lo:
+                return
+
+    def _try(self, items: bytes) -> tuple[bool, T | None]:
+        try:
+            return True, self._decode(b"[" + items + b"]")
+        except self._errors:
+            return False, None
+
+    def __iter__(self) -> Iterator[T]:
+        buf = bytearray()
+        self._read(buf)
+        prefix, pos = self._find_array(buf)
+        start = pos  # buf[start:] is not consumed yet; compacted when the consumed part grows large
+        while True:
+            while len(buf) - start < self._chunk and self._read(buf):
+                pass
+            if self._eof:
+                break
+            value, nxt = self._first_chunk(buf, start)
+            if nxt is not None:
+                start = nxt
+                if start > len(buf) // 2:
+                    del buf[:start]
+                    start = 0
+                yield value
+            elif not self._read(buf):  # no cut decodes yet: an item runs on; read more and retry
+                break
+        del buf[:start]
+        yield from self._tail(prefix, buf)
+
+    def _first_chunk(self, buf: bytearray, start: int) -> tuple[T | None, int | None]:
+        """Decode the longest run of whole items from `start` that ends at a candidate cut (None: none does)."""
+        hi = min(len(buf), start + self._chunk)
+        for tries, (end, nxt) in enumerate(self._cuts(buf, start, hi)):
+            if tries >= _MAX_TRIES:
+                break
+            ok, value = self._try(bytes(buf[start:end]))
+            if ok:
+                self.items_bytes += end - start
+                return value, nxt
+        if hi < len(buf):  # nothing decodes within one chunk: look in the whole buffer (a huge item)
+            for tries, (end, nxt) in enumerate(self._cuts(buf, start, len(buf))):
+                if tries >= _MAX_TRIES:
+                    break
+                ok, value = self._try(bytes(buf[start:end]))
+                if ok:
+                    self.items_bytes += end - start
+                    return value, nxt
+        return None, None
+
+    def _tail(self, prefix: bytes, buf: bytearray) -> Iterator[T]:
+        """The last items, the array's closing ']' and what follows it (the rest of the document)."""
+        body = bytes(buf)
+        j = len(body)
+        for _ in range(_MAX_TAIL_TRIES):
+            j = body.rfind(b"]", 0, j)
+            if j < 0:
+                raise NotAnArray("the array is not closed (truncated file?)")
+            items = body[:j].rstrip(_WS)
+            suffix = body[j + 1 :]
+            if prefix:
+                doc_rest = prefix + b"]" + suffix
+                ok_rest, _ = self._try_rest(doc_rest)
+            else:
+                doc_rest, ok_rest = None, not suffix.strip(_WS)
+            if ok_rest:
+                if not items:
+                    self.rest = doc_rest
+                    return
+                ok, value = self._try(items)
+                if ok:
+                    self.items_bytes += len(items)
+                    self.rest = doc_rest
+                    yield value
+                    return
+            if j == 0:
+                break
+        raise NotAnArray("the array is not closed (truncated file?)")
+
+    def _try_rest(self, doc: bytes) -> tuple[bool, None]:
+        import json
+
+        try:
+            json.loads(doc)  # small: the document without its array items
+            return True, None
+        except ValueError:
+            return False, None

@@ -1,0 +1,232 @@
+"""The Parquet store: the canonical and derived tables of one analysis as a Parquet dataset on disk.
+
+Layout of a store folder (readable by DuckDB, Spark, Trino or pyarrow unchanged):
+
+    manifest.json                     schema "tracediag/store-v1": inputs, versions, tables, row counts
+    tables/<table>/rank=<r>/*.parquet one hive partition per rank (rank=__HIVE_DEFAULT_PARTITION__: no rank)
+    tables/<table>/*.parquet          tables without a rank column (inputs metadata, serving telemetry...)
+
+`tracediag ingest TRACES --store DIR` writes it; `analyze/check/diff --store DIR` read it through DuckDB views
+(no re-parsing, no re-deriving). Ingest workers write their own partition files (`write_parsed`) and send back
+only metadata, so a trace's tables never travel through a pipe. A store is valid for the tracediag version that
+wrote it: its `schema_version` fingerprints the schema and derivation SQL, and a mismatch is an input error
+that says to ingest again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from tracediag import __version__
+from tracediag.errors import InputError
+
+STORE_SCHEMA_ID = "tracediag/store-v1"
+MANIFEST = "manifest.json"
+TABLES = "tables"
+RANK = "rank"
+
+
+def schema_version() -> str:
+    """Fingerprint of everything that decides what the tables hold: the schema and derivation SQL files."""
+    h = hashlib.sha256(__version__.encode())
+    for package in ("tracediag.store", "tracediag.derive"):
+        for f in sorted(resources.files(package).iterdir(), key=lambda x: x.name):
+            if f.name.endswith(".sql"):
+                h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _table_dir(store: Path, table: str) -> Path:
+    return store / TABLES / table
+
+
+def write_arrow(store: Path, table: str, data: pa.Table, part: str) -> int:
+    """Write one Arrow table as Parquet files of `table`, partitioned by rank when it has a rank column.
+
+    `part` makes the file names unique per writer (e.g. "input-3"), so workers never write the same file.
+    Returns the rows written.
+    """
+    import pyarrow.dataset as pads
+
+    if data.num_rows == 0:
+        return 0
+    target = _table_dir(store, table)
+    if RANK in data.column_names:
+        partitioning = pads.partitioning(pa.schema([(RANK, data.schema.field(RANK).type)]), flavor="hive")
+    else:
+        partitioning = None
+    pads.write_dataset(
+        data,
+        target,
+        format="parquet",
+        partitioning=partitioning,
+        basename_template=f"{part}-{{i}}.parquet",
+        existing_data_behavior="overwrite_or_ignore",
+    )
+    return data.num_rows
+
+
+@functools.cache
+def canonical_arrow_schemas() -> dict[str, pa.Schema]:
+    """Arrow schema of every canonical table (from the schema files), to write complete, typed files."""
+    from tracediag.store import open_store
+
+    con = open_store()
+    try:
+        names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
+        return {n: con.sql(f"SELECT * FROM {n} LIMIT 0").to_arrow_table().schema for n in names}
+    finally:
+        con.close()
+
+
+def conform(table: str, data: pa.Table) -> pa.Table:
+    """The parser's table with the store's columns, in order and type; columns it lacks are NULL (as in
+    store.append_arrow), so every file of a table has the same schema."""
+    schema = canonical_arrow_schemas().get(table)
+    if schema is None:
+        raise ValueError(f"unknown table {table}: add it to a tracediag/store/schema*.sql file")
+    cols = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.table(cols, schema=schema)
+
+
+def write_parsed(store: Path, parsed: Any, input_id: int) -> dict[str, Any]:
+    """Write a parser's tables into the store; return what the coordinator needs (no table data)."""
+    counts = {
+        name: write_arrow(store, name, conform(name, t), f"input-{input_id}") for name, t in parsed.tables.items()
+    }
+    return {
+        "input_id": input_id,
+        "path": parsed.path,
+        "format": parsed.format,
+        "inputs_rows": parsed.inputs_rows,
+        "process_groups": parsed.process_groups,
+        "rows": {k: v for k, v in counts.items() if v},
+    }
+
+
+def copy_table(con: duckdb.DuckDBPyConnection, store: Path, table: str) -> int:
+    """Write a table of the DuckDB connection (a derived table) into the store; returns its row count."""
+    n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # table names are ours, not input
+    if n == 0:
+        return 0
+    target = _table_dir(store, table)
+    target.mkdir(parents=True, exist_ok=True)
+    cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+    if RANK in cols:
+        con.execute(
+            f"COPY (SELECT * FROM {table}) TO '{_sql_path(target)}' "
+            "(FORMAT parquet, PARTITION_BY (rank), OVERWRITE_OR_IGNORE, FILENAME_PATTERN 'derived-{i}')"
+        )
+    else:
+        con.execute(f"COPY (SELECT * FROM {table}) TO '{_sql_path(target / 'derived-0.parquet')}' (FORMAT parquet)")
+    return n
+
+
+def _sql_path(p: Path) -> str:
+    return str(p).replace("'", "''")
+
+
+def table_schema(con: duckdb.DuckDBPyConnection, table: str) -> list[list[str]]:
+    return [[r[0], r[1]] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+
+
+@dataclass(frozen=True)
+class StoreManifest:
+    path: Path
+    doc: dict[str, Any]
+
+    @property
+    def tables(self) -> dict[str, dict[str, Any]]:
+        return self.doc["tables"]
+
+
+def write_manifest(store: Path, inputs: list[dict[str, Any]], tables: dict[str, dict[str, Any]], **extra: Any) -> None:
+    from tracediag.catalog import CATALOG_VERSION
+    from tracediag.output import write_atomic
+
+    doc = {
+        "schema": STORE_SCHEMA_ID,
+        "tool": {"name": "tracediag", "version": __version__},
+        "schema_version": schema_version(),
+        "catalog_version": CATALOG_VERSION,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "inputs": inputs,
+        "tables": tables,
+        **extra,
+    }
+    write_atomic(store / MANIFEST, (json.dumps(doc, indent=2, default=str) + "\n").encode())
+
+
+def read_manifest(store: Path) -> StoreManifest:
+    store = Path(store)
+    m = store / MANIFEST
+    if not m.is_file():
+        raise InputError(
+            store, f"not a tracediag store (no {MANIFEST}); create one with `tracediag ingest ... --store`"
+        )
+    try:
+        doc = json.loads(m.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError(m, f"unreadable store manifest ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != STORE_SCHEMA_ID or not isinstance(doc.get("tables"), dict):
+        raise InputError(m, f"not a {STORE_SCHEMA_ID} manifest")
+    if doc.get("schema_version") != schema_version():
+        raise InputError(
+            store,
+            f"store written by tracediag {doc.get('tool', {}).get('version')} with another table layout "
+            f"(schema {doc.get('schema_version')}, this version reads {schema_version()}); ingest the traces again",
+        )
+    return StoreManifest(store, doc)
+
+
+def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> None:
+    """One view per stored table, with the columns and types it had when written (empty tables included)."""
+    for table, info in manifest.tables.items():
+        cols: list[list[str]] = info["columns"]
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute(f"DROP VIEW IF EXISTS {table}")
+        select = ", ".join(f'CAST("{c}" AS {t}) AS "{c}"' for c, t in cols)
+        target = _table_dir(manifest.path, table)
+        if info.get("rows", 0) == 0 or not target.exists():
+            empty = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols)
+            con.execute(f"CREATE VIEW {table} AS SELECT {empty} WHERE false")
+            continue
+        partitioned = any(c == RANK for c, _ in cols) and any(p.name.startswith("rank=") for p in target.iterdir())
+        rank_type = dict(map(tuple, cols)).get(RANK, "INTEGER")
+        src = (
+            f"read_parquet('{_sql_path(target)}/**/*.parquet', hive_partitioning=true, "
+            f"hive_types={{'rank': {rank_type}}}, union_by_name=true)"
+            if partitioned
+            else f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
+        )
+        con.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {src}")
+
+
+def clear_store(store: Path) -> None:
+    """Remove a previous store's tables and manifest (only what a store holds; nothing else in the folder)."""
+    if (store / TABLES).is_dir():
+        shutil.rmtree(store / TABLES)
+    (store / MANIFEST).unlink(missing_ok=True)
+
+
+def is_store(path: Path) -> bool:
+    return Path(path, MANIFEST).is_file() and Path(path, TABLES).is_dir()
+
+
+def store_size_bytes(store: Path) -> int:
+    return sum(f.stat().st_size for f in Path(store, TABLES).rglob("*.parquet")) if os.path.isdir(store) else 0
