@@ -80,7 +80,7 @@ def _as_base_table(con: duckdb.DuckDBPyConnection, name: str) -> None:
     the classes decided here then live in this database's copy, and the derived tables built from it."""
     is_view = con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if is_view:
         con.execute(f"CREATE TABLE _{name}_copy AS SELECT * FROM {name}")
         con.execute(f"DROP VIEW {name}")
@@ -145,7 +145,7 @@ DROP TABLE IF EXISTS _k; DROP TABLE IF EXISTS _k_ops; DROP TABLE IF EXISTS _k_de
 
 def build(con: duckdb.DuckDBPyConnection) -> None:
     _mark_eager_attention(con)
-    pending = con.execute("SELECT count(*) FROM kernels WHERE klass = 'other' OR family = 'softmax'").fetchone()[0]
+    pending = con.execute("SELECT count(*) FROM kernels WHERE klass = 'other' OR family = 'softmax'").fetchall()[0][0]
     if not pending:
         con.execute(
             "CREATE OR REPLACE TABLE kernel_op_class (rank INTEGER, name VARCHAR, op VARCHAR, klass VARCHAR, "

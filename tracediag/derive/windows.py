@@ -140,7 +140,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                 "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
                 "AND ts_ns + dur_ns >= ? ORDER BY dur_ns LIMIT 1",
                 [rank, tid, ts, ts + dur],
-            ).fetchone()
+            ).fetchall()
+            op = op[0] if op else None
             stalls.append(
                 {
                     "rank": rank,
