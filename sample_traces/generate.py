@@ -109,6 +109,10 @@ class RunSpec:
     # Fault: this rank sleeps ``delay_ms`` before each decoder-layer all-reduce of every decode step.
     delay_rank: int | None = None
     delay_ms: float = 0.0
+    # Megatron-style sequence parallelism: the residual stream is split along the tokens between the ranks;
+    # each row-parallel output is reduce-scattered (instead of all-reduced) and each column-parallel input
+    # all-gathered (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models").
+    sequence_parallel: bool = False
     expected_findings: tuple[tuple[str, str, str], ...] = ()  # (rule, status, what) for scenario.json
 
 
@@ -200,14 +204,38 @@ SCENARIOS: dict[str, RunSpec] = {
         name="wide_tp2",
         tp=2,
         shape=ModelShape(
-            hidden_size=4096, intermediate_size=11008, num_hidden_layers=2, num_attention_heads=32,
-            num_key_value_heads=8, head_dim=128, vocab_size=8192,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=2,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=8192,
         ),
         num_seqs=8,
         description="A wider Llama-shaped model (H=4096, I=11008, 32 heads, 8 KV heads, 2 layers) at TP=2 with "
         "8 sequences: the projection compute per token is large enough that splitting it pays for the gloo "
         "all-reduce latency at the decode T = 8 (TP profitability, COL003 pass).",
         expected_findings=(("COL003", "pass", "decode T = 8 above the break-even T*"),),
+    ),
+    "sequence_parallel_tp2": RunSpec(
+        name="sequence_parallel_tp2",
+        tp=2,
+        shape=ModelShape(),
+        sequence_parallel=True,
+        description="As healthy_tp2 with Megatron-style sequence parallelism: the residual stream and the norms "
+        "run on T/p tokens per rank; before each column-parallel GEMM (qkv, gate_up) an all-gather rebuilds "
+        "[T, H], after each row-parallel GEMM (o_proj, down_proj) a reduce-scatter sums and splits it again; "
+        "the vocab-parallel embedding is reduce-scattered, the final norm's output all-gathered. On gloo "
+        "each reduce_scatter_tensor runs as an all-reduce of the full input on the worker thread.",
+        expected_findings=(
+            (
+                "COL001",
+                "finding",
+                "no all-reduce: 2L + 1 reduce-scatters and 2L + 1 all-gathers per step (sequence "
+                "parallelism); the SP variant of the cost model applies",
+            ),
+        ),
     ),
     "healthy_tp1": RunSpec(
         name="healthy_tp1",
@@ -291,6 +319,12 @@ def validate(spec: RunSpec) -> None:
         raise ValueError("the int4 packed mm scenario is made with bfloat16 activations")
     if spec.delay_rank is not None and not 0 <= spec.delay_rank < p:
         raise ValueError(f"delay_rank={spec.delay_rank} is not a rank of tp={p}")
+    if spec.sequence_parallel:
+        if p == 1 or spec.comm_fp32 or spec.extra_allreduce:
+            raise ValueError("sequence parallelism needs p > 1 and no all-reduce fault")
+        for t in (spec.num_seqs * spec.prompt_len, spec.num_seqs):
+            if t % p:
+                raise ValueError(f"sequence parallelism splits the T = {t} tokens of a step: not divisible by p={p}")
 
 
 def step_annotation(ctx_reqs: int, ctx_tokens: int, gen_reqs: int, gen_tokens: int) -> str:
@@ -328,6 +362,24 @@ def planned_steps(spec: RunSpec) -> list[dict]:
                 "all_gather_input_bytes": spec.num_seqs * (s.vocab_size // p) * e_act,
                 "all_gather_output_bytes": spec.num_seqs * s.vocab_size * e_act,
             }
+            if spec.sequence_parallel:
+                e = e_act
+                step |= {
+                    "all_reduce_calls": 0,
+                    "all_reduce_layer_calls": 0,
+                    # 2 per layer + the embedding; each sums the [T, H] partial output and keeps T/p rows
+                    "reduce_scatter_calls": 2 * s.num_hidden_layers + 1,
+                    "reduce_scatter_input_bytes": t * s.hidden_size * e,
+                    "reduce_scatter_output_bytes": t * s.hidden_size * e // p,
+                    # 2 per layer + the final norm's output, [T/p, H] -> [T, H]; + the logits all-gather
+                    "all_gather_calls": 2 * s.num_hidden_layers + 2,
+                    "all_gather_hidden_calls": 2 * s.num_hidden_layers + 1,
+                    "all_gather_hidden_input_bytes": t * s.hidden_size * e // p,
+                    "all_gather_hidden_output_bytes": t * s.hidden_size * e,
+                    "gloo_all_reduce_ranges": 2 * s.num_hidden_layers + 1,  # what gloo runs for each reduce-scatter
+                }
+                del step["all_reduce_layer_payload_bytes"], step["all_reduce_layer_dtype"]
+                del step["all_reduce_embedding_payload_bytes"]
             step.update(_extra_step_facts(spec, phase))
             steps.append(step)
     return steps
@@ -367,6 +419,7 @@ def scenario_record(spec: RunSpec) -> dict:
         "tp": p,
         "comm_fp32": spec.comm_fp32,
         "extra_allreduce_per_layer": spec.extra_allreduce,
+        **({"sequence_parallel": True} if spec.sequence_parallel else {}),
         "num_seqs": spec.num_seqs,
         "prompt_len": spec.prompt_len,
         "decode_steps_per_round": spec.decode_steps,
@@ -614,6 +667,26 @@ def project(x: torch.Tensor, lw: LayerWeights, name: str, group_size: int) -> to
     return F.linear(x, getattr(lw, name))
 
 
+def seq_shard(model: RankModel, x: torch.Tensor) -> torch.Tensor:
+    """This rank's T/p rows of a [T, H] tensor (Megatron SP splits the sequence dimension)."""
+    n = x.shape[0] // model.spec.tp
+    return x[model.rank * n : (model.rank + 1) * n]
+
+
+def sp_reduce_scatter(model: RankModel, x: torch.Tensor) -> torch.Tensor:
+    """Sum the [T, H] partial outputs of the ranks and keep this rank's T/p rows."""
+    out = torch.empty((x.shape[0] // model.spec.tp, x.shape[1]), dtype=x.dtype)
+    dist.reduce_scatter_tensor(out, x.contiguous())
+    return out
+
+
+def sp_all_gather(model: RankModel, x: torch.Tensor) -> torch.Tensor:
+    """[T/p, H] shards of the ranks -> the full [T, H]."""
+    out = torch.empty((x.shape[0] * model.spec.tp, x.shape[1]), dtype=x.dtype)
+    dist.all_gather_into_tensor(out, x.contiguous())
+    return out
+
+
 def vocab_parallel_embedding(model: RankModel, ids: torch.Tensor) -> torch.Tensor:
     """Megatron VocabParallelEmbedding: look up the local vocab slice, zero the rest, all-reduce."""
     if model.spec.tp == 1:
@@ -624,6 +697,8 @@ def vocab_parallel_embedding(model: RankModel, ids: torch.Tensor) -> torch.Tenso
     local = (ids - start).masked_fill(outside, 0)
     out = F.embedding(local, model.embed)
     out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+    if model.spec.sequence_parallel:
+        return sp_reduce_scatter(model, out)  # [T/p, H]: the residual stream is sequence-parallel
     dist.all_reduce(out)
     return out
 
@@ -651,10 +726,13 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
     cos = emb.cos().to(dtype)[None, :, None, :]  # [1, S, 1, D]
     sin = emb.sin().to(dtype)[None, :, None, :]
 
-    hidden = vocab_parallel_embedding(model, ids)  # [T, H]
+    sp = spec.sequence_parallel
+    hidden = vocab_parallel_embedding(model, ids)  # [T, H], or [T/p, H] with sequence parallelism
     for i, lw in enumerate(model.layers):
         # --- attention block
         x = rms_norm(hidden, lw.input_norm, s.rms_norm_eps)
+        if sp:
+            x = sp_all_gather(model, x)  # [T/p, H] -> [T, H] before the column-parallel GEMM
         qkv = project(x, lw, "qkv", g)  # column-parallel: [T, (q_local + 2 kv_local) D]
         q, k, v = qkv.split([q_w, kv_w, kv_w], dim=-1)
         q = q.view(num_seqs, seq, model.q_local, d)
@@ -675,14 +753,16 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
             )  # [B, q_local, S, D]
         attn = attn.transpose(1, 2).reshape(t, q_w)
         o = project(attn, lw, "o", g)  # row-parallel partial sum: [T, H]
-        o = layer_all_reduce(model, o, decode)
+        o = sp_reduce_scatter(model, o) if sp else layer_all_reduce(model, o, decode)
         hidden = hidden + o
         # --- MLP block
         x = rms_norm(hidden, lw.post_norm, s.rms_norm_eps)
+        if sp:
+            x = sp_all_gather(model, x)
         gate_up = project(x, lw, "gate_up", g)  # column-parallel: [T, 2 I/p]
         gate, up = gate_up.chunk(2, dim=-1)
         mlp = project(F.silu(gate) * up, lw, "down", g)  # row-parallel partial sum: [T, H]
-        mlp = layer_all_reduce(model, mlp, decode)
+        mlp = sp_reduce_scatter(model, mlp) if sp else layer_all_reduce(model, mlp, decode)
         if lw.down_bias_share is not None:
             # Fault: the bias is split across ranks and reduced on its own instead of being added once
             # after the down_proj all-reduce.
@@ -692,6 +772,8 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
         hidden = hidden + mlp
 
     hidden = rms_norm(hidden, model.final_norm, s.rms_norm_eps)
+    if sp:
+        hidden = sp_all_gather(model, hidden)  # the logits need every request's last position
     last = hidden.view(num_seqs, seq, -1)[:, -1]  # logits only for the sampled position of each request
     logits_shard = F.linear(last, model.lm_head)  # vocab-parallel: [B, V/p]
     p = spec.tp
@@ -843,6 +925,8 @@ def build_spec(args: argparse.Namespace, name: str) -> RunSpec:
         run_over["delay_rank"] = args.delay_rank
     if args.delay_ms is not None:
         run_over["delay_ms"] = args.delay_ms
+    if args.sequence_parallel:
+        run_over["sequence_parallel"] = True
     return dataclasses.replace(base, shape=shape, **run_over)
 
 
@@ -879,6 +963,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--w4-group-size", type=int, help="AWQ group size (32/64/128; must divide per-rank K)")
     ap.add_argument("--delay-rank", type=int, help="rank that sleeps before each decode layer all-reduce")
     ap.add_argument("--delay-ms", type=float, help="that rank's delay in ms")
+    ap.add_argument(
+        "--sequence-parallel", action="store_true", help="Megatron sequence parallelism (RS + AG per layer)"
+    )
     args = ap.parse_args(argv)
 
     if args.all == bool(args.scenario):

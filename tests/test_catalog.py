@@ -305,7 +305,9 @@ def test_real_trace_nccl_kernels_match_collective_name_arg() -> None:
 
 
 def test_every_family_has_a_label_and_every_label_a_pattern() -> None:
-    used = {p.family for p in PATTERNS}
+    from tracediag.catalog import DERIVED_FAMILIES
+
+    used = {p.family for p in PATTERNS} | set(DERIVED_FAMILIES)
     labels = family_labels()
     assert used == set(labels), (used - set(labels), set(labels) - used)
     assert all(isinstance(v, str) and v for v in labels.values())
@@ -362,3 +364,61 @@ def test_cpu_sample_trace_ops_classify(scenario: str, name: str, expected: tuple
     assert name in names
     got = classify_cpu_op(name)
     assert (got.klass, got.family) == expected
+
+
+# ------------------------------------------------------------------ GEMM precision (an attribute, not a class)
+
+GEMM_PRECISION = json.loads(resources.files("tracediag.catalog").joinpath("kernel_patterns.json").read_text("utf-8"))[
+    "gemm_precision"
+]
+
+
+@pytest.mark.parametrize("entry", GEMM_PRECISION, ids=lambda e: e["id"])
+def test_gemm_precision_pos_and_neg(entry: dict) -> None:
+    from tracediag.catalog import gemm_precision
+
+    assert entry["source"].strip() and entry["pos"]
+    for name in entry["pos"]:
+        got = gemm_precision(name)
+        assert got is not None and got.id == entry["id"], name
+        assert classify_kernel(name).klass == "gemm", name  # a GEMM the class patterns know
+    for name in entry["neg"]:
+        assert re.search(entry["regex"], name) is None, name
+
+
+def test_softmax_alone_is_not_attention() -> None:
+    # a sampler's or router's softmax is elementwise work; the fallback needs QK^T -> softmax -> PV
+    name = "void (anonymous namespace)::softmax_warp_forward<float, float, float, 1, false, false>(float*, float const*, int, int, int, bool const*, int, bool)"  # noqa: E501
+    assert (classify_kernel(name).klass, classify_kernel(name).family) == ("elementwise", "softmax")
+    assert classify_cpu_op("aten::_softmax").klass == "elementwise"
+    assert classify_cpu_op("aten::_scaled_dot_product_attention_math").klass == "attention_fallback"
+
+
+def test_eager_attention_needs_qk_softmax_pv_shapes() -> None:
+    from tracediag.derive.attention import is_attention_triple
+
+    # shapes as torch 2.13 records them inside aten::_scaled_dot_product_attention_math (math_decode_tp2)
+    assert is_attention_triple(
+        "[[2, 4, 1, 25], [], []]", "[[2, 4, 1, 32], [2, 4, 32, 25]]", "[[2, 4, 1, 25], [2, 4, 25, 32]]"
+    )
+    # a sampler's softmax over logits [2, 1] (hta_sampled_rank-0): no QK^T before it
+    assert not is_attention_triple("[[2, 1], [], []]", "[[2, 64], [64, 1]]", "[[4, 8], [8, 8]]")
+    assert not is_attention_triple("[[2, 4, 1, 25], [], []]", None, "[[2, 4, 1, 25], [2, 4, 25, 32]]")
+
+
+REAL_ATTENTION_NAMES = [
+    # ROCm vLLM custom paged attention in the SGLang MI300X decode trace
+    ("void paged_attention_ll4mi_QKV_mfma16_kernel<0, __hip_bfloat16, __hip_bfloat16, (vllm::Fp8KVCacheDataType)0, 1, "
+     "128, 256, false, 4, 1, ck_tile::ComposedAttention<0u, false> >(__hip_bfloat16 const*", "rocm_paged_attention"),
+    ("attn_fwd", "aotriton"),
+    ("fmhaSm100fKernel_QkvBfloat16OBfloat16H128PagedKvCausalP64MultiCtasKvCgaVarSeqQ8Kv128StaticSwapsAbForGen",
+     "trtllm_attention"),
+    ("void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8, cutlass::bfloat16_t, 512, "
+     "true, 0, ...>, true, ...>(Flash_fwd_mla_params)", "flashmla"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "family"), REAL_ATTENTION_NAMES, ids=lambda v: str(v)[:30])
+def test_attention_families_2025(name: str, family: str) -> None:
+    got = classify_kernel(name)
+    assert (got.klass, got.family) == ("attention", family)

@@ -82,10 +82,27 @@ def test_vllm_annotated_steps_are_not_split():
     [
         # one ProfilerStep, one forward (16 sequences x 559 tokens: sdpa query [16, 16, 559, 64])
         ("tracelens_h100_hf_qwen1.5-0.5b.json.gz", "ProfilerStep", "prefill", 16 * 559),
-        # ROCm vLLM annotation execute_8192_context_9(sq8155..)_generation_37(sq37..)
-        ("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz", "vllm step annotation", "mixed", 8192),
-        # execute_15360_context_15(sq15360..)_generation_0(sq0..): the trace holds no decode step
-        ("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "vllm step annotation", "prefill", 15360),
+        # vLLM detailed annotation execute_8192_context_9(sq8155..)_generation_37(sq37..)
+        (
+            "tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz",
+            "vllm step annotation (detailed)",
+            "mixed",
+            8192,
+        ),
+        # execute_15360_context_15(sq15360..)_generation_0(sq0..) around SGLang's step[EXTEND bs=15 toks=15360]
+        (
+            "tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+            "sglang scheduler annotation (detailed)",
+            "prefill",
+            15360,
+        ),
+        # SGLang decode under one CUDA graph: execute_16_context_0(..)_generation_16(sq16sk8193..) > step[DECODE bs=16]
+        (
+            "tracelens_b300_sglang_qwen3-30b-a3b_moe_decode_cudagraph.json.gz",
+            "sglang scheduler annotation (detailed)",
+            "decode",
+            16,
+        ),
     ],
 )
 def test_real_gpu_traces_steps(name, marker, phase, T):

@@ -301,3 +301,34 @@ def test_healthy_tp1_has_no_collectives_and_full_weights() -> None:
         (hidden, config["intermediate_size"]),
         (config["vocab_size"], hidden),
     }
+
+
+def test_sequence_parallel_trace_runs_reduce_scatter_and_all_gather_per_layer() -> None:
+    """Megatron SP over gloo, read from the raw JSON: per step 2L + 1 c10d::_reduce_scatter_base_ (each executed
+    by gloo as one gloo:all_reduce of the full [T, H] input on its worker thread) and 2L + 2
+    c10d::_allgather_base_ ([T/p, H] -> [T, H], plus the logits); no c10d::allreduce_ at all."""
+    d = SAMPLES / "sequence_parallel_tp2"
+    cfg = json.loads((d / "config.json").read_text())
+    plan = json.loads((d / "scenario.json").read_text())["steps"]
+    L, H, p = cfg["num_hidden_layers"], cfg["hidden_size"], 2
+    for rank in range(p):
+        trace = _load(d / f"rank{rank}.pt.trace.json.gz")
+        xs = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        steps = sorted((e for e in xs if STEP_RE.match(e["name"])), key=lambda e: e["ts"])
+        assert len(steps) == len(plan) == 7
+        for st, want in zip(steps, plan, strict=True):
+            t0, t1 = st["ts"], st["ts"] + st["dur"]
+            inside = [e for e in xs if t0 <= e["ts"] and e["ts"] + e.get("dur", 0) <= t1]
+            m = STEP_RE.match(st["name"])
+            T = int(m.group(2)) + int(m.group(4))
+            rs = [e for e in inside if e["name"] == "c10d::_reduce_scatter_base_"]
+            ag = [e for e in inside if e["name"] == "c10d::_allgather_base_"]
+            gloo_ar = [e for e in inside if e["name"] == "gloo:all_reduce"]
+            assert not [e for e in inside if e["name"] == "c10d::allreduce_"]
+            assert len(rs) == len(gloo_ar) == 2 * L + 1 == want["reduce_scatter_calls"]
+            assert len(ag) == 2 * L + 2 == want["all_gather_calls"]
+            # c10d::_reduce_scatter_base_ Input Dims: [output [T/p, H], input [T, H], ...]; gloo reduces the input
+            assert all(e["args"]["Input Dims"][:2] == [[T // p, H], [T, H]] for e in rs)
+            assert all(e["args"]["Input Dims"] == [[T, H]] for e in gloo_ar)
+            hidden_ag = [e for e in ag if e["args"]["Input Dims"][1] == [T // p, H]]
+            assert len(hidden_ag) == 2 * L + 1

@@ -162,3 +162,19 @@ def test_pass_when_decode_t_is_above_t_star(monkeypatch):
     monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (5e-3, "stub", True, []))
     c = _col003()
     assert c.status == "pass" and c.values["T_star"] < 2 and "above the break-even" in c.title
+
+
+# ------------------------------------------------------------------ sequence-parallel variant
+
+
+def test_sequence_parallel_variant_same_bus_bytes_twice_the_calls():
+    # the seed's worked example: H = 8192, L = 80, T = 32, bf16, p = 4
+    L, H, T, e, p = 80, 8192, 32, 2, 4
+    assert tpmath.sp_step_bus_bytes(L, p, T, H, e) == tpmath.step_bus_bytes(L, p, T, H, e) == 120 * 2**20
+    assert tpmath.sp_calls_per_step(L) == 2 * tpmath.allreduce_calls_per_step(L) == 320
+    # T* with the seed's numbers (a = 1.141 ms/token, α = 8 µs, 150 GB/s): 1.54 for all-reduces; the same
+    # denominator with twice the calls doubles it
+    a, alpha, B = 1.141e-3, 8e-6, 150e9
+    ar = tpmath.breakeven_tokens(L, alpha, a, p, H, e, B)
+    sp = tpmath.breakeven_tokens(L, alpha, a, p, H, e, B, calls_per_step=tpmath.sp_calls_per_step(L))
+    assert round(ar, 2) == 1.54 and sp == pytest.approx(2 * ar)

@@ -12,7 +12,8 @@ import duckdb
 
 from tracediag import __version__
 from tracediag.derive import build_all
-from tracediag.engine import Context, Settings, TPDegree, load_rules, run_rules
+from tracediag.derive.layout import Layout, TPDegree, detect_layout
+from tracediag.engine import Context, Settings, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
@@ -34,6 +35,7 @@ class Report:
     tp: TPDegree | None
     checks: list[Check]
     sections: list[Section] = field(default_factory=list)
+    layout: Layout | None = None
 
     @property
     def findings(self) -> list[Check]:
@@ -68,6 +70,7 @@ class Report:
             "inputs": self.inputs,
             "model": self.model.to_dict() if self.model else None,
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
+            "layout": self.layout.to_dict() if self.layout else None,
             "cost_model": self.cost_model,
             "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
@@ -75,34 +78,6 @@ class Report:
             "findings": [c.to_dict() for c in self.findings],
             "sections": {s.id: s.to_dict() for s in self.sections},
         }
-
-
-def detect_tp(con: duckdb.DuckDBPyConnection, override: int | None) -> TPDegree | None:
-    """p: --tp, else the group size of the all-reduces, their process group, world size, or rank files."""
-    if override is not None:
-        if override < 1:
-            raise UsageError(f"--tp must be ≥ 1, got {override}")
-        return TPDegree(override, "--tp option")
-    row = con.execute(
-        "SELECT group_size, count(*) n FROM collectives WHERE op = 'all_reduce' AND group_size IS NOT NULL "
-        "GROUP BY group_size ORDER BY n DESC LIMIT 1"
-    ).fetchone()
-    if row:
-        return TPDegree(int(row[0]), "group size of the trace's all-reduce calls")
-    row = con.execute(
-        "SELECT g.pg_size, count(*) n FROM collectives c JOIN process_groups g "
-        "ON g.rank = c.rank AND g.pg_name = c.pg_name WHERE c.op = 'all_reduce' AND g.pg_size IS NOT NULL "
-        "GROUP BY g.pg_size ORDER BY n DESC LIMIT 1"
-    ).fetchone()
-    if row:
-        return TPDegree(int(row[0]), "size of the all-reduces' process group (distributedInfo.pg_config)")
-    row = con.execute("SELECT max(world_size) FROM inputs").fetchone()
-    if row and row[0]:
-        return TPDegree(int(row[0]), "distributedInfo.world_size")
-    n = con.execute("SELECT count(DISTINCT rank) FROM inputs").fetchone()[0]
-    if n > 1:
-        return TPDegree(n, "number of ranks in the inputs")
-    return None
 
 
 def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
@@ -126,9 +101,16 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         )
         for table in ("kernels", "cpu_ops", "collectives", "steps")
     }
+    unparsed = dict(
+        con.execute(
+            "SELECT i.input_id, sum(u.occurrences) FROM step_annotations_unparsed u JOIN inputs i USING (rank) "
+            "GROUP BY i.input_id"
+        ).fetchall()
+    )
     out = []
     for r in rows:
         c = {t: counts[t].get(r["input_id"], 0) for t in counts}
+        c["step_annotations_not_understood"] = int(unparsed.get(r["input_id"], 0))
         c |= {"events_total": r.pop("events_total"), "python_events_skipped": r.pop("python_events_skipped")}
         r.pop("input_id")
         r["ranks"] = r["ranks"] or []
@@ -206,8 +188,9 @@ def evaluate(
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables."""
     say = progress or (lambda stage: None)
-    tpd = detect_tp(con, tp)
-    ctx = Context(con=con, model=model, tp=tpd, settings=settings or Settings())
+    layout = detect_layout(con, tp)
+    tpd = layout.tp
+    ctx = Context(con=con, model=model, tp=tpd, settings=settings or Settings(), layout=layout)
     rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
     say(f"running {len(rules)} rules")
     checks = run_rules(ctx, rules)
@@ -218,4 +201,5 @@ def evaluate(
         tp=tpd,
         checks=checks,
         sections=build_sections(ctx, extra=extra_sections),
+        layout=layout,
     )

@@ -10,17 +10,12 @@ from typing import Any
 
 import duckdb
 
+from tracediag.derive.layout import Layout, TPDegree
 from tracediag.errors import UsageError
 from tracediag.findings import Check, RuleMeta, not_applicable, severity_follows_impact, walk_key
 from tracediag.model import ModelConfig
 from tracediag.rules import RULE_MODULES
 from tracediag.store import query_dicts, table_count
-
-
-@dataclass(frozen=True)
-class TPDegree:
-    p: int
-    source: str  # where p came from, in words
 
 
 @dataclass(frozen=True)
@@ -69,6 +64,7 @@ class Context:
     model: ModelConfig | None
     tp: TPDegree | None
     settings: Settings = field(default_factory=Settings)
+    layout: Layout | None = None  # process groups and what they are (derive/layout.py)
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         return query_dicts(self.con, sql, params)

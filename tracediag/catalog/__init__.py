@@ -10,6 +10,10 @@ For collectives the operation comes from the regex group ``coll`` (normalized wi
 
 ``families`` in the data file gives each family the name a reader knows it by
 (:func:`family_label`: ``pytorch_flash`` -> "FlashAttention-2 (PyTorch SDPA's bundled copy)").
+
+``gemm_precision`` in the data file is an attribute of GEMM kernels, not a class: the arithmetic a GEMM
+kernel's name says it runs (fp32 on CUDA cores, TF32 on tensor cores), read by :func:`gemm_precision`.
+A name the catalog does not know is classified by the op that launched it (tracediag/derive/attention.py).
 """
 
 from __future__ import annotations
@@ -104,10 +108,14 @@ def load_patterns() -> tuple[Pattern, ...]:
 CATALOG_VERSION: int = int(_read_data()["version"])
 
 
+# Families given by derivations, not by a name pattern (tracediag/derive/attention.py).
+DERIVED_FAMILIES = {"eager_attention": "math attention fallback, eager (matmul → softmax → matmul)"}
+
+
 @lru_cache(maxsize=1)
 def family_labels() -> dict[str, str]:
-    """Family id -> the name a reader knows it by (``families`` in the data file)."""
-    return {fam: entry["label"] for fam, entry in _read_data().get("families", {}).items()}
+    """Family id -> the name a reader knows it by (``families`` in the data file, and DERIVED_FAMILIES)."""
+    return {fam: entry["label"] for fam, entry in _read_data().get("families", {}).items()} | DERIVED_FAMILIES
 
 
 def family_label(family: str | None) -> str:
@@ -133,6 +141,42 @@ def _classify(name: str, kind: str) -> Classification:
             op = normalize_collective_name(coll) if coll else (p.collective_op or "unknown")
         return Classification(p.klass, p.family, op, p.id, p.phase_hint)
     return _OTHER
+
+
+@dataclass(frozen=True)
+class GemmPrecision:
+    id: str
+    precision: str  # fp32, tf32
+    tensor_cores: bool  # the name says the kernel runs on tensor cores
+    regex: re.Pattern[str]
+    source: str
+    pos: tuple[str, ...]
+    neg: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def load_gemm_precision() -> tuple[GemmPrecision, ...]:
+    return tuple(
+        GemmPrecision(
+            id=e["id"],
+            precision=e["precision"],
+            tensor_cores=bool(e["tensor_cores"]),
+            regex=re.compile(e["regex"]),
+            source=e["source"],
+            pos=tuple(e["pos"]),
+            neg=tuple(e["neg"]),
+        )
+        for e in _read_data().get("gemm_precision", [])
+    )
+
+
+@lru_cache(maxsize=1 << 14)
+def gemm_precision(name: str) -> GemmPrecision | None:
+    """The arithmetic a GEMM kernel name states (first entry that matches), or None when it says nothing."""
+    for e in load_gemm_precision():
+        if e.regex.search(name):
+            return e
+    return None
 
 
 @lru_cache(maxsize=1 << 16)
@@ -188,7 +232,7 @@ def normalize_collective_name(s: str) -> str:
 
 
 __all__ = [
-    "CATALOG_VERSION", "COLLECTIVE_OPS", "KLASSES", "Classification", "Pattern",
-    "classify_cpu_op", "classify_kernel", "family_label", "family_labels", "load_patterns",
-    "normalize_collective_name",
+    "CATALOG_VERSION", "COLLECTIVE_OPS", "KLASSES", "Classification", "GemmPrecision", "Pattern",
+    "classify_cpu_op", "classify_kernel", "family_label", "family_labels", "gemm_precision",
+    "load_gemm_precision", "load_patterns", "normalize_collective_name",
 ]  # fmt: skip

@@ -46,6 +46,8 @@ COLLECTIVES_SCHEMA = pa.schema(
         ("ts_ns", pa.int64()),  # start of the work: kernel, else backend worker range, else host call
         ("dur_ns", pa.int64()),  # duration of the work, same precedence
         ("anchor_ts_ns", pa.int64()),  # host time used to place the call in a step
+        ("exec_op", pa.string()),  # the collective the backend ran for it (gloo: reduce_scatter -> all_reduce)
+        ("in_width", pa.int64()),  # last dimension of the input tensor (H for a [T, H] activation), when recorded
     ]
 )
 
@@ -65,6 +67,28 @@ def _first_tensor_elements(dims_json: str | None) -> int | None:
             tensors = [t for t in arg if t and all(isinstance(x, int) for x in t)]
             if tensors:
                 return sum(math.prod(t) for t in tensors)
+    return None
+
+
+def _first_tensor_width(dims_json: str | None) -> int | None:
+    """Last dimension of the first tensor argument in Kineto 'Input Dims' (first tensor of a TensorList)."""
+    if not dims_json:
+        return None
+    try:
+        dims = orjson.loads(dims_json)
+    except orjson.JSONDecodeError:
+        return None
+    for arg in dims if isinstance(dims, list) else []:
+        if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
+            return arg[-1]
+        if (
+            isinstance(arg, list)
+            and arg
+            and isinstance(arg[0], list)
+            and arg[0]
+            and all(isinstance(x, int) for x in arg[0])
+        ):
+            return arg[0][-1]
     return None
 
 
@@ -139,6 +163,8 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
             "ts_ns": ts,
             "dur_ns": dur,
             "anchor_ts_ns": r["anchor_ts_ns"],
+            "exec_op": r["exec_op"] if r["exec_op"] not in (None, "unknown") else op or "unknown",
+            "in_width": _first_tensor_width(r["input_dims"]),
         }
         for k, v in rec.items():
             out[k].append(v)
@@ -149,22 +175,33 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     run_sql_file(con, "tracediag.derive", "collectives_finish.sql")
 
 
-CORE_SQL = ("step_markers.sql", "steps.sql", "gemm_shapes.sql", "step_shapes.sql")
+# Core derivations in order: a `.sql` file is executed; a Python module name is imported and its build(con) called.
+CORE: tuple[str, ...] = (
+    "tracediag.derive.attention",
+    "tracediag.derive.step_markers",
+    "steps.sql",
+    "gemm_shapes.sql",
+    "step_shapes.sql",
+)
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.kernel_steps",)
+POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps")
+
+
+def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
+    if step.endswith(".sql"):
+        run_sql_file(con, "tracediag.derive", step)
+    else:
+        importlib.import_module(step).build(con)
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
     """Build every derived table, in dependency order."""
-    for name in CORE_SQL:
-        run_sql_file(con, "tracediag.derive", name)
+    for step in CORE:
+        _run(con, step)
     build_collectives(con)
     for step in POST_DERIVATIONS:
-        if step.endswith(".sql"):
-            run_sql_file(con, "tracediag.derive", step)
-        else:
-            importlib.import_module(step).build(con)
+        _run(con, step)
     con.execute(
         "DROP TABLE IF EXISTS step_markers; DROP TABLE IF EXISTS coll_cand; DROP TABLE IF EXISTS coll_outer;"
         "DROP TABLE IF EXISTS coll_kern; DROP TABLE IF EXISTS coll_calls; DROP TABLE IF EXISTS coll_meta;"

@@ -8,8 +8,12 @@
 --         only the kernel (inside a CUDA graph).
 -- Steps: (1) candidates nested in another candidate on the same thread fold into the outermost one,
 -- merging metadata; (2) collective kernels attach to the call whose host range holds their launch;
--- (3) collective ranges that no call encloses (gloo worker) pair with kernel-less calls of the same op
--- in order; (4) whatever is left is a call of its own.
+-- (3) collective ranges that no call encloses (gloo worker) pair with kernel-less calls in order, by the
+-- collective the backend runs for the call: ProcessGroupGloo runs _reduce_scatter_base as an all-reduce
+-- of the whole input plus a local copy (reduce_scatter_tensor_coalesced: clone, allreduce(inp), then
+-- copy_ of this rank's chunk at wait(); torch/csrc/distributed/c10d/ProcessGroupGloo.cpp), so a
+-- `gloo:all_reduce` range is the work of a `c10d::_reduce_scatter_base_` call; (4) whatever is left is a
+-- call of its own. One row per logical collective: the call keeps the op the program issued.
 CREATE OR REPLACE TEMP TABLE coll_cand AS
 SELECT row_number() OVER (ORDER BY rank, ts_ns, src, name) AS cid, * FROM (
     SELECT rank, tid, name, ts_ns, dur_ns, ts_ns + dur_ns AS end_ns, 'cpu_op' AS src, collective_op,
@@ -67,25 +71,31 @@ GROUP BY c.cid;
 
 -- (3) calls made on a thread (dispatcher ops) vs collective ranges on threads that made no call
 CREATE OR REPLACE TEMP TABLE coll_dispatch AS
-SELECT c.*, coalesce(m.op, g.k_op, c.collective_op) AS call_op,
-       row_number() OVER (PARTITION BY c.rank, coalesce(m.op, g.k_op, c.collective_op) ORDER BY c.ts_ns) AS nth
-FROM coll_outer c JOIN coll_meta m USING (cid) LEFT JOIN coll_gpu g USING (cid)
-WHERE c.src = 'cpu_op' OR c.tid IN (SELECT tid FROM coll_cand WHERE src = 'cpu_op' AND rank = c.rank);
+SELECT *, row_number() OVER (PARTITION BY rank, exec_op ORDER BY ts_ns) AS nth FROM (
+    SELECT c.*, coalesce(nullif(c.collective_op, 'unknown'), m.op, g.k_op, c.collective_op) AS call_op,
+           CASE coalesce(nullif(c.collective_op, 'unknown'), m.op, g.k_op, c.collective_op) WHEN 'reduce_scatter' THEN 'all_reduce'
+                ELSE coalesce(nullif(c.collective_op, 'unknown'), m.op, g.k_op, c.collective_op) END AS exec_op
+    FROM coll_outer c JOIN coll_meta m USING (cid) LEFT JOIN coll_gpu g USING (cid)
+    WHERE (c.src = 'cpu_op' OR c.tid IN (SELECT tid FROM coll_cand WHERE src = 'cpu_op' AND rank = c.rank))
+      AND c.cid NOT IN (SELECT cid FROM coll_gpu)
+);
 
 CREATE OR REPLACE TEMP TABLE coll_detached AS
 SELECT c.*, row_number() OVER (PARTITION BY c.rank, c.collective_op ORDER BY c.ts_ns) AS nth
-FROM coll_outer c WHERE c.cid NOT IN (SELECT cid FROM coll_dispatch);
+FROM coll_outer c
+WHERE NOT (c.src = 'cpu_op' OR c.tid IN (SELECT tid FROM coll_cand WHERE src = 'cpu_op' AND rank = c.rank));
 
 CREATE OR REPLACE TEMP TABLE coll_pair AS
 SELECT d.cid, x.cid AS exec_cid, x.ts_ns AS exec_ts_ns, x.dur_ns AS exec_dur_ns, x.name AS exec_name,
+       x.collective_op AS exec_op,
        x.input_dims AS exec_dims, x.input_types AS exec_types
 FROM coll_dispatch d
-JOIN coll_detached x ON x.rank = d.rank AND x.collective_op = d.call_op AND x.nth = d.nth
-WHERE d.cid NOT IN (SELECT cid FROM coll_gpu) AND x.ts_ns >= d.ts_ns;
+JOIN coll_detached x ON x.rank = d.rank AND x.collective_op = d.exec_op AND x.nth = d.nth
+WHERE x.ts_ns >= d.ts_ns;
 
 CREATE OR REPLACE TEMP TABLE coll_calls AS
 SELECT c.rank, c.name AS call_name, c.tid, c.ts_ns AS cpu_ts_ns, c.dur_ns AS cpu_dur_ns,
-    coalesce(m.op, g.k_op, c.collective_op) AS op,
+    coalesce(nullif(c.collective_op, 'unknown'), m.op, g.k_op, c.collective_op) AS op,
     coalesce(m.coll_name, g.k_coll_name) AS coll_name,
     coalesce(m.in_nelems, g.k_in_nelems) AS in_nelems,
     coalesce(m.out_nelems, g.k_out_nelems) AS out_nelems,
@@ -97,14 +107,15 @@ SELECT c.rank, c.name AS call_name, c.tid, c.ts_ns AS cpu_ts_ns, c.dur_ns AS cpu
     m.has_param_comms,
     g.gpu_ts_ns, g.gpu_dur_ns, coalesce(g.kernel_count, 0) AS kernel_count, g.kernel_name,
     p.exec_name, p.exec_ts_ns, p.exec_dur_ns,
-    c.ts_ns AS anchor_ts_ns
+    c.ts_ns AS anchor_ts_ns,
+    coalesce(p.exec_op, g.k_op, nullif(c.collective_op, 'unknown'), m.op, g.k_op, c.collective_op) AS exec_op
 FROM coll_outer c JOIN coll_meta m USING (cid) LEFT JOIN coll_gpu g USING (cid) LEFT JOIN coll_pair p USING (cid)
 WHERE c.cid NOT IN (SELECT exec_cid FROM coll_pair)
 UNION ALL
 -- (4) collective kernels no call claimed (custom all-reduce in a CUDA graph, PyNccl, ...)
 SELECT k.rank, k.name, k.launch_tid, k.launch_ts_ns, NULL, k.collective_op, k.coll_name, k.in_nelems,
     k.out_nelems, k.group_size, k.dtype, k.pg_name, k.pg_desc, k.pg_ranks, k.seq, NULL, NULL, FALSE,
-    k.ts_ns, k.dur_ns, 1, k.name, NULL, NULL, NULL, coalesce(k.launch_ts_ns, k.ts_ns)
+    k.ts_ns, k.dur_ns, 1, k.name, NULL, NULL, NULL, coalesce(k.launch_ts_ns, k.ts_ns), k.collective_op
 FROM coll_kern k
 WHERE NOT EXISTS (
     SELECT 1 FROM coll_outer c

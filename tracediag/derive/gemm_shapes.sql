@@ -19,7 +19,7 @@ nesting AS (
 outermost AS (
     SELECT * FROM nesting WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < ts_ns + dur_ns
 )
-SELECT o.rank, s.step_id, o.name, o.ts_ns, o.dur_ns,
+SELECT o.rank, s.step_id, o.name, o.ts_ns, o.dur_ns, o.tid,
     CASE WHEN o.name = 'aten::addmm' THEN json_extract(o.input_dims, '$[1]')
          ELSE json_extract(o.input_dims, '$[0]') END AS act_dims,   -- activation dims, JSON
     CASE WHEN o.name = 'aten::addmm' THEN json_extract(o.input_dims, '$[2]')
@@ -28,3 +28,15 @@ SELECT o.rank, s.step_id, o.name, o.ts_ns, o.dur_ns,
          ELSE json_extract_string(o.input_types, '$[0]') END AS act_type -- activation element type
 FROM outermost o
 LEFT JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns;
+
+-- GPU time of each op: the kernels its runtime launch calls (on its thread, inside its host range) started
+ALTER TABLE gemm_shapes ADD COLUMN gpu_ns BIGINT;  -- summed kernel time of the op, ns (NULL: no kernel)
+UPDATE gemm_shapes SET gpu_ns = k.ns
+FROM (
+    SELECT g.rank, g.tid, g.ts_ns, sum(k.dur_ns) AS ns
+    FROM gemm_shapes g
+    JOIN runtime r ON r.rank = g.rank AND r.tid = g.tid AND r.ts_ns >= g.ts_ns AND r.ts_ns <= g.ts_ns + g.dur_ns
+    JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
+    GROUP BY g.rank, g.tid, g.ts_ns
+) k
+WHERE gemm_shapes.rank = k.rank AND gemm_shapes.tid = k.tid AND gemm_shapes.ts_ns = k.ts_ns;

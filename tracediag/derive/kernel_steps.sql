@@ -68,26 +68,27 @@ FROM rows r LEFT JOIN steps s ON s.rank = r.rank AND s.step_id = r.step_id
 GROUP BY ALL;
 
 -- Per step: time basis, GPU busy/idle, launch facts and time per class.
+-- GPU time of a step is its window (steps.win_ts_ns .. win_end_ns, clipped so that windows never
+-- overlap: windows.py); busy = union of all GPU activity inside it; host-blocking stalls inside the
+-- window are measured once (host_stalls) and kept out of step_ns, the time phase statistics use.
 CREATE OR REPLACE TABLE step_activity AS
 WITH g AS (
-    SELECT rank, step_id, ts_ns, dur_ns, klass, api, api_dur_ns,
-           max(ts_ns + dur_ns) OVER (
-               PARTITION BY rank, step_id ORDER BY ts_ns, dur_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-           ) AS prev_end
-    FROM _gpu_placed WHERE step_id IS NOT NULL
+    SELECT rank, step_id, ts_ns, dur_ns, klass, api FROM _gpu_placed WHERE step_id IS NOT NULL
 ),
 gpu AS (
     SELECT rank, step_id,
            count(*) FILTER (WHERE klass NOT IN ('memcpy', 'memset')) AS kernels,
-           min(ts_ns) AS gpu_ts_ns, max(ts_ns + dur_ns) AS gpu_end_ns,
-           sum(greatest(ts_ns - prev_end, 0)) FILTER (WHERE prev_end IS NOT NULL) AS idle_ns,
-           count(*) FILTER (WHERE ts_ns - prev_end >= 10000) AS gaps_ge_10us,
-           max(ts_ns - prev_end) AS max_gap_ns,
-           arg_max(prev_end, ts_ns - prev_end) AS max_gap_start_ns,
            count(*) FILTER (WHERE dur_ns < 10000 AND klass NOT IN ('memcpy', 'memset')) AS short_kernels,
            count(DISTINCT api) FILTER (WHERE api ILIKE '%GraphLaunch%') > 0 AS graphs_used,
            count(*) FILTER (WHERE api ILIKE '%GraphLaunch%') AS graph_kernels
     FROM g GROUP BY rank, step_id
+),
+gaps AS (
+    SELECT rank, step_id, count(*) FILTER (WHERE ts_ns - prev_end >= 10000) AS gaps_ge_10us FROM (
+        SELECT rank, step_id, ts_ns, max(ts_ns + dur_ns) OVER (
+            PARTITION BY rank, step_id ORDER BY ts_ns, dur_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS prev_end FROM g
+    ) GROUP BY rank, step_id
 ),
 launches AS (
     -- launch API calls made inside the step's host range (graph launches count once each)
@@ -123,14 +124,17 @@ SELECT s.rank,                                                      -- global ra
        coalesce(c.source, CASE WHEN s.rank IN (SELECT rank FROM kernels) THEN 'gpu_kernel' ELSE 'cpu_op' END)
            AS source,                                               -- 'gpu_kernel' or 'cpu_op'
        s.dur_ns AS host_dur_ns,                                     -- host duration of the step, ns
-       gpu.kernels,                                                 -- GPU kernels launched in the step
-       gpu.gpu_ts_ns,                                               -- first GPU activity start, ns
-       gpu.gpu_end_ns - gpu.gpu_ts_ns AS gpu_span_ns,               -- first start to last end, ns
-       gpu.gpu_end_ns - gpu.gpu_ts_ns - coalesce(gpu.idle_ns, 0) AS gpu_busy_ns, -- union of busy intervals, ns
-       CASE WHEN gpu.kernels > 0 THEN coalesce(gpu.idle_ns, 0) END AS gpu_idle_ns, -- idle between the step's GPU activities, ns
-       gpu.gaps_ge_10us,                                            -- idle gaps of at least 10 µs
-       gpu.max_gap_ns,                                              -- longest idle gap, ns
-       gpu.max_gap_start_ns,                                        -- where it starts (end of the kernel before it), ns
+       coalesce(gpu.kernels, 0) AS kernels,                         -- GPU kernels launched in the step
+       s.win_ts_ns AS gpu_ts_ns,                                    -- start of the step's GPU window, ns
+       s.win_end_ns - s.win_ts_ns AS gpu_span_ns,                   -- GPU window (clipped: windows never overlap), ns
+       s.win_busy_ns AS gpu_busy_ns,                                -- union of GPU activity in the window, ns
+       CASE WHEN s.win_ts_ns IS NOT NULL
+            THEN s.win_end_ns - s.win_ts_ns - s.win_busy_ns - coalesce(s.stall_ns, 0) END
+           AS gpu_idle_ns,                                          -- GPU idle in the window outside stalls, ns
+       coalesce(s.stall_ns, 0) AS stall_ns,                         -- GPU idle in the window during host-blocking stalls, ns
+       gaps.gaps_ge_10us,                                           -- idle gaps of at least 10 µs between the step's own GPU work
+       s.idle_gap_ns AS max_gap_ns,                                 -- longest idle gap in the window outside stalls, ns
+       s.idle_gap_start_ns AS max_gap_start_ns,                     -- where it starts, ns
        gpu.short_kernels,                                           -- kernels shorter than 10 µs
        gpu.graphs_used,                                             -- some kernels were replayed from a graph
        gpu.graph_kernels,                                           -- kernels replayed from a graph
@@ -139,8 +143,12 @@ SELECT s.rank,                                                      -- global ra
        la.graph_launches,                                           -- of them, graph launches
        sy.sync_calls,                                               -- blocking host calls (cuda/hip*Synchronize, synchronous memcpy)
        sy.sync_ns,                                                  -- their summed host duration, ns
-       CASE WHEN gpu.kernels > 0 THEN gpu.gpu_end_ns - gpu.gpu_ts_ns ELSE s.dur_ns END AS step_ns, -- step time, ns
-       CASE WHEN gpu.kernels > 0 THEN 'GPU span of the kernels launched in the step'
+       CASE WHEN s.win_ts_ns IS NOT NULL THEN s.win_end_ns - s.win_ts_ns - coalesce(s.stall_ns, 0) ELSE s.dur_ns END
+           AS step_ns,                                              -- step time, ns: GPU window less stalls
+       CASE WHEN s.win_ts_ns IS NOT NULL THEN s.win_end_ns - s.win_ts_ns ELSE s.dur_ns END
+           AS step_ns_with_stalls,                                  -- the same with the stalls, ns
+       CASE WHEN s.win_ts_ns IS NOT NULL
+            THEN 'GPU window of the step (first to last GPU work it launched, clipped at the next step), host-blocking stalls excluded'
             ELSE 'host duration of the step (no GPU kernels)' END AS time_basis,
        coalesce(c.attention_ns, 0) AS attention_ns,                 -- attention kernels/ops, ns
        coalesce(c.attention_fallback_ns, 0) AS attention_fallback_ns, -- math fallback (bmm + softmax), ns
@@ -150,6 +158,7 @@ SELECT s.rank,                                                      -- global ra
        coalesce(c.collective_ns, 0) AS collective_ns                -- collectives, ns
 FROM steps s
 LEFT JOIN gpu USING (rank, step_id)
+LEFT JOIN gaps USING (rank, step_id)
 LEFT JOIN launches la USING (rank, step_id)
 LEFT JOIN syncs sy USING (rank, step_id)
 LEFT JOIN cls c USING (rank, step_id);

@@ -1,6 +1,8 @@
 -- Fill T (and phase) for steps whose marker does not carry token counts.
 -- T = the most common activation row count (product of leading dims) of the outermost GEMM ops in
--- the step; phase from the query length of scaled_dot_product_attention (Sq = 1 -> decode).
+-- the step; phase from the query length of the SDPA ops (Sq = 1 -> decode): the dispatcher
+-- aten::scaled_dot_product_attention, or a backend op called directly (torch.compile'd graphs call
+-- aten::_scaled_dot_product_flash_attention & co. without the dispatcher). All take q as [B, h, Sq, D].
 UPDATE steps SET T = g.t, t_source = 'GEMM activation rows (mode)'
 FROM (
     SELECT rank, step_id, mode(rows) AS t FROM (
@@ -19,7 +21,11 @@ FROM (
     FROM steps s
     JOIN (
         SELECT rank, ts_ns, try_cast(json_extract(input_dims, '$[0]') AS BIGINT[]) AS d FROM cpu_ops
-        WHERE name = 'aten::scaled_dot_product_attention' AND input_dims IS NOT NULL
+        WHERE name IN ('aten::scaled_dot_product_attention', 'aten::_scaled_dot_product_flash_attention',
+                       'aten::_scaled_dot_product_efficient_attention', 'aten::_scaled_dot_product_cudnn_attention',
+                       'aten::_scaled_dot_product_flash_attention_for_cpu', 'aten::_scaled_dot_product_attention_math',
+                       'aten::_scaled_dot_product_fused_attention_overrideable')
+          AND input_dims IS NOT NULL
     ) o ON o.rank = s.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns,
     LATERAL (SELECT o.d[len(o.d) - 1] AS q)
     WHERE len(o.d) >= 3

@@ -1,6 +1,7 @@
--- steps: one row per engine step per rank (see step_markers.sql for the marker precedence).
--- T is the number of tokens the step scheduled: from the vLLM annotation when it carries token
--- counts, else filled in step_shapes.sql from GEMM activation shapes (t_source says which).
+-- steps: one row per engine step per rank (see step_markers.py for the markers and their precedence).
+-- T is the number of tokens the step scheduled: from the engine's annotation when it carries token
+-- counts (step_grammar.py says what each number means), else filled in step_shapes.sql from GEMM
+-- activation shapes (t_source says which).
 --
 -- Forward passes (for engines without a per-step annotation, e.g. Hugging Face generate()):
 -- a forward pass starts at an `aten::embedding` op (the token-embedding lookup) when attention or
@@ -26,9 +27,13 @@ fallback AS (
     FROM inputs i
     WHERE i.rank IS NOT NULL AND i.trace_start_ns IS NOT NULL AND i.rank NOT IN (SELECT rank FROM best)
 )
-SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM chosen
+SELECT rank, name, ts_ns, dur_ns, tid, marker_source, marker_form, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens,
+       marker_T, marker_phase, ctx_kv_tokens, gen_kv_tokens, engine_mode, marker_extra, fwd_name, fwd_ts_ns, fwd_dur_ns
+FROM chosen
 UNION ALL
-SELECT rank, name, ts_ns, dur_ns, tid, marker_source, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens FROM fallback;
+SELECT rank, name, ts_ns, dur_ns, tid, marker_source, 'whole_trace', ctx_reqs, ctx_tokens, gen_reqs, gen_tokens,
+       NULL::BIGINT, NULL, NULL::BIGINT, NULL::BIGINT, NULL, NULL, NULL, NULL::BIGINT, NULL::BIGINT
+FROM fallback;
 
 CREATE OR REPLACE TEMP TABLE _fwd_starts AS
 WITH ev AS (
@@ -89,48 +94,56 @@ FROM bounds;
 
 CREATE OR REPLACE TABLE steps AS
 WITH all_steps AS (
-    SELECT c.rank, c.name, c.ts_ns, c.dur_ns, c.tid, c.marker_source, c.ctx_reqs, c.ctx_tokens, c.gen_reqs, c.gen_tokens
-    FROM _chosen_steps c
+    SELECT c.* FROM _chosen_steps c
     WHERE NOT EXISTS (SELECT 1 FROM _split_steps s WHERE s.rank = c.rank AND s.step_ts = c.ts_ns)
-    UNION ALL
-    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, NULL, NULL, NULL, NULL FROM _split_steps
-    UNION ALL
-    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, NULL, NULL, NULL, NULL FROM _uncovered_steps
+    UNION ALL BY NAME
+    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, 'forward_split' AS marker_form FROM _split_steps
+    UNION ALL BY NAME
+    SELECT rank, name, ts_ns, dur_ns, tid, marker_source, 'forward_uncovered' AS marker_form FROM _uncovered_steps
 )
 SELECT
     rank,                                                             -- global rank
     (row_number() OVER (PARTITION BY rank ORDER BY ts_ns))::INTEGER - 1 AS step_id, -- per-rank ordinal
     name,                                                             -- marker name as written
     marker_source,                                                    -- which marker defined the step
+    marker_form,                                                      -- the grammar form (step_grammar.py) or how it was made
     ts_ns,                                                            -- host start of the step, ns
     dur_ns,                                                           -- host duration of the step, ns
-    ctx_reqs, ctx_tokens, gen_reqs, gen_tokens,                       -- from the vLLM annotation (NULL if absent)
-    CASE WHEN ctx_tokens IS NOT NULL OR gen_tokens IS NOT NULL
-         THEN coalesce(ctx_tokens, 0) + coalesce(gen_tokens, 0) END AS T, -- tokens in the step
-    CASE WHEN ctx_tokens IS NOT NULL OR gen_tokens IS NOT NULL THEN 'annotation' END AS t_source,
-    CASE
-        WHEN ctx_reqs > 0 AND gen_reqs > 0 THEN 'mixed'
-        WHEN ctx_reqs > 0 THEN 'prefill'
-        WHEN ctx_reqs = 0 AND gen_reqs > 0 THEN 'decode'
-    END AS phase,                                                     -- prefill / decode / mixed / NULL
-    CASE WHEN ctx_reqs IS NOT NULL THEN 'annotation' END AS phase_source,
+    ctx_reqs, ctx_tokens, gen_reqs, gen_tokens,                       -- from the engine annotation (NULL if absent)
+    ctx_kv_tokens, gen_kv_tokens,                                     -- Σ KV length per phase (detailed annotations), tokens
+    engine_mode,                                                      -- SGLang ForwardMode of the step (EXTEND, DECODE, ...)
+    marker_extra,                                                     -- numbers in the annotation that are not interpreted
+    fwd_name, fwd_ts_ns, fwd_dur_ns,                                  -- nested forward span (SGLang step[...]) and its host range
+    marker_T AS T,                                                    -- tokens in the step
+    CASE WHEN marker_T IS NOT NULL THEN 'annotation' END AS t_source,
+    marker_phase AS phase,                                            -- prefill / decode / mixed / NULL
+    CASE WHEN marker_phase IS NOT NULL THEN 'annotation' END AS phase_source,
     NULL::BIGINT AS gpu_ts_ns,                                        -- first kernel start of the step, ns
     NULL::BIGINT AS gpu_end_ns,                                       -- last kernel end of the step, ns
     NULL::BIGINT AS kernel_count,                                     -- kernels launched inside the step
-    NULL::BIGINT AS kernel_busy_ns                                    -- summed kernel time (overlaps counted twice)
+    NULL::BIGINT AS kernel_busy_ns,                                   -- summed kernel time (overlaps counted twice)
+    NULL::BIGINT AS win_ts_ns,                                        -- GPU window: first kernel start, ns (windows.py)
+    NULL::BIGINT AS win_end_ns,                                       -- GPU window end, clipped at the next window's start, ns
+    NULL::BIGINT AS win_busy_ns,                                      -- union of GPU activity inside the window, ns
+    NULL::BIGINT AS stall_ns,                                         -- GPU idle inside the window during host-blocking stalls, ns
+    NULL::BIGINT AS idle_gap_ns,                                      -- longest GPU idle gap in the window outside stalls, ns
+    NULL::BIGINT AS idle_gap_start_ns                                 -- where it starts, ns
 FROM all_steps;
 
 DROP TABLE IF EXISTS _chosen_steps; DROP TABLE IF EXISTS _fwd_starts; DROP TABLE IF EXISTS _split_steps;
 DROP TABLE IF EXISTS _uncovered_steps;
 
--- Kernels launched inside each step: runtime call in the step's host range -> kernel by correlation.
--- CUDA-graph replays are included (their kernels correlate to cudaGraphLaunch).
+-- GPU work launched inside each step: runtime call in the step's host range -> kernel (or copy/memset) by
+-- correlation. CUDA/HIP-graph replays are included (their kernels correlate to cudaGraphLaunch).
 UPDATE steps SET gpu_ts_ns = g.g0, gpu_end_ns = g.g1, kernel_count = g.n, kernel_busy_ns = g.busy
 FROM (
-    SELECT s.rank, s.step_id, min(k.ts_ns) AS g0, max(k.ts_ns + k.dur_ns) AS g1, count(*) AS n, sum(k.dur_ns) AS busy
+    SELECT s.rank, s.step_id, min(k.ts_ns) AS g0, max(k.ts_ns + k.dur_ns) AS g1,
+           count(*) FILTER (WHERE k.is_kernel) AS n, sum(k.dur_ns) FILTER (WHERE k.is_kernel) AS busy
     FROM steps s
     JOIN runtime r ON r.rank = s.rank AND r.ts_ns >= s.ts_ns AND r.ts_ns < s.ts_ns + s.dur_ns
-    JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
+    JOIN (SELECT rank, correlation, ts_ns, dur_ns, TRUE AS is_kernel FROM kernels
+          UNION ALL SELECT rank, correlation, ts_ns, dur_ns, FALSE FROM memops) k
+      ON k.rank = r.rank AND k.correlation = r.correlation
     GROUP BY s.rank, s.step_id
 ) g
 WHERE steps.rank = g.rank AND steps.step_id = g.step_id;

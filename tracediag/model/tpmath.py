@@ -3,6 +3,10 @@
 Megatron-style TP runs 2 all-reduces per layer per forward step, each with logical payload
 S = T·H·e_a bytes; the bus-equivalent bytes per call are V_AR = 2(p−1)/p·S (the nccl-tests bus
 bandwidth factor) and per step V_step = 4L·(p−1)/p·T·H·e_a.
+
+Sequence-parallel variant (Megatron SP): each all-reduce becomes a reduce-scatter after the row-parallel
+GEMM and an all-gather before the next column-parallel one, each moving (p−1)/p·S bus bytes (nccl-tests'
+factor for both). Per step: 4L calls, the same V_step — twice the calls, so twice the fixed latency α.
 """
 
 from __future__ import annotations
@@ -30,6 +34,21 @@ def allreduce_calls_per_step(L: int) -> int:
 def step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
     """V_step = 4L·(p−1)/p·T·H·e_a, bytes per rank per step."""
     return 4 * L * (p - 1) / p * T * H * e_a
+
+
+def sp_calls_per_step(L: int) -> int:
+    """4L: a reduce-scatter and an all-gather in place of each of the 2L all-reduces."""
+    return 4 * L
+
+
+def reduce_scatter_bus_bytes(S: float, p: int) -> float:
+    """(p−1)/p · S for a reduce-scatter of the full S-byte input (an all-gather of an S-byte output alike)."""
+    return (p - 1) / p * S
+
+
+def sp_step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
+    """2L·(V_RS + V_AG) = 4L·(p−1)/p·T·H·e_a: the same bytes per step as 2L all-reduces."""
+    return 2 * L * 2 * reduce_scatter_bus_bytes(T * H * e_a, p)
 
 
 def allreduce_time_s(S: float, p: int, alpha_s: float, bus_bw_bytes_per_s: float) -> float:
@@ -75,25 +94,47 @@ def tp_speedup(
     return t1 / tp
 
 
-def breakeven_denominator(a_s: float, p: int, L: int, H: int, e_a: int, bus_bw_bytes_per_s: float | None) -> float:
+def breakeven_denominator(
+    a_s: float,
+    p: int,
+    L: int,
+    H: int,
+    e_a: int,
+    bus_bw_bytes_per_s: float | None,
+    bus_bytes_per_token: float | None = None,
+) -> float:
     """a(1 − 1/p) − 4L·(p−1)/p·H·e_a/B_p: compute saved per token minus bus time added per token.
 
     B_p = None means the bandwidth term was not resolved (latency-bound data): it is taken as 0, which
-    makes T* a lower bound.
+    makes T* a lower bound. `bus_bytes_per_token` replaces 4L·(p−1)/p·H·e_a (another collective scheme).
     """
-    bw_term = 0.0 if bus_bw_bytes_per_s is None else 4 * L * (p - 1) / p * H * e_a / bus_bw_bytes_per_s
+    per_token = 4 * L * (p - 1) / p * H * e_a if bus_bytes_per_token is None else bus_bytes_per_token
+    bw_term = 0.0 if bus_bw_bytes_per_s is None else per_token / bus_bw_bytes_per_s
     return a_s * (1 - 1 / p) - bw_term
 
 
 def breakeven_tokens(
-    L: int, alpha_s: float, a_s: float, p: int, H: int, e_a: int, bus_bw_bytes_per_s: float | None
+    L: int,
+    alpha_s: float,
+    a_s: float,
+    p: int,
+    H: int,
+    e_a: int,
+    bus_bw_bytes_per_s: float | None,
+    calls_per_step: int | None = None,
+    bus_bytes_per_token: float | None = None,
 ) -> float | None:
     """T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); None when the denominator is not positive
-    (the bandwidth term alone eats the ideal compute saving: no T benefits from TP=p)."""
-    den = breakeven_denominator(a_s, p, L, H, e_a, bus_bw_bytes_per_s)
+    (the bandwidth term alone eats the ideal compute saving: no T benefits from TP=p).
+
+    Another scheme gives its own calls per step and bus bytes per token: sequence parallelism
+    `calls_per_step = 4L` with the same 4L·(p−1)/p·H·e_a — T* doubles. T* is optimistic (ideal 1/p compute,
+    t_other ignored): decode T below it is a sound finding, T above it proves nothing."""
+    den = breakeven_denominator(a_s, p, L, H, e_a, bus_bw_bytes_per_s, bus_bytes_per_token)
     if den <= 0:
         return None
-    return allreduce_calls_per_step(L) * alpha_s / den
+    n = allreduce_calls_per_step(L) if calls_per_step is None else calls_per_step
+    return n * alpha_s / den
 
 
 # --- Robust straight-line fits (numpy only) ----------------------------------------------------------------
@@ -182,8 +223,13 @@ class AlphaBetaFit:
         return allreduce_time_s(S, self.p, self.alpha_s, self.bus_bw_bytes_per_s)
 
 
-def fit_alpha_beta(payload_bytes, seconds, p: int, min_r2: float = MIN_R2_FOR_BANDWIDTH) -> AlphaBetaFit | None:
+def fit_alpha_beta(
+    payload_bytes, seconds, p: int, min_r2: float = MIN_R2_FOR_BANDWIDTH, bus_bytes=None
+) -> AlphaBetaFit | None:
     """Fit τ = α + 2(p−1)/p·S/B robustly; None with fewer than two distinct payload sizes.
+
+    `bus_bytes` (per call) replaces 2(p−1)/p·S when the calls are not all-reduces (reduce-scatter and
+    all-gather: (p−1)/p·S each), so one fit covers a sequence-parallel run's calls.
 
     When the fitted per-byte cost is not positive, or the line explains less than `min_r2` of the
     variance of the call times (R²), the data are latency-bound over the payloads seen: B is reported
@@ -191,7 +237,8 @@ def fit_alpha_beta(payload_bytes, seconds, p: int, min_r2: float = MIN_R2_FOR_BA
     """
     S = np.asarray(payload_bytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
-    line = theil_sen(allreduce_bus_bytes(S, p), t)
+    V_all = allreduce_bus_bytes(S, p) if bus_bytes is None else np.asarray(bus_bytes, dtype=float)
+    line = theil_sen(V_all, t)
     if line is None:
         return None
     resolved = line.slope > 0 and line.r2 is not None and line.r2 >= min_r2
@@ -199,7 +246,7 @@ def fit_alpha_beta(payload_bytes, seconds, p: int, min_r2: float = MIN_R2_FOR_BA
     if resolved and alpha < 0:
         # A negative fixed latency is not physical (noise, or a few very large calls pulling the line):
         # α = 0 and the per-byte cost is the median of τ/V_AR over the calls, a fit through the origin.
-        V = allreduce_bus_bytes(S, p)
+        V = V_all
         ratios = t[V > 0] / V[V > 0]
         alpha, slope, clamped = 0.0, float(np.median(ratios)), True
     return AlphaBetaFit(

@@ -20,6 +20,16 @@ from tracediag.model.kernel_formats import kernel_format
 from tracediag.model.quant import Format
 
 PHASES = ("prefill", "decode", "mixed")
+# SDPA ops that take q as [B, h, Sq, D]: the dispatcher, and the backend ops compiled graphs call directly
+SDPA_OPS = (
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+)
 ATTENTION_KLASSES = ("attention", "attention_fallback")
 SOURCE_LABEL = {
     "gpu_kernel": "GPU kernel time",
@@ -78,8 +88,10 @@ def phase_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> d
 
 
 def ms(ns: float | None) -> str:
-    """Nanoseconds as milliseconds, 3 significant digits: "12.3 ms" ("?" when unknown)."""
-    return "?" if ns is None else f"{ns / 1e6:.3g} ms"
+    """Nanoseconds as milliseconds, 3 significant digits: "12.3 ms"; seconds from 1 s ("?" when unknown)."""
+    if ns is None:
+        return "?"
+    return f"{ns / 1e9:.3g} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
 def median(xs: list[float]) -> float | None:
@@ -366,10 +378,10 @@ def decode_context(ctx: Context) -> list[dict[str, Any]]:
         "ORDER BY rank, step_id"
     )
     keys = ctx.rows(
-        """SELECT s.rank, s.step_id, max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[3]) AS S,
+        f"""SELECT s.rank, s.step_id, max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[3]) AS S,
                   max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[1]) AS B
            FROM steps s JOIN cpu_ops o ON o.rank = s.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE s.phase = 'decode' AND o.name = 'aten::scaled_dot_product_attention' AND o.input_dims IS NOT NULL
+           WHERE s.phase = 'decode' AND o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL
            GROUP BY ALL"""
     )
     by_step = {(k["rank"], k["step_id"]): k for k in keys}

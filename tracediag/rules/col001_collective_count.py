@@ -3,17 +3,24 @@
 Hypothesis: Megatron-style TP runs 2 all-reduces per layer per forward step (attention output,
 MLP output). A different count means the simple communication model does not describe this run:
 ≈ 0 with p > 1 → the all-reduce is not recognised (custom all-reduce) or TP is not in use;
-< 2L → fused collectives or sequence parallelism (all-gather + reduce-scatter pairs replace
-all-reduces); > 2L → extra collectives (unfused bias/residual, MoE all-to-all, debug syncs).
+< 2L → fused collectives (all-reduce fused with the residual/norm, a custom collective) or sequence
+parallelism (a reduce-scatter after each row-parallel GEMM and an all-gather before each column-parallel
+one replace the all-reduces); > 2L → extra collectives (MoE dispatch/all-to-all, extra or debug
+collectives). An unfused bias or residual adds elementwise kernels, not collectives.
 
 Formula: n_AR(step, rank) vs 2L, accepted up to 2L + c (c = small constant: vocab-parallel
-embedding all-reduce, logits gather).
+embedding all-reduce, logits gather). Sequence parallelism: n_RS and n_AG each in [2L, 2L + c + 1]
+with no all-reduce — the same bus bytes per step as 2L all-reduces in twice the calls (the SP variant of
+the cost model, used by COL002/COL003). Each collective is counted once as the program issued it,
+whatever the backend runs for it (gloo runs a reduce-scatter as an all-reduce). Steps that ran no model
+work (an empty scheduler iteration) are not counted.
 
 Evidence: per rank and step, the all-reduce calls of the TP group and the other collectives, with
 example calls (rank, step, timestamp, event name).
 
-What to do: when the count is not ≈ 2L, stop applying the 2L·τ_AR(T·H·e_a) model (seed: "stop
-applying the simplified formula") and rebuild the communication account from the trace.
+What to do: when the count is neither ≈ 2L all-reduces nor the sequence-parallel pairs, stop applying the
+2L·τ_AR(T·H·e_a) model (seed: "stop applying the simplified formula") and rebuild the communication
+account from the trace.
 """
 
 from __future__ import annotations
@@ -22,7 +29,16 @@ from collections import Counter
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._tp_collectives import example_calls, marked_steps, tp_allreduce_where
+from tracediag.rules._tp_collectives import (
+    SEQUENCE_PARALLEL,
+    empty_steps,
+    example_calls,
+    marked_steps,
+    per_step_counts,
+    tp_allreduce_where,
+    tp_scheme,
+    tp_sp_where,
+)
 
 RULE = RuleMeta(
     id="COL001",
@@ -33,24 +49,6 @@ RULE = RuleMeta(
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002"),
 )
-
-
-def _per_step_counts(ctx: Context, p: int) -> list[dict]:
-    return ctx.rows(
-        f"""
-        SELECT s.rank, s.step_id, s.phase, s.T,
-            count(c.op) FILTER (WHERE {tp_allreduce_where("c")})
-                AS all_reduce,
-            count(c.op) FILTER (WHERE c.op = 'all_gather') AS all_gather,
-            count(c.op) FILTER (WHERE c.op = 'reduce_scatter') AS reduce_scatter,
-            count(c.op) FILTER (WHERE c.op = 'all_to_all') AS all_to_all,
-            count(c.op) AS all_collectives
-        FROM steps s LEFT JOIN collectives c ON c.rank = s.rank AND c.step_id = s.step_id
-        WHERE s.marker_source <> 'whole trace (no step markers)'
-        GROUP BY s.rank, s.step_id, s.phase, s.T ORDER BY s.rank, s.step_id
-        """,
-        [p],
-    )
 
 
 def _verdict(n: int, two_l: int, slack: int) -> str:
@@ -74,7 +72,13 @@ def check(ctx: Context) -> Check:
             "range in the trace): counts per step cannot be formed",
         )
     two_l = 2 * L
-    rows = _per_step_counts(ctx, p)
+    empty = empty_steps(ctx)
+    all_rows = per_step_counts(ctx, p)
+    rows = [r for r in all_rows if (r["rank"], r["step_id"]) not in empty]
+    if not rows:
+        return not_applicable(RULE, f"missing steps with model work: all {len(all_rows)} marked steps are empty")
+    if tp_scheme(ctx, p) == SEQUENCE_PARALLEL:
+        return _sequence_parallel(ctx, rows, L, p, slack, len(all_rows) - len(rows))
     for r in rows:
         r["verdict"] = _verdict(r["all_reduce"], two_l, slack)
     verdicts = Counter(r["verdict"] for r in rows)
@@ -98,6 +102,8 @@ def check(ctx: Context) -> Check:
         "all_gather_per_step_max": max(r["all_gather"] for r in rows),
         "reduce_scatter_per_step_max": max(r["reduce_scatter"] for r in rows),
         "all_to_all_per_step_max": max(r["all_to_all"] for r in rows),
+        "empty_steps_not_counted": len(all_rows) - len(rows),
+        "scheme": "all-reduce",
     }
     formula = "n_AR(step) ∈ [2L, 2L + c]"
     substituted = f"2L = 2×{L} = {two_l}; accepted {two_l}…{two_l + slack}; observed mode {mode_n}"
@@ -134,13 +140,15 @@ def check(ctx: Context) -> Check:
     elif worst == "fewer":
         sp = values["all_gather_per_step_max"] and values["reduce_scatter_per_step_max"]
         title = f"{n} all-reduces per step, fewer than 2L = {two_l}" + (
-            " — all-gather + reduce-scatter pairs present (sequence parallelism)" if sp else " — fused collectives?"
+            " — all-gather + reduce-scatter pairs present (partial sequence parallelism?)"
+            if sp
+            else " — fused collectives (all-reduce fused with residual/norm, a custom collective)?"
         )
         severity, nxt = (
             "warning",
             (
-                "Count all-gather/reduce-scatter pairs per layer; rebuild the "
-                "communication account for sequence parallelism or fused AR+norm kernels."
+                "Count all-gather/reduce-scatter pairs per layer; rebuild the communication account for "
+                "sequence parallelism, a fused all-reduce + norm/residual kernel or a custom all-reduce."
             ),
         )
     else:
@@ -151,8 +159,8 @@ def check(ctx: Context) -> Check:
         severity, nxt = (
             "warning",
             (
-                "Find the extra call per layer in the evidence (unfused bias/residual "
-                "all-reduce, MoE all-to-all, debug syncs) and remove or fuse it."
+                "Find the extra call per layer in the evidence (what tensor it reduces: an extra or debug "
+                "collective, MoE dispatch) and remove or merge it."
             ),
         )
     return finding(
@@ -168,4 +176,83 @@ def check(ctx: Context) -> Check:
         evidence=evidence,
         next_check=nxt + " The 2L·τ_AR(T·H·e_a) cost model does not apply to this run.",
         cost_model_applies=False,
+    )
+
+
+def _sequence_parallel(ctx: Context, rows: list[dict], L: int, p: int, slack: int, empty: int) -> Check:
+    """Reduce-scatter + all-gather pairs instead of all-reduces: report sequence parallelism."""
+    two_l = 2 * L
+    rs = Counter(r["reduce_scatter"] for r in rows)
+    ag = Counter(r["all_gather"] for r in rows)
+    rs_mode, ag_mode = rs.most_common(1)[0][0], ag.most_common(1)[0][0]
+    off = [
+        r
+        for r in rows
+        if not (two_l <= r["reduce_scatter"] <= two_l + slack and two_l <= r["all_gather"] <= two_l + slack + 1)
+        or r["all_reduce"] > slack
+    ]
+    values = {
+        "L": L,
+        "2L": two_l,
+        "slack_c": slack,
+        "p": p,
+        "p_source": ctx.tp.source,
+        "scheme": "sequence-parallel",
+        "steps_counted": len(rows),
+        "empty_steps_not_counted": empty,
+        "ranks": len({r["rank"] for r in rows}),
+        "reduce_scatter_per_step_mode": rs_mode,
+        "all_gather_per_step_mode": ag_mode,
+        "all_reduce_per_step_max": max(r["all_reduce"] for r in rows),
+        "steps_off": len(off),
+        "cost_model": "sequence-parallel variant: 2L reduce-scatters + 2L all-gathers of T·H·e_a per step "
+        "(same bus bytes as 2L all-reduces, twice the calls)",
+    }
+    executed = ctx.rows(
+        f"SELECT exec_op, count(*) AS n FROM collectives WHERE op = 'reduce_scatter' AND {tp_sp_where()} "
+        "GROUP BY exec_op",
+        [p],
+    )
+    ran_as = {r["exec_op"]: r["n"] for r in executed}
+    if ran_as.get("all_reduce"):
+        values["reduce_scatter_executed_as"] = (
+            f"{ran_as['all_reduce']} reduce-scatters ran as all-reduces of the whole input on the backend "
+            "(gloo's reduce_scatter_tensor: allreduce + copy of this rank's chunk); counted once each, as "
+            "reduce-scatters"
+        )
+    formula = "n_RS(step), n_AG(step) ∈ [2L, 2L + c] and n_AR ≈ 0 (sequence parallelism)"
+    substituted = (
+        f"2L = 2×{L} = {two_l}; observed mode {rs_mode} reduce-scatters, {ag_mode} all-gathers, "
+        f"{values['all_reduce_per_step_max']} all-reduces (max) per step"
+    )
+    ex_step = off[0] if off else rows[0]
+    evidence = example_calls(
+        ctx, "rank = ? AND step_id = ?", [ex_step["rank"], ex_step["step_id"]], ctx.settings.max_evidence
+    )
+    ok = not off
+    return finding(
+        RULE,
+        severity="info" if ok else "warning",
+        confidence="high",
+        impact=0.0 if ok else len(off) / len(rows),
+        title=(
+            f"Sequence parallelism: {rs_mode} reduce-scatters + {ag_mode} all-gathers per step instead of 2L = "
+            f"{two_l} all-reduces (2L + {rs_mode - two_l} and 2L + {ag_mode - two_l})"
+            + (
+                " — the sequence-parallel variant of the cost model applies (same bus bytes, twice the calls)"
+                if ok
+                else f"; {len(off)} of {len(rows)} steps do not follow the pattern"
+            )
+        ),
+        formula=formula,
+        substituted=substituted,
+        values=values,
+        table=rows,
+        evidence=evidence,
+        next_check=(
+            "Read COL002/COL003 with the sequence-parallel accounting: each row-parallel output is reduce-scattered "
+            "and each column-parallel input all-gathered, 4L calls of T·H·e_a per step; the fixed latency counts "
+            "twice as often as with all-reduces, so small decode batches lose more to α."
+        ),
+        cost_model_applies=ok,
     )

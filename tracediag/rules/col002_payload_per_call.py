@@ -7,6 +7,9 @@ communication; ≈ p or ≈ 1/p means a wrong split; anything else means the pay
 [T, H] activation and the simple cost model does not apply.
 
 Formula: ratio = payload_bytes / (T·H·e_a), payload_bytes = elements × element size of the call.
+With sequence parallelism (COL001) the calls are the TP group's reduce-scatters and all-gathers and the
+payload is the full [T, H] side of each: a reduce-scatter's input, an all-gather's output (p × its input
+shard); the vocab-parallel logits all-gather ([n, V/p] → [n, V]) is not an activation call and is left out.
 
 Evidence: per rank and step, T (from the step), the expected and observed bytes, the ratio, the
 dtype, and example calls with where their size came from (record_param_comms args, kernel args, op
@@ -23,7 +26,7 @@ from collections import Counter
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.dtypes import element_size
-from tracediag.rules._tp_collectives import tp_allreduce_where
+from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
 
 RULE = RuleMeta(
     id="COL002",
@@ -71,20 +74,27 @@ def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> 
 
 def check(ctx: Context) -> Check:
     m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
+    if p == 1:
+        return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no tensor-parallel all-reduces to size")
     e_a, e_a_source = activation_element_bytes(ctx)
     if e_a is None:
         return not_applicable(
             RULE, f"missing activation element type: no GEMM input types in the trace and no torch_dtype in {m.path}"
         )
+    sp = tp_scheme(ctx, p) == SEQUENCE_PARALLEL
     calls = ctx.rows(
         f"SELECT c.rank, c.step_id, c.ts_ns, c.call_name, coalesce(c.kernel_name, c.exec_name) AS work_event, "
-        f"c.dtype, c.elements, c.payload_bytes,"
+        f"c.op, c.dtype, c.elements, c.in_width, c.payload_bytes, coalesce(c.group_size, ?) AS group_size,"
         f" c.evidence, s.T, s.phase FROM collectives c JOIN steps s USING (rank, step_id) "
-        f"WHERE {tp_allreduce_where('c')} ORDER BY c.rank, c.ts_ns",
-        [p],
+        f"WHERE {tp_sp_where('c') if sp else tp_allreduce_where('c')} ORDER BY c.rank, c.ts_ns",
+        [p, p],
     )
+    logits = 0
+    if sp:
+        calls, logits = _full_side(calls, m.vocab_size, m.H)
+    what = "reduce-scatter / all-gather" if sp else "all-reduce"
     if not calls:
-        return not_applicable(RULE, "missing TP all-reduce calls inside engine steps")
+        return not_applicable(RULE, f"missing TP {what} calls inside engine steps")
     sized = [c for c in calls if c["payload_bytes"] is not None and c["T"]]
     if not sized:
         why = (
@@ -146,7 +156,10 @@ def check(ctx: Context) -> Check:
         "example_expected_bytes": ex["expected_bytes"],
         "example_payload_bytes": ex["payload_bytes"],
         "example_ratio": ex["ratio"],
+        "scheme": "sequence-parallel (payload = the full [T, H] side of each call)" if sp else "all-reduce",
     }
+    if sp:
+        values["logits_all_gathers_left_out"] = logits
     if m.weight_bits and m.weight_bits < 16:
         values["note"] = (
             f"the config quantizes weights to {m.weight_bits} bits; that does not shrink e_a — "
@@ -180,7 +193,8 @@ def check(ctx: Context) -> Check:
         return passed(
             RULE,
             confidence="high",
-            title=f"{matched} of {len(sized)} all-reduce payloads = T·H·e_a (e_a = {e_a} B)",
+            title=f"{matched} of {len(sized)} {what} payloads = T·H·e_a (e_a = {e_a} B)"
+            + (" (sequence parallelism: reduce-scatter input, all-gather output)" if sp else ""),
             formula=formula,
             substituted=substituted,
             values=values,
@@ -206,7 +220,7 @@ def check(ctx: Context) -> Check:
         )
         severity = "warning"
     else:
-        title = f"All-reduce payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls"
+        title = f"{what.capitalize()} payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls"
         nxt = "Check the sharding and what tensor is reduced; compare with the GEMM shapes (SHP002)."
         severity = "warning"
     return finding(
@@ -223,3 +237,23 @@ def check(ctx: Context) -> Check:
         next_check=nxt + " The 2L·τ_AR(T·H·e_a) cost model does not apply until the payload is T·H·e_a.",
         cost_model_applies=False,
     )
+
+
+def _full_side(calls: list[dict], vocab: int | None, H: int) -> tuple[list[dict], int]:
+    """Sequence-parallel calls with payload_bytes set to their full [T, H] side; the logits all-gather left out.
+
+    A reduce-scatter's recorded elements are its input (the [T, H] partial sums); an all-gather's are its input
+    shard, so the full side is p × that. The logits all-gather gathers [n, V/p] shards of the vocab-parallel
+    lm_head: its input is V/p wide, not H."""
+    out, logits = [], 0
+    for c in calls:
+        if c["op"] == "all_gather" and c["elements"] is not None:
+            full = c["elements"] * c["group_size"]
+            width = c["in_width"]
+            if vocab and width and width != H and width * c["group_size"] == vocab:
+                logits += 1
+                continue
+            if c["payload_bytes"] is not None:
+                c = c | {"payload_bytes": c["payload_bytes"] * c["group_size"], "elements": full}
+        out.append(c)
+    return out, logits

@@ -9,6 +9,12 @@ all-reduce calls per group size; per step t_comm = 2L·τ_AR(T·H·e_a, p) and i
 time per T bucket; with a = seconds per token of the projection compute at TP=1 (from a TP=1 trace,
 else p × the per-rank GEMM-time slope over T at TP=p, an estimate), the break-even token count is
 T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); a non-positive denominator means no T benefits.
+Sequence parallelism (COL001): the fit runs over the reduce-scatters and all-gathers, each V = (p−1)/p·S
+of its full [T, H] side (a reduce-scatter the backend ran as an all-reduce, as gloo does: 2(p−1)/p·S), and
+t_comm and T* count 4L calls per step: T* = 4L·α / (a(1−1/p) − 2L·(v_RS + v_AG)·H·e_a/B).
+The α–β line is a screening device (the notes: linear only for large messages): the per-T-bucket
+measured times are shown beside it. T* assumes ideal 1/p compute and ignores the rest of the step, so it
+is optimistic: decode T below it is a sound finding, T above it proves nothing.
 
 Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
 range, where the call times came from (the shortest rank's time of each matched call when several
@@ -26,13 +32,14 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
-from tracediag.rules._tp_collectives import tp_allreduce_where
+from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
 from tracediag.rules.col005_rank_skew import matched_collectives
 
 RULE = RuleMeta(
@@ -52,43 +59,68 @@ Rows = Callable[[str, list | None], list[dict[str, Any]]]
 # --- α–β data ------------------------------------------------------------------------------------------------
 
 
-def allreduce_samples(ctx: Context, p: int) -> tuple[list[dict], str]:
-    """All-reduce call times for the fit: per matched call (several ranks given) the shortest rank's
-    time — the last arriver's, closest to the transfer itself; else each call's own time."""
-    where = tp_allreduce_where()
+def _bus_factor(op: str, exec_op: str | None, p: int) -> float:
+    """Bus bytes per byte of the call's full [T, H] side: 2(p−1)/p for an all-reduce (also a reduce-scatter the
+    backend ran as one), (p−1)/p for a reduce-scatter or an all-gather."""
+    if op == "all_reduce" or exec_op == "all_reduce":
+        return 2 * (p - 1) / p
+    return (p - 1) / p
+
+
+def _full_bytes(c: dict, p: int) -> int | None:
+    """The full [T, H] side of a call: its input (all-reduce, reduce-scatter) or p × its input (all-gather)."""
+    if c["payload_bytes"] is None:
+        return None
+    return c["payload_bytes"] * (c["group_size"] or p) if c["op"] == "all_gather" else c["payload_bytes"]
+
+
+def _is_logits_gather(c: dict, model, p: int) -> bool:
+    w, v = c.get("in_width"), getattr(model, "vocab_size", None)
+    return c["op"] == "all_gather" and bool(w and v) and w != model.H and w * (c["group_size"] or p) == v
+
+
+def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple[list[dict], str]:
+    """Collective call times for the fit (the TP all-reduces, or the reduce-scatters and all-gathers of a
+    sequence-parallel run): per matched call (several ranks given) the shortest rank's time — the last
+    arriver's, closest to the transfer itself; else each call's own time. Each sample carries its full
+    payload S and its bus bytes V."""
+    sp = scheme == SEQUENCE_PARALLEL
+    ops = ("reduce_scatter", "all_gather") if sp else ("all_reduce",)
+    where = tp_sp_where() if sp else tp_allreduce_where()
     sets = [
-        s
-        for s in matched_collectives(ctx)
-        if s["op"] == "all_reduce" and len(s["payloads"]) == 1 and None not in s["payloads"]
+        s for s in matched_collectives(ctx) if s["op"] in ops and len(s["payloads"]) == 1 and None not in s["payloads"]
     ]
+
+    def sample(c: dict) -> dict | None:
+        g = c["group_size"] or p
+        if (g != p and c["group_size"] is not None) or (sp and _is_logits_gather(c, ctx.model, p)):
+            return None
+        full = _full_bytes(c, p)
+        return {
+            "rank": c["rank"],
+            "step": c.get("step_id", c.get("step")),
+            "ts_ns": c["ts_ns"],
+            "name": c.get("call_name", c.get("name")),
+            "work_event": c["work_event"],
+            "op": c["op"],
+            "group_size": g,
+            "payload_bytes": full,
+            "bus_bytes": _bus_factor(c["op"], c.get("exec_op"), g) * full,
+            "dur_ns": c["dur_ns"],
+        }
+
     if sets:
-        out = []
-        for s in sets:
-            c = min(s["calls"], key=lambda c: c["dur_ns"])
-            g = c["group_size"] or p
-            if g != p and c["group_size"] is not None:
-                continue
-            out.append(
-                {
-                    "rank": c["rank"],
-                    "step": c["step_id"],
-                    "ts_ns": c["ts_ns"],
-                    "name": c["call_name"],
-                    "work_event": c["work_event"],
-                    "group_size": g,
-                    "payload_bytes": c["payload_bytes"],
-                    "dur_ns": c["dur_ns"],
-                }
-            )
+        out = [x for s in sets if (x := sample(min(s["calls"], key=lambda c: c["dur_ns"]))) is not None]
         if out:
             return out, f"shortest rank's time of each call matched across {len(sets[0]['calls'])} ranks"
     rows = ctx.rows(
-        f"SELECT rank, step_id AS step, ts_ns, call_name AS name, coalesce(kernel_name, exec_name) AS work_event, "
-        f"coalesce(group_size, ?) AS group_size, payload_bytes, dur_ns FROM collectives "
+        f"SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
+        f"in_width, group_size, payload_bytes, dur_ns FROM collectives "
         f"WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL ORDER BY rank, ts_ns",
-        [p, p],
+        [p],
     )
-    return rows, "each call's own time (one rank: includes waiting for the other ranks)"
+    out = [x for r in rows if (x := sample(r)) is not None]
+    return out, "each call's own time (one rank: includes waiting for the other ranks)"
 
 
 def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | None]:
@@ -96,7 +128,12 @@ def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | No
     for s in samples:
         groups[int(s["group_size"])].append(s)
     return {
-        g: tpmath.fit_alpha_beta([s["payload_bytes"] for s in ss], [s["dur_ns"] / 1e9 for s in ss], g)
+        g: tpmath.fit_alpha_beta(
+            [s["payload_bytes"] for s in ss],
+            [s["dur_ns"] / 1e9 for s in ss],
+            g,
+            bus_bytes=[s.get("bus_bytes", tpmath.allreduce_bus_bytes(s["payload_bytes"], g)) for s in ss],
+        )
         for g, ss in sorted(groups.items())
     }
 
@@ -229,9 +266,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
             f"the per-step GEMM time does not rise with T ({n} rank-steps, slope {fit.slope * 1e9:.3g} ns/token): "
             "compute time is hidden by overheads or contention"
         )
-    if ctx.settings.peak_tflops and not m.missing("I", "H_kv", "D"):
-        a = tpmath.seconds_per_token_tp1(m.L, m.H, m.I, m.H_kv * m.D, ctx.settings.peak_tflops * 1e12)
-        return a, f"estimate: L·F_proj/peak with --peak-tflops {ctx.settings.peak_tflops} (optimistic)", True, notes
+    # a is never taken from a nominal peak (the notes: fit it from a TP=1 trace bucketed by T)
     return None, "", True, notes
 
 
@@ -260,13 +295,15 @@ def _bucket(T: int, distinct: int) -> str:
     return f"{lo}-{2 * lo - 1}"
 
 
-def t_buckets(ctx: Context, p: int, fit: tpmath.AlphaBetaFit, e_a: int) -> list[dict]:
+def t_buckets(ctx: Context, p: int, fit: tpmath.AlphaBetaFit, e_a: int, model: CommModel | None = None) -> list[dict]:
     m = ctx.model
+    model = model or CommModel("all-reduce", (("all-reduces", 2 * m.L, 2 * (p - 1) / p),))
+    where = tp_sp_where("c") if model.name == "sequence-parallel" else tp_allreduce_where("c")
     steps = ctx.rows(
         f"""
         SELECT s.rank, s.step_id, s.T, s.phase, s.dur_ns,
-               sum(c.dur_ns) FILTER (WHERE {tp_allreduce_where("c")}) AS ar_ns,
-               count(c.op) FILTER (WHERE {tp_allreduce_where("c")}) AS ar_calls
+               sum(c.dur_ns) FILTER (WHERE {where}) AS ar_ns,
+               count(c.op) FILTER (WHERE {where}) AS ar_calls
         FROM steps s LEFT JOIN collectives c ON c.rank = s.rank AND c.step_id = s.step_id
         WHERE s.T IS NOT NULL AND s.T > 0
         GROUP BY s.rank, s.step_id, s.T, s.phase, s.dur_ns ORDER BY s.T
@@ -281,7 +318,7 @@ def t_buckets(ctx: Context, p: int, fit: tpmath.AlphaBetaFit, e_a: int) -> list[
     for (b, phase), ss in sorted(buckets.items(), key=lambda kv: (min(s["T"] for s in kv[1]), kv[0][1])):
         T = statistics.median(s["T"] for s in ss)
         step_ns = statistics.median(s["dur_ns"] for s in ss)
-        model_ns = tpmath.allreduce_calls_per_step(m.L) * fit.time_s(T * m.H * e_a) * 1e9
+        model_ns = model.step_time_s(fit, T * m.H * e_a) * 1e9
         out.append(
             {
                 "T_bucket": b,
@@ -296,6 +333,41 @@ def t_buckets(ctx: Context, p: int, fit: tpmath.AlphaBetaFit, e_a: int) -> list[
             }
         )
     return out
+
+
+# --- the communication account per step: all-reduces, or the sequence-parallel pairs ---------------------------
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """Calls per step of one collective scheme: (what, calls per step, bus bytes per byte of S = T·H·e_a)."""
+
+    name: str
+    calls: tuple[tuple[str, int, float], ...]
+
+    @property
+    def calls_per_step(self) -> int:
+        return sum(n for _, n, _ in self.calls)
+
+    def bus_bytes_per_token(self, H: int, e_a: int) -> float:
+        return sum(n * f for _, n, f in self.calls) * H * e_a
+
+    def step_time_s(self, fit: tpmath.AlphaBetaFit, S: float) -> float:
+        B = fit.bus_bw_bytes_per_s
+        return sum(n * (fit.alpha_s + (f * S / B if B else 0.0)) for _, n, f in self.calls)
+
+    def describe(self) -> str:
+        return " + ".join(f"{n} {what}" for what, n, _ in self.calls)
+
+
+def comm_model(ctx: Context, p: int, scheme: str) -> CommModel:
+    L = ctx.model.L
+    if scheme != SEQUENCE_PARALLEL:
+        return CommModel("all-reduce", (("all-reduces", 2 * L, 2 * (p - 1) / p),))
+    ran = ctx.scalar(f"SELECT mode(exec_op) FROM collectives WHERE op = 'reduce_scatter' AND {tp_sp_where()}", [p])
+    rs = _bus_factor("reduce_scatter", ran, p)
+    what = "reduce-scatters (run as all-reduces by the backend)" if ran == "all_reduce" else "reduce-scatters"
+    return CommModel("sequence-parallel", ((what, 2 * L, rs), ("all-gathers", 2 * L, (p - 1) / p)))
 
 
 # --- the check --------------------------------------------------------------------------------------------------
@@ -320,19 +392,29 @@ def check(ctx: Context) -> Check:
     m, p = ctx.model, ctx.tp.p
     if p == 1:
         return not_applicable(RULE, "p = 1: no tensor-parallel all-reduces to fit")
-    samples, dur_source = allreduce_samples(ctx, p)
+    scheme = tp_scheme(ctx, p)
+    what = "reduce-scatter / all-gather" if scheme == SEQUENCE_PARALLEL else "all-reduce"
+    samples, dur_source = allreduce_samples(ctx, p, scheme)
     if not samples:
-        return not_applicable(RULE, "missing TP all-reduce calls with a recorded payload and duration")
+        return not_applicable(RULE, f"missing TP {what} calls with a recorded payload and duration")
     fits = fit_by_group_size(samples)
     fit = fits.get(p)
     if fit is None:
         sizes = sorted({s["payload_bytes"] for s in samples if s["group_size"] == p})
         return not_applicable(
             RULE,
-            f"missing all-reduces of at least two different payload sizes at group size {p} "
+            f"missing {what} calls of at least two different payload sizes at group size {p} "
             f"(seen: {sizes[:5]}): α and B cannot be separated",
         )
-    values: dict[str, Any] = {"p": p, **_fit_values(fit), "call_times_from": dur_source}
+    cm = comm_model(ctx, p, scheme)
+    values: dict[str, Any] = {
+        "p": p,
+        **_fit_values(fit),
+        "call_times_from": dur_source,
+        "scheme": cm.name,
+        "calls_per_step": cm.calls_per_step,
+        "calls_per_step_by_op": cm.describe(),
+    }
     if len(fits) > 1:
         values["other_group_sizes"] = {
             str(g): _fit_values(f) if f else "fewer than two payload sizes" for g, f in fits.items() if g != p
@@ -367,7 +449,7 @@ def check(ctx: Context) -> Check:
     if e_a is None:
         return not_applicable(RULE, "missing activation element type (no GEMM input types, no torch_dtype)")
     values |= {"L": m.L, "H": m.H, "e_a": e_a, "e_a_source": e_a_source}
-    table = t_buckets(ctx, p, fit, e_a)
+    table = t_buckets(ctx, p, fit, e_a, cm)
     a, a_source, a_is_estimate, a_notes = estimate_a(ctx, p)
     if a_notes:
         values["a_notes"] = a_notes
@@ -384,8 +466,9 @@ def check(ctx: Context) -> Check:
             f"--peak-tflops; fitted {fit_text}",
         )
     B = fit.bus_bw_bytes_per_s
-    den = tpmath.breakeven_denominator(a, p, m.L, m.H, e_a, B)
-    t_star = tpmath.breakeven_tokens(m.L, fit.alpha_s, a, p, m.H, e_a, B)
+    per_token = cm.bus_bytes_per_token(m.H, e_a)
+    den = tpmath.breakeven_denominator(a, p, m.L, m.H, e_a, B, per_token)
+    t_star = tpmath.breakeven_tokens(m.L, fit.alpha_s, a, p, m.H, e_a, B, cm.calls_per_step, per_token)
     decode = ctx.rows(
         "SELECT DISTINCT ON (step_id) step_id, T, rank FROM steps WHERE phase = 'decode' AND T IS NOT NULL "
         "ORDER BY step_id, rank"
@@ -410,14 +493,26 @@ def check(ctx: Context) -> Check:
         "median_T": statistics.median(Ts) if Ts else None,
         "share_below_T_star": round(share, 4),
     }
-    two_l_alpha = 2 * m.L * fit.alpha_s
+    two_l_alpha = cm.calls_per_step * fit.alpha_s
     bw = f"{B / 1e9:.3g} GB/s" if B else "∞ (unresolved)"
-    formula = "T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p), τ = α + V_AR/B fitted (Theil–Sen)"
-    substituted = (
-        f"T* = 2·{m.L}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − 4·{m.L}·{(p - 1) / p:.3g}·{m.H}·"
-        f"{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
-        + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
-    )
+    if cm.name == "sequence-parallel":
+        formula = (
+            "T* = 4L·α / (a(1−1/p) − 2L·(v_RS + v_AG)·H·e_a/B), τ = α + V/B fitted (Theil–Sen) over the "
+            "reduce-scatters and all-gathers (sequence-parallel variant)"
+        )
+        factors = " + ".join(f"{n}·{f:.3g}" for _, n, f in cm.calls)
+        substituted = (
+            f"T* = {cm.calls_per_step}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − ({factors})·{m.H}·"
+            f"{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
+            + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
+        )
+    else:
+        formula = "T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p), τ = α + V_AR/B fitted (Theil–Sen)"
+        substituted = (
+            f"T* = 2·{m.L}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − 4·{m.L}·{(p - 1) / p:.3g}·"
+            f"{m.H}·{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
+            + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
+        )
     confidence = "medium" if a_is_estimate else "high"
     if fit.line.r2 is not None and fit.line.r2 < 0.5 and fit.bus_bw_bytes_per_s is not None:
         confidence = "low" if a_is_estimate else "medium"
@@ -438,8 +533,9 @@ def check(ctx: Context) -> Check:
         else:
             title = (
                 f"TP={p} is slower than TP=1 for {share:.0%} of {scope.split(' ')[0]} steps: median T = "
-                f"{values['median_T']:g} < T* = {t_star:.3g}; the fixed latency of 2L = {2 * m.L} dependent "
-                f"all-reduces ({two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
+                f"{values['median_T']:g} < T* = {t_star:.3g}; the fixed latency of {cm.calls_per_step} dependent "
+                f"{'collectives (' + cm.describe() + ')' if cm.name != 'all-reduce' else 'all-reduces (2L)'} "
+                f"({two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
             )
         return finding(
             RULE,
@@ -460,6 +556,8 @@ def check(ctx: Context) -> Check:
         **common,
         confidence=confidence,
         title=(
-            f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; {fit_text}"
+            f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; "
+            f"{fit_text} — T* is optimistic (ideal 1/p compute, the rest of the step ignored): "
+            "this does not prove TP pays off"
         ),
     )

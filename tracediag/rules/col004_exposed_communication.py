@@ -6,10 +6,13 @@ stream of the same rank is on the critical path ("TP article": collective 位于
 所有 kernel 时间之和). Decode TP all-reduces are usually fully exposed (they depend on the GEMM
 before them); overlap exists only where the engine runs communication on its own stream.
 
-Formula: per rank and step window W (first to last kernel of the step), with C = union of collective
+Formula: per rank and step window W (first to last GPU work the step launched, clipped at the next
+window's start so that windows never overlap: a window sum is a union), with C = union of collective
 kernel intervals and K = union of compute kernel intervals (every other kernel; memcpy/memset are not
-compute): exposed = |C ∩ W| − |C ∩ K ∩ W|; exposed share = exposed / |W|; overlapped share of
-communication = |C ∩ K| / |C|.
+compute): exposed = |C ∩ W| − |C ∩ K ∩ W|; exposed share of step time = exposed / |W|; exposed share of
+GPU busy time = exposed / |busy ∩ W| (when the GPU idles, a small share of step time can still be a large
+share of the work); overlapped share of communication = |C ∩ K| / |C|. Finding when either exposed share
+is ≥ 0.15.
 
 Evidence: per rank and step, the window, collective time, exposed time and shares; the collective
 kernels with the most exposed time. With HolisticTraceAnalysis installed (the `hta` extra), its
@@ -30,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tracediag.derive.intervals import clip as _clip
+from tracediag.derive.intervals import merge_intervals, overlap_each
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -43,48 +48,12 @@ RULE = RuleMeta(
 EXPOSED_SHARE_FINDING = 0.15  # exposed collective time above this share of step time is a finding
 
 
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of [start, end) intervals as sorted, disjoint intervals."""
-    if starts.size == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
-
-
-def covered(bs: np.ndarray, be: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Length of the disjoint sorted intervals (bs, be) that lies before each point x."""
-    if bs.size == 0:
-        return np.zeros_like(x, dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(be - bs)))
-    i = np.searchsorted(bs, x, side="right")  # intervals starting at or before x
-    before = cum[np.maximum(i - 1, 0)]
-    last = np.where(i > 0, np.minimum(x, be[np.maximum(i - 1, 0)]) - bs[np.maximum(i - 1, 0)], 0)
-    return np.where(i > 0, before + np.maximum(last, 0), 0)
-
-
-def overlap_each(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) -> np.ndarray:
-    """For each interval of A, the length it shares with the union B (B disjoint and sorted)."""
-    return covered(bs, be, ae) - covered(bs, be, as_)
-
-
-def _clip(s: np.ndarray, e: np.ndarray, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
-    cs, ce = np.maximum(s, w0), np.minimum(e, w1)
-    keep = ce > cs
-    return cs[keep], ce[keep]
-
-
 def exposure_by_step(ctx: Context) -> tuple[list[dict], list[dict]]:
     """Per (rank, step): window, collective union, exposed time. Also the per-kernel exposed times."""
     ranks = [r[0] for r in ctx.con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
     steps_all = ctx.rows(
-        "SELECT rank, step_id, phase, T, coalesce(gpu_ts_ns, ts_ns) AS w0, "
-        "coalesce(gpu_end_ns, ts_ns + dur_ns) AS w1 FROM steps ORDER BY rank, step_id"
+        "SELECT rank, step_id, phase, T, win_ts_ns AS w0, win_end_ns AS w1 FROM steps "
+        "WHERE win_ts_ns IS NOT NULL ORDER BY rank, step_id"
     )
     by_rank: dict[int, list[dict]] = defaultdict(list)
     for s in steps_all:
@@ -100,6 +69,7 @@ def exposure_by_step(ctx: Context) -> tuple[list[dict], list[dict]]:
         is_coll = np.asarray(k["c"], dtype=bool)
         cs, ce = ts[is_coll], te[is_coll]
         ks, ke = merge_intervals(ts[~is_coll], te[~is_coll])
+        busy_s, busy_e = merge_intervals(ts, te)
         exp_each = (ce - cs) - overlap_each(cs, ce, ks, ke)
         names, streams = k["name"][is_coll], k["stream"][is_coll]
         for i in np.argsort(-exp_each)[: ctx.settings.max_evidence]:
@@ -122,6 +92,8 @@ def exposure_by_step(ctx: Context) -> tuple[list[dict], list[dict]]:
             a_s, a_e = _clip(us, ue, w0, w1)
             comm = int((a_e - a_s).sum())
             hidden = int(overlap_each(a_s, a_e, ks, ke).sum())
+            bs_, be_ = _clip(busy_s, busy_e, w0, w1)
+            busy = int((be_ - bs_).sum())
             rows.append(
                 {
                     "rank": rank,
@@ -129,13 +101,29 @@ def exposure_by_step(ctx: Context) -> tuple[list[dict], list[dict]]:
                     "phase": w["phase"],
                     "T": w["T"],
                     "window_ns": w1 - w0,
+                    "gpu_busy_ns": busy,
                     "collective_ns": comm,
                     "exposed_ns": comm - hidden,
                     "exposed_share_of_step": round((comm - hidden) / (w1 - w0), 4) if w1 > w0 else None,
+                    "exposed_share_of_busy": round((comm - hidden) / busy, 4) if busy else None,
                     "overlapped_share_of_collective": round(hidden / comm, 4) if comm else None,
                 }
             )
     return rows, sorted(kernels_out, key=lambda r: -r["exposed_ns"])
+
+
+def whole_trace_collective_ns(ctx: Context) -> int:
+    """Σ over ranks of the union of collective kernel intervals in the whole trace."""
+    total = 0
+    for (rank,) in ctx.con.execute("SELECT DISTINCT rank FROM kernels WHERE klass = 'collective'").fetchall():
+        k = ctx.con.execute(
+            "SELECT ts_ns AS s, ts_ns + dur_ns AS e FROM kernels "
+            "WHERE rank = ? AND klass = 'collective' AND dur_ns > 0",
+            [rank],
+        ).fetchnumpy()
+        s, e = merge_intervals(k["s"].astype(np.int64), k["e"].astype(np.int64))
+        total += int((e - s).sum())
+    return total
 
 
 def whole_trace_overlap(ctx: Context) -> dict[int, float]:
@@ -203,10 +191,15 @@ def check(ctx: Context) -> Check:
     if not ctx.scalar("SELECT count(*) FROM kernels WHERE klass = 'collective'"):
         return not_applicable(RULE, "missing collective kernels: the trace's collectives ran no GPU kernel")
     rows, kernels = exposure_by_step(ctx)
+    if not rows:
+        return not_applicable(RULE, "missing step GPU windows: no step launched GPU work in the trace")
     window = sum(r["window_ns"] for r in rows)
+    busy = sum(r["gpu_busy_ns"] for r in rows)
     comm = sum(r["collective_ns"] for r in rows)
     exposed = sum(r["exposed_ns"] for r in rows)
     share = exposed / window if window else 0.0
+    share_busy = exposed / busy if busy else 0.0
+    whole = whole_trace_collective_ns(ctx)
     per_rank: dict[int, dict] = defaultdict(lambda: {"comm": 0, "exposed": 0, "window": 0})
     for r in rows:
         d = per_rank[r["rank"]]
@@ -216,21 +209,29 @@ def check(ctx: Context) -> Check:
     values = {
         "step_windows": len(rows),
         "window_ns": window,
+        "gpu_busy_ns": busy,
         "collective_ns": comm,
+        "collective_ns_whole_trace": whole,
+        "collective_ns_outside_steps": whole - comm,
         "exposed_ns": exposed,
         "exposed_share_of_step": round(share, 4),
+        "exposed_share_of_busy": round(share_busy, 4),
         "overlapped_share_of_collective": round((comm - exposed) / comm, 4) if comm else None,
         "per_rank_exposed_share": {
             str(rk): round(d["exposed"] / d["window"], 4) if d["window"] else None for rk, d in sorted(per_rank.items())
         },
         "threshold": EXPOSED_SHARE_FINDING,
-        "window": "step GPU window (first to last kernel launched in the step)",
+        "window": "step GPU window (first to last GPU work launched in the step, clipped at the next window)",
         "hta_cross_check": hta_cross_check(ctx, whole_trace_overlap(ctx)),
     }
-    formula = "exposed = |C ∩ W| − |C ∩ K ∩ W|, share = exposed / |W| (C collective kernels, K compute kernels)"
+    formula = (
+        "exposed = |C ∩ W| − |C ∩ K ∩ W|, share = exposed / |W| and exposed / |busy ∩ W| "
+        "(C collective kernels, K compute kernels, W the step windows, disjoint)"
+    )
     substituted = (
         f"Σ over {len(rows)} rank-steps: exposed {exposed / 1e6:.3f} ms of {comm / 1e6:.3f} ms collective time, "
-        f"over {window / 1e6:.3f} ms of step windows = {share:.1%}"
+        f"over {window / 1e6:.3f} ms of step windows = {share:.1%}, over {busy / 1e6:.3f} ms of GPU busy time = "
+        f"{share_busy:.1%}"
     )
     evidence = [k | {"step": None} for k in kernels[: ctx.settings.max_evidence]]
     common = {
@@ -240,14 +241,16 @@ def check(ctx: Context) -> Check:
         "table": rows,
         "evidence": evidence,
     }
-    if share < EXPOSED_SHARE_FINDING:
+    overlapped = values["overlapped_share_of_collective"]
+    if share < EXPOSED_SHARE_FINDING and share_busy < EXPOSED_SHARE_FINDING:
         return passed(
             RULE,
             **common,
             confidence="high",
             title=(
-                f"Communication is mostly hidden or small: exposed collective time is {share:.1%} of step time "
-                f"({values['overlapped_share_of_collective']:.0%} of collective time overlaps compute)"
+                f"Communication is mostly hidden or small: exposed collective time is {share:.1%} of step time and "
+                f"{share_busy:.1%} of GPU busy time"
+                + (f" ({overlapped:.0%} of collective time overlaps compute)" if overlapped is not None else "")
             ),
         )
     return finding(
@@ -257,8 +260,9 @@ def check(ctx: Context) -> Check:
         confidence="high",
         impact=min(1.0, share),
         title=(
-            f"Collectives are on the critical path: {share:.1%} of step time is collective GPU time with no "
-            f"compute running ({exposed / 1e6:.2f} ms of {comm / 1e6:.2f} ms collective time exposed)"
+            f"Collectives are on the critical path: {exposed / 1e6:.2f} ms of {comm / 1e6:.2f} ms collective time "
+            f"runs with no compute — {share:.1%} of step time, {share_busy:.1%} of GPU busy time"
+            + (f" ({overlapped:.0%} overlapped)" if overlapped is not None else "")
         ),
         next_check=(
             "Check the achieved bus bandwidth against the link class and nccl-tests (PATH001/PATH002, COL003): if "

@@ -50,7 +50,7 @@ def matched_collectives(ctx: Context) -> list[dict]:
     rows = ctx.rows(
         """
         WITH c AS (
-            SELECT rank, call_id, step_id, op, payload_bytes, group_size, ts_ns, dur_ns, seq,
+            SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, seq,
                    call_name, coalesce(kernel_name, exec_name) AS work_event,
                    coalesce(cpu_ts_ns, ts_ns) AS order_ts,
                    coalesce(pg_name, pg_ranks, '') AS pg
@@ -62,7 +62,8 @@ def matched_collectives(ctx: Context) -> list[dict]:
                    row_number() OVER (PARTITION BY c.rank, c.pg, c.op ORDER BY c.order_ts, c.call_id) - 1 AS ordinal
             FROM c JOIN g USING (pg)
         )
-        SELECT rank, call_id, step_id, op, payload_bytes, group_size, ts_ns, dur_ns, call_name, work_event, pg,
+        SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, call_name,
+               work_event, pg,
                CASE WHEN by_seq THEN 'sequence number' ELSE 'order within process group and op' END AS matched_by,
                CASE WHEN by_seq THEN '' ELSE op END AS key_op,
                CASE WHEN by_seq THEN seq ELSE ordinal END AS key

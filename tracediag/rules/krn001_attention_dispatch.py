@@ -8,7 +8,11 @@ materialises the score matrix and is much slower than a fused kernel.
 Formula: per phase, attention time by catalog family (FlashAttention 2/3/4, FlashInfer, cuDNN SDPA,
 memory-efficient, paged, Triton, TensorRT-LLM, CK/AITER, CPU flash) and the fallback share
 fallback_ns / (fallback_ns + fused_ns); a phase runs the fallback when that share is ≥ 0.5 or when no
-fused attention ran in it. Kernel time on GPU traces; outermost CPU op time on CPU-only traces.
+fused attention ran in it. The fallback is `aten::_scaled_dot_product_attention_math` or an eager
+attention's QKᵀ → softmax → PV with matching shapes — a softmax alone (a sampler's, a router's) is not
+attention. A kernel the catalog does not know takes the class of the op that launched it. Severity follows
+cost: the fallback's share of the phase's step time (warning from 5 %, else info). Kernel time on GPU
+traces; outermost CPU op time on CPU-only traces.
 
 Evidence: kernel (or op) names per phase with calls and time, the first call of each; the attention
 op's recorded inputs (dtype, head dim, mask) and the device's compute capability as facts for the
@@ -29,6 +33,7 @@ from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     ATTENTION_KLASSES,
+    SDPA_OPS,
     SOURCE_LABEL,
     dispatch_rows,
     ms,
@@ -47,14 +52,16 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP002",),
 )
 FALLBACK_SHARE = 0.5  # fallback share of a phase's attention time that counts as "runs the fallback"
+WARNING_COST = 0.05  # fallback share of the phase's step time from which it is a warning (below: info)
 
 
 def _attention_inputs(ctx: Context) -> dict[str, dict]:
     """Per phase: dtype, head dim and mask of aten::scaled_dot_product_attention as recorded."""
     rows = ctx.rows(
-        """SELECT s.phase, o.input_dims, o.input_types FROM cpu_ops o
+        f"""SELECT s.phase, o.input_dims, o.input_types FROM cpu_ops o
            JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE o.name = 'aten::scaled_dot_product_attention' AND o.input_dims IS NOT NULL"""
+           WHERE o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL
+           ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
     )
     out: dict[str, dict] = {}
     for r in rows:
@@ -190,15 +197,17 @@ def check(ctx: Context) -> Check:
         if v is not None
     )
     impact = (s["fallback_ns"] / phase_time[worst]) if phase_time.get(worst) else s["fallback_share"]
+    values["fallback_share_of_step_time"] = round(impact, 6)
     return finding(
         RULE,
-        severity="warning",
+        severity="warning" if impact >= WARNING_COST else "info",
         confidence="high" if source == "cpu_op" or s["fused_ns"] == 0 else "medium",
         impact=min(impact, 1.0),
         title=(
             f"{' and '.join(fallback_phases)} "
             f"{'phases run' if len(fallback_phases) > 1 else 'phase runs'} the math attention fallback — "
-            f"{line(worst, label=False)}" + (f" (fused elsewhere — {'; '.join(others)})" if others else "")
+            f"{line(worst, label=False)}, {impact:.2%} of its step time"
+            + (f" (fused elsewhere — {'; '.join(others)})" if others else "")
         ),
         formula=formula,
         substituted=substituted,

@@ -1,22 +1,29 @@
-"""KRN006 Host-bound steps: GPU idle gaps and launch overhead (decode first).
+"""KRN006 Host-bound steps: host-blocking stalls, GPU idle inside steps, GPU idle between steps.
 
 Hypothesis: decode steps are short, so the host's work per step — launching hundreds of small kernels,
-Python, a blocking copy or a synchronisation — can leave the GPU idle for a large share of the step;
-then no kernel, batch or quantization change helps until the host side does. The same holds for any
-step with a long idle gap.
+Python, a blocking copy or a synchronisation — can leave the GPU idle for a large share of the time;
+then no kernel, batch or quantization change helps until the host side does. Three places hold that
+idle time and are measured apart, each once: (1) host-blocking stalls — a synchronous copy, a
+synchronize API, a launch that loads a module or compiles, an allocation — during which the GPU has
+nothing to run; (2) idle gaps inside a step's GPU window; (3) idle time between steps (the engine's host
+loop: scheduling, sampling, detokenizing, synchronous output copies).
 
-Formula: per step, GPU idle = span − union of the busy intervals of the kernels (and copies) the step
-launched (graph replays included); idle share = idle / span, per phase over its steps (decode and mixed
-judged first, then the rest). Finding when a phase's idle share ≥ 0.3. Launch facts: kernels per step,
-share of kernels < 10 µs, launch API time, graph launches, blocking host calls.
+Formula: over each rank's profiled GPU span (first to last GPU activity), busy = union of kernels and
+copies; step windows = first to last GPU work a step launched (graph replays included), clipped so that
+windows never overlap. stall share = GPU idle during stalls / span; idle share of a phase = Σ idle in its
+windows (stalls excluded) / Σ (window − stalls); idle between steps = idle outside every window (stalls
+excluded) / span. Finding: stalls ≥ 1 % of the span (warning from 10 %), a phase idle ≥ 30 % (decode and
+mixed judged first), or idle between steps ≥ 30 % of the span. Launch facts: kernels per step, share of
+kernels < 10 µs, launch API time, graph launches.
 
-Evidence: the step with the longest idle gap and what the host was doing during it (blocking runtime
-calls and the CPU ops that span the gap), per-phase idle shares, launch counts.
+Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
+idle gap inside a step and what the host did during it, per-phase idle shares, the between-step idle.
 
-What to do: many short kernels and no graphs → capture decode in CUDA/HIP graphs (or torch.compile's
-cudagraphs) and batch more sequences per step; a blocking call in the gap (cudaStreamSynchronize,
-a pageable host→device copy, .item()/.cpu()) → remove the sync or pin and make the copy async;
-long host ops in the gap → move the host work off the critical path (overlap scheduling with the GPU).
+What to do: a stall → remove the blocking call from the step (pin and make the copy async, drop the
+.item()/.cpu()/synchronize, warm the allocator and modules before profiling: KRN010); many short kernels
+and no graphs in decode → capture decode in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more
+sequences per step; idle between steps → overlap scheduling with the GPU (async scheduling, async output
+processing), fewer synchronous copies of the sampled tokens.
 """
 
 from __future__ import annotations
@@ -27,22 +34,24 @@ import orjson
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import median, phase_name, phase_order, prepare, source_of
+from tracediag.rules._kernels import median, ms, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN006",
     step=5,
-    title="GPU idle gaps and launch overhead inside steps (host-bound decode)",
+    title="Host-blocking stalls, GPU idle inside and between steps, launch overhead (host-bound decode)",
     requires_tables=("steps",),
 )
-IDLE_SHARE = 0.3  # idle share of a phase's GPU span at or above this: host-bound
+IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between steps: host-bound
+STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
+STALL_WARNING = 0.10  # ... a warning from this share
 JUDGE_FIRST = ("decode", "mixed")
 
 
 def _host_in_gap(ctx: Context, rank: int, t0: int, t1: int) -> list[dict]:
-    """Blocking runtime calls and the longest CPU ops overlapping [t0, t1) on this rank, largest overlap first."""
+    """Runtime calls and the longest CPU ops overlapping [t0, t1) on this rank, largest overlap first."""
     rt = ctx.rows(
-        """SELECT 'runtime' AS kind, name, ts_ns, dur_ns,
+        """SELECT 'runtime' AS kind, name, ts_ns, dur_ns, NULL AS input_dims,
                   least(ts_ns + dur_ns, ?) - greatest(ts_ns, ?) AS overlap_ns
            FROM runtime WHERE rank = ? AND ts_ns < ? AND ts_ns + dur_ns > ?
            ORDER BY overlap_ns DESC LIMIT 3""",
@@ -58,72 +67,136 @@ def _host_in_gap(ctx: Context, rank: int, t0: int, t1: int) -> list[dict]:
     return [r for r in rt + ops if r["overlap_ns"] > 0.5 * (t1 - t0)] or (rt + ops)[:3]
 
 
-def check(ctx: Context) -> Check:
-    prepare(ctx)
-    if source_of(ctx) != "gpu_kernel":
-        return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no GPU idle gaps to measure")
-    steps = ctx.rows("SELECT * FROM step_activity WHERE kernels > 0 ORDER BY rank, step_id")
-    if not steps:
-        return not_applicable(RULE, "missing GPU kernels inside engine steps (no launch of the trace is in a step)")
-    steps = [s for s in steps if s["phase"]]
-    if not steps:
-        return not_applicable(
-            RULE, "missing phases: no step with GPU kernels is a prefill, decode or mixed engine step (see SCH001)"
-        )
+def _dims(raw: str | None) -> str:
+    if not raw:
+        return ""
+    try:
+        return " " + orjson.dumps(orjson.loads(raw)).decode()
+    except orjson.JSONDecodeError:
+        return ""
+
+
+def _phase_table(steps: list[dict]) -> list[dict]:
     by_phase: dict[str, list[dict]] = defaultdict(list)
     for s in steps:
         by_phase[phase_name(s["phase"])].append(s)
     table = []
     for ph, rows in sorted(by_phase.items(), key=lambda kv: phase_order(kv[0] if kv[0] in JUDGE_FIRST else None)):
-        span = sum(r["gpu_span_ns"] for r in rows)
+        time = sum(r["step_ns"] for r in rows)
         kernels = sum(r["kernels"] for r in rows)
+        idle = sum(r["gpu_idle_ns"] for r in rows)
         table.append(
             {
                 "phase": ph,
                 "steps": len(rows),
-                "gpu_span_ns": span,
-                "gpu_idle_ns": sum(r["gpu_idle_ns"] for r in rows),
-                "idle_share": sum(r["gpu_idle_ns"] for r in rows) / span if span else 0.0,
-                "idle_share_median_step": median(
-                    [r["gpu_idle_ns"] / r["gpu_span_ns"] for r in rows if r["gpu_span_ns"]]
-                ),
+                "step_ns": time,
+                "stall_ns": sum(r["stall_ns"] for r in rows),
+                "gpu_idle_ns": idle,
+                "idle_share": idle / time if time else 0.0,
+                "idle_share_median_step": median([r["gpu_idle_ns"] / r["step_ns"] for r in rows if r["step_ns"]]),
                 "kernels_per_step": kernels / len(rows),
                 "short_kernel_share": sum(r["short_kernels"] or 0 for r in rows) / kernels if kernels else None,
-                "gaps_ge_10us_per_step": sum(r["gaps_ge_10us"] or 0 for r in rows) / len(rows),
                 "max_gap_ns": max(r["max_gap_ns"] or 0 for r in rows),
                 "launch_api_ns_per_step": sum(r["launch_api_ns"] or 0 for r in rows) / len(rows),
                 "graph_launches": sum(r["graph_launches"] or 0 for r in rows),
                 "graph_kernel_share": sum(r["graph_kernels"] or 0 for r in rows) / kernels if kernels else None,
-                "sync_calls": sum(r["sync_calls"] or 0 for r in rows),
             }
         )
+    return table
+
+
+def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[list[dict], str, str]:
+    """What the host did during the longest gap of step row `w`, and the cause/next check for phase row `t`."""
+    t0, gap = w["max_gap_start_ns"], w["max_gap_ns"] or 0
+    host = _host_in_gap(ctx, w["rank"], t0, t0 + gap) if t0 is not None and gap else []
+    no_graphs = not t["graph_launches"]
+    if (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
+        cause = (
+            f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
+            f"no graph launches in {t['phase']}: launch-bound"
+        )
+        nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
+    else:
+        names = ", ".join(f"{h['name']}{_dims(h.get('input_dims'))}" for h in host) or "no host event in the gap"
+        cause = f"host work in the longest gap ({ms(gap)}): {names}"
+        if no_graphs and t["phase"] == "decode":
+            cause += "; decode runs without CUDA/HIP graphs"
+        nxt = "Move that host work off the step's critical path (overlap scheduling with GPU work), or make it async."
+    return host, cause, nxt
+
+
+def check(ctx: Context) -> Check:
+    prepare(ctx)
+    if source_of(ctx) != "gpu_kernel":
+        return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no GPU idle time to measure")
+    steps = ctx.rows("SELECT * FROM step_activity WHERE gpu_span_ns > 0 ORDER BY rank, step_id")
+    if not steps:
+        return not_applicable(RULE, "missing GPU work inside engine steps (no launch of the trace is in a step)")
+    timeline = ctx.rows("SELECT * FROM gpu_timeline ORDER BY rank")
+    stalls = ctx.rows("SELECT * FROM host_stalls ORDER BY gpu_idle_ns DESC")
+    span = sum(t["span_ns"] for t in timeline)
+    stall_ns = sum(t["stall_ns"] for t in timeline)
+    between_ns = sum(t["idle_between_ns"] for t in timeline)
+    table = _phase_table(steps)
     judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
-    bad = [t for t in judged if t["idle_share"] >= IDLE_SHARE]
-    values = {
-        "idle_share": {t["phase"]: round(t["idle_share"], 4) for t in table},
-        "threshold": IDLE_SHARE,
-        "phases_judged_first": [t["phase"] for t in table if t["phase"] in JUDGE_FIRST],
-    }
-    formula = "idle share = Σ(span − busy) / Σ span over a phase's steps (busy = union of kernel/copy intervals)"
-    substituted = "; ".join(
-        f"{t['phase']}: {t['gpu_idle_ns'] / 1e6:.3g} / {t['gpu_span_ns'] / 1e6:.3g} ms = {t['idle_share']:.3f}"
-        for t in table
-    )
-    worst_phase = bad[0]["phase"] if bad else judged[0]["phase"]
-    w = max(by_phase[worst_phase], key=lambda r: r["max_gap_ns"] or 0)
-    t0 = w["max_gap_start_ns"]
-    host = _host_in_gap(ctx, w["rank"], t0, t0 + w["max_gap_ns"]) if t0 is not None and w["max_gap_ns"] else []
+    worst = judged[0]
+    stall_share = stall_ns / span if span else 0.0
+    between_share = between_ns / span if span else 0.0
+    w = max((s for s in steps if phase_name(s["phase"]) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0)
+    host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
     step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
+    values = {
+        "profiled_gpu_span_ns": span,
+        "gpu_busy_ns": sum(t["busy_ns"] for t in timeline),
+        "stall_ns": stall_ns,
+        "stall_share_of_span": round(stall_share, 4),
+        "stalls": len(stalls),
+        "idle_between_steps_ns": between_ns,
+        "idle_between_steps_share_of_span": round(between_share, 4),
+        "idle_share": {t["phase"]: round(t["idle_share"], 4) for t in table},
+        "step_ns_without_stalls": {t["phase"]: t["step_ns"] for t in table},
+        "step_ns_with_stalls": {t["phase"]: t["step_ns"] + t["stall_ns"] for t in table},
+        "thresholds": {"idle_share": IDLE_SHARE, "stall_share": STALL_SHARE, "stall_warning": STALL_WARNING},
+        "phases_judged_first": [t["phase"] for t in table if t["phase"] in JUDGE_FIRST],
+        "longest_gap": {
+            "rank": w["rank"],
+            "step": w["step_id"],
+            "gap_ns": w["max_gap_ns"],
+            "host": [f"{h['name']} ({h['kind']}, {ms(h['dur_ns'])})" for h in host],
+        },
+    }
+    formula = (
+        "stall share = Σ GPU idle during stalls / span; idle share (phase) = Σ idle in windows, stalls excluded / "
+        "Σ (window − stalls); idle between steps = idle outside windows / span"
+    )
+    substituted = (
+        f"stalls {ms(stall_ns)} / {ms(span)} = {stall_share:.3f}; "
+        + "; ".join(f"{t['phase']}: {ms(t['gpu_idle_ns'])} / {ms(t['step_ns'])} = {t['idle_share']:.3f}" for t in table)
+        + f"; between steps {ms(between_ns)} / {ms(span)} = {between_share:.3f}"
+    )
     evidence = [
+        {
+            "rank": s["rank"],
+            "step": s["step_id"],
+            "ts_ns": s["ts_ns"],
+            "name": s["name"],
+            "kind": f"host-blocking stall: {s['kind']}",
+            "op": f"{s['op_name'] or '?'}{_dims(s['op_dims'])}",
+            "dur_ns": s["dur_ns"],
+            "gpu_idle_ns": s["gpu_idle_ns"],
+        }
+        for s in stalls[:3]
+    ] + [
         {
             "rank": w["rank"],
             "step": w["step_id"],
-            "ts_ns": t0,
-            "name": f"longest GPU idle gap in {step_name}",
+            "ts_ns": w["max_gap_start_ns"],
+            "name": f"longest GPU idle gap in {step_name} (stalls excluded)",
             "gap_ns": w["max_gap_ns"],
-            "phase": worst_phase,
+            "phase": worst["phase"],
         }
-    ] + [
+    ]
+    evidence += [
         {
             "rank": w["rank"],
             "step": w["step_id"],
@@ -136,60 +209,73 @@ def check(ctx: Context) -> Check:
         for h in host
     ]
     evidence = evidence[: ctx.settings.max_evidence]
-    values["longest_gap"] = {
-        "rank": w["rank"],
-        "step": w["step_id"],
-        "gap_ns": w["max_gap_ns"],
-        "host": [f"{h['name']} ({h['kind']}, {h['dur_ns'] / 1e6:.3g} ms)" for h in host],
-    }
-    if not bad:
+    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    # the three measures, each with its cost; the largest leads the title
+    parts = []
+    if stalls and stall_share >= STALL_SHARE:
+        s0 = stalls[0]
+        ph = next((t["phase"] for t in table if t["stall_ns"]), None)
+        with_without = ""
+        if ph:
+            t = next(t for t in table if t["phase"] == ph)
+            with_without = f" ({ph} step time {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+        parts.append(
+            (
+                stall_share,
+                "warning" if stall_share >= STALL_WARNING else "info",
+                f"host-blocking stall: {s0['name']} ({s0['kind']}) {ms(s0['dur_ns'])} in "
+                f"{s0['op_name'] or 'no CPU op'}{_dims(s0['op_dims'])}"
+                + (f" and {len(stalls) - 1} more" if len(stalls) > 1 else "")
+                + (" idle" if len(stalls) > 1 else " idles")
+                + f" the GPU {ms(stall_ns)} = {stall_share:.0%} of the profiled GPU time; kept out of step "
+                f"times{with_without}",
+                "Remove the blocking call from the step: pin the host memory and copy with non_blocking=True, drop the "
+                ".item()/.cpu()/synchronize, warm the allocator and modules before profiling (KRN010).",
+            )
+        )
+    for t in judged:
+        if t["idle_share"] >= IDLE_SHARE:
+            parts.append(
+                (
+                    t["idle_share"],
+                    "warning",
+                    f"GPU idle {t['idle_share']:.0%} of {t['phase']} step time (stalls excluded); {gap_cause}"
+                    if t is worst
+                    else f"GPU idle {t['idle_share']:.0%} of {t['phase']} step time",
+                    gap_next,
+                )
+            )
+    if between_share >= IDLE_SHARE:
+        parts.append(
+            (
+                between_share,
+                "warning",
+                f"GPU idle between steps {ms(between_ns)} = {between_share:.0%} of the profiled GPU time (the engine's "
+                "host loop: scheduling, sampling, output processing)",
+                "Overlap the host loop with the GPU (async scheduling / output processing), cut synchronous copies of "
+                "the sampled tokens.",
+            )
+        )
+    if not parts:
         return passed(
             RULE,
+            **common,
             confidence="high",
-            title="GPU busy inside steps: idle " + ", ".join(f"{t['idle_share']:.1%} of {t['phase']}" for t in judged),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
+            title=(
+                "GPU busy inside steps: idle "
+                + ", ".join(f"{t['idle_share']:.1%} of {t['phase']}" for t in judged)
+                + f"; {between_share:.1%} idle between steps, {stall_share:.1%} in host-blocking stalls"
+            ),
         )
-    t = bad[0]
-    blocking = [h for h in host if h["kind"] == "runtime" and ("Synchronize" in h["name"] or "Memcpy" in h["name"])]
-    if blocking:
-        cause = f"the host was blocked in {blocking[0]['name']} ({blocking[0]['dur_ns'] / 1e6:.3g} ms)"
-        ops = [h for h in host if h["kind"] == "cpu_op"]
-        if ops:
-            top = max(h["overlap_ns"] for h in ops)
-            inner = min((h for h in ops if h["overlap_ns"] >= 0.9 * top), key=lambda h: h["dur_ns"])
-            dims = orjson.dumps(orjson.loads(inner["input_dims"])).decode() if inner.get("input_dims") else ""
-            cause += f" inside {inner['name']}" + (f" {dims}" if dims else "")
-        nxt = (
-            "Remove the blocking call from the step: a pageable host→device copy (pin the memory, non_blocking=True), "
-            "a .item()/.cpu()/synchronize; then re-measure the idle share."
-        )
-    elif (t["short_kernel_share"] or 0) >= 0.5 and not t["graph_launches"]:
-        cause = (
-            f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
-            "no graph launches: launch-bound"
-        )
-        nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
-    else:
-        names = ", ".join(h["name"] for h in host) or "no host event recorded in the gap"
-        cause = f"host work in the longest gap: {names}"
-        nxt = "Move that host work off the step's critical path (overlap scheduling with GPU work), or make it async."
+    parts.sort(key=lambda p: -p[0])
+    impact, severity, lead, nxt = parts[0]
+    rest = [p[2].split(";")[0] for p in parts[1:]]
     return finding(
         RULE,
-        severity="warning",
-        confidence="high" if host else "medium",
-        impact=t["idle_share"],
-        title=(
-            f"GPU idle {t['idle_share']:.0%} of {t['phase']} step time; longest gap {w['max_gap_ns'] / 1e6:.3g} ms: "
-            f"{cause}"
-        ),
-        formula=formula,
-        substituted=substituted,
-        values=values,
-        table=table,
-        evidence=evidence,
-        next_check=nxt,
+        **common,
+        severity=severity,
+        confidence="high",
+        impact=min(1.0, impact),
+        title=lead[0].upper() + lead[1:] + (" — also: " + "; ".join(rest) if rest else ""),
+        next_check=nxt + (" " + " ".join(p[3] for p in parts[1:] if p[3] != nxt) if len(parts) > 1 else ""),
     )

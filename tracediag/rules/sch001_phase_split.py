@@ -53,10 +53,16 @@ def check(ctx: Context) -> Check:
     known = [s for s in steps if s["phase"]]
     if not known:
         markers = sorted({r["marker_source"] for r in ctx.rows("SELECT DISTINCT marker_source FROM steps")})
+        if ctx.layout is not None and ctx.layout.workload == "training":
+            return not_applicable(
+                RULE,
+                f"missing inference steps: a training job ({ctx.layout.workload_evidence}); its steps "
+                f"({', '.join(markers)}) have no prefill/decode phase",
+            )
         return not_applicable(
             RULE,
-            "missing phase: no step carries a vLLM step annotation or an attention op with recorded shapes "
-            f"(steps from: {', '.join(markers)})",
+            "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM) or an "
+            f"attention op with recorded shapes (steps from: {', '.join(markers)})",
         )
     table = phase_table(steps)
     phases: dict[str | None, list[dict]] = defaultdict(list)

@@ -135,7 +135,8 @@ def _from_requests(ctx: Context) -> Check | None:
 def _from_steps(ctx: Context) -> Check | None:
     steps = ctx.rows(
         "SELECT rank, step_id, name, ts_ns, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, "
-        "coalesce(gpu_end_ns - gpu_ts_ns, dur_ns) AS gap_ns, gpu_ts_ns IS NOT NULL AS on_gpu "
+        # the step's GPU window less host-blocking stalls (measured once by KRN006, kept out of step times)
+        "coalesce(win_end_ns - win_ts_ns - coalesce(stall_ns, 0), dur_ns) AS gap_ns, win_ts_ns IS NOT NULL AS on_gpu "
         "FROM steps WHERE gen_reqs > 0 ORDER BY rank, step_id"
     )
     if not steps:

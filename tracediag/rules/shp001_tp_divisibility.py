@@ -7,8 +7,9 @@ and the 2L·T·H·e_a accounting of the later rules may not hold.
 Formula: h mod p, I mod p, H_kv mod p; with p > H_kv each rank holds ceil(H_kv/p) KV heads
 (replicated), so KV memory per rank shrinks by ceil(H_kv/p)/H_kv instead of 1/p.
 
-Evidence: p and where it came from (process-group size of the all-reduces, distributedInfo,
-number of rank files, or --tp), the config values.
+Evidence: p and where it came from (the tensor-parallel group found in the trace — process-group
+descriptions, group sizes and what the collectives carry —, the engine log's tensor_parallel_size, p = 1
+for a single process or a data-parallel job, or --tp), every parallel group named, the config values.
 
 What to do: pick p among the divisors of h (and of H_kv, or accept replication knowingly); check the
 engine's startup log for padding or replication messages; recompute KV capacity per rank.
@@ -47,6 +48,12 @@ def check(ctx: Context) -> Check:
         "kv_memory_share_per_rank": kv_per_rank / hkv,
         "ideal_share_per_rank": 1 / p,
     }
+    if ctx.layout is not None:
+        values["workload"] = ctx.layout.workload
+        values["parallel_groups"] = [
+            f"{g.kind}: {g.description or g.name or 'unnamed'} ({g.size or '?'} ranks) — {g.evidence}"
+            for g in ctx.layout.groups
+        ]
     formula = "h mod p, I mod p, H_kv mod p; KV heads per rank = ceil(H_kv / p)"
     substituted = (
         f"{h} mod {p} = {h % p}, {inter} mod {p} = {inter % p}, {hkv} mod {p} = {hkv % p}; "

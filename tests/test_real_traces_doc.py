@@ -1,0 +1,99 @@
+"""docs/real_traces.md is current, tracediag's counts agree with an independent count of each real GPU trace, and
+every rule that says "not applicable" on one of them says so because the trace truly lacks that input."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import real_traces
+from conftest import REPO
+
+from tracediag.analysis import analyze
+
+DOC = REPO / "docs" / "real_traces.md"
+GEMM_NAME = re.compile(r"gemm|Cijk_|nvjet|xmma|cutlass.*(?:gemm|Gemm)|matmul", re.I)
+
+
+@functools.cache
+def _report(path: str):
+    return analyze([path]).to_dict()
+
+
+@functools.cache
+def _inventory(path: str) -> real_traces.Inventory:
+    return real_traces.inventory(real_traces.Path(path))
+
+
+def test_doc_is_current():
+    got = real_traces.render(lambda p: _report(str(p))["checks"])
+    assert DOC.read_text() == got, "regenerate: python tests/real_traces.py > docs/real_traces.md"
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_tracediag_counts_match_the_independent_count(path):
+    (inp,) = _report(str(path))["inputs"]
+    inv = _inventory(str(path))
+    assert inp["counts"]["kernels"] == inv.kernels
+    if inv.format == "kineto":
+        assert inp["counts"]["cpu_ops"] == inv.cpu_ops
+    assert len(inp["ranks"]) == max(inv.ranks, 1)
+
+
+def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
+    """The input the reason says is missing is not in the file (by the independent count)."""
+    no_input_given = (
+        "missing model config",
+        "missing topology snapshot",
+        "missing nccl-tests output",
+        "missing SLO budgets",
+        "missing queue series",
+        "missing KV-cache usage",
+        "missing prefix-cache statistics",
+        "missing speculative-decoding statistics",
+        "missing benchmark results",
+        "missing two independent measurements",
+        "missing per-request inter-token latencies",
+        "missing a gap budget",
+    )
+    if reason.startswith(no_input_given):
+        return True  # no --model / --topology / --nccl-tests / telemetry was given
+    names = _kernel_names(str(path))
+    checks = {
+        "missing collective calls: none in the trace": inv.collective_kernels == 0,
+        "missing collective kernels": inv.collective_kernels == 0,
+        "missing attention": inv.attention_kernels == 0,
+        "missing other ranks": inv.ranks == 1,
+        "missing inference steps: a training job": inv.backward_or_optimizer_events > 0
+        and inv.engine_step_annotations == 0,
+        "missing phase: no step carries an engine step annotation": inv.engine_step_annotations == 0,
+        "missing GEMM kernels": not any(GEMM_NAME.search(n) for n in names),
+        "missing GEMM input shapes": inv.gemm_ops_with_shapes == 0,
+        "missing runtime": inv.runtime_calls == 0,
+        "missing GPU kernels": inv.kernels == 0,
+        "missing GPU work inside engine steps": inv.runtime_calls == 0,
+        "missing GPU or CPU work inside engine steps": inv.runtime_calls == 0 and inv.cpu_ops <= 1,
+    }
+    for prefix, ok in checks.items():
+        if reason.startswith(prefix):
+            return ok
+    if reason.startswith("p = 1"):
+        return inv.ranks == 1 or inv.backward_or_optimizer_events > 0 or "all-reduce" not in reason
+    return False
+
+
+@functools.cache
+def _kernel_names(path: str) -> frozenset[str]:
+    return frozenset(real_traces.kernel_names(real_traces.Path(path)))
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_not_applicable_only_when_the_input_is_absent(path):
+    inv = _inventory(str(path))
+    bad = [
+        (c["rule"], c["reason"])
+        for c in _report(str(path))["checks"]
+        if c["status"] == "not_applicable" and not _truly_absent(c["reason"], inv, path)
+    ]
+    assert not bad

@@ -1,0 +1,172 @@
+"""KRN008 Unfused elementwise work.
+
+Hypothesis: an eager model runs each norm, rotary embedding, activation and cast as its own pass over the
+activations — an fp32 RMSNorm alone is cast, pow, mean, add, rsqrt, mul, cast, mul — and each pass reads and
+writes the whole tensor. Where fused kernels (vLLM/SGLang custom ops, FlashInfer, AITER, CK, TorchInductor's
+fused Triton kernels) would do it in one pass, the eager passes can take tens of percent of the GPU time.
+
+Formula: unfused share = time of eager PyTorch elementwise, reduction, norm and copy/cast work inside steps /
+GPU busy time of the steps (ATen TensorIterator / reduce / norm kernels, family `aten` of the catalog; index,
+gather and scan kernels left out; fused families not counted) — on CPU-only traces the outermost eager
+elementwise ops' host time / step time. Split by what the pass does, read from the kernel's functor or the
+op's name: norm (pow, mean, rsqrt, layer_norm), activation (silu, gelu, ...), RoPE (cat, neg, sin/cos),
+cast/copy, other arithmetic. Finding from 10 % (info), warning from 25 %.
+
+Evidence: the largest eager kernels/ops with calls, time and the kind of pass; the fused kernels already used.
+
+What to do: use the engine's fused norm/RoPE/activation kernels (vLLM/SGLang custom ops, FlashInfer), or
+torch.compile the model (Inductor fuses elementwise chains into one Triton kernel); check for fp32 upcasts
+around norms that add cast passes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import ms, prepare, source_of
+
+RULE = RuleMeta(
+    id="KRN008",
+    step=5,
+    title="Unfused elementwise work: eager norm / RoPE / activation / cast passes as a share of GPU time",
+    requires_tables=("steps",),
+)
+INFO_SHARE, WARNING_SHARE = 0.10, 0.25
+
+# what a pass does, from the ATen functor / kernel name or the CPU op name (first match)
+_NORM = (
+    r"layer_norm|rms_norm|RowwiseMoments|LayerNorm|MeanOps|rsqrt|pow_tensor|\bpow\b|aten::mean|aten::pow|aten::rsqrt"
+)
+_ACT = r"silu|gelu|relu|sigmoid|tanh|softplus|threshold|clamp|mish|glu|hardswish"
+_ROPE = r"neg_kernel|aten::neg\b|CatArray|aten::cat\b|sin_kernel|cos_kernel|aten::sin\b|aten::cos\b"
+_CAST = r"copy_kernel|_copy|direct_copy|aten::to\b|aten::_to_copy|aten::copy_|aten::contiguous|aten::clone"
+_KINDS = (
+    ("norm", re.compile(_NORM + r"|aten::var|batch_norm", re.I)),
+    ("activation", re.compile(_ACT, re.I)),
+    ("rope-like (cat/neg/sin/cos)", re.compile(_ROPE, re.I)),
+    ("cast/copy", re.compile(_CAST, re.I)),
+)
+_NOT_ELEMENTWISE = re.compile(r"index|gather|scatter|indexSelect|Scan|Sort|cub::|rocprim|embedding|argmax|topk", re.I)
+# eager elementwise CPU ops (CPU-only traces have no kernels; the op's host time stands in)
+CPU_OPS = (
+    "aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::pow", "aten::mean",
+    "aten::rsqrt", "aten::sqrt", "aten::silu", "aten::gelu", "aten::relu", "aten::sigmoid", "aten::tanh",
+    "aten::neg", "aten::cat", "aten::sin", "aten::cos", "aten::to", "aten::_to_copy", "aten::copy_",
+    "aten::contiguous", "aten::clone", "aten::exp", "aten::where", "aten::masked_fill", "aten::var",
+)  # fmt: skip
+
+
+def kind_of(name: str) -> str:
+    for kind, rx in _KINDS:
+        if rx.search(name):
+            return kind
+    return "arithmetic"
+
+
+def _gpu(ctx: Context) -> tuple[list[dict], int, dict[str, int]]:
+    rows = ctx.rows(
+        """SELECT name, family, klass, sum(calls) AS calls, sum(time_ns) AS time_ns,
+                  arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
+           FROM kernel_steps WHERE step_id IS NOT NULL AND source = 'gpu_kernel'
+             AND klass IN ('elementwise', 'norm') GROUP BY ALL"""
+    )
+    busy = ctx.scalar("SELECT sum(gpu_busy_ns) FROM step_activity WHERE source = 'gpu_kernel'") or 0
+    eager = [r for r in rows if r["family"] == "aten" and not _NOT_ELEMENTWISE.search(r["name"])]
+    fused: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r["family"] not in ("aten", "softmax", "moe_routing", "cub", "trtllm_gen_moe", "triton_kernels"):
+            fused[r["family"]] += r["time_ns"]
+    return eager, busy, dict(fused)
+
+
+def _cpu(ctx: Context) -> tuple[list[dict], int]:
+    rows = ctx.rows(
+        f"""WITH ops AS (
+               SELECT o.rank, o.tid, o.name, o.ts_ns, o.dur_ns, o.klass,
+                      max(o.ts_ns + o.dur_ns) OVER (PARTITION BY o.rank, o.tid ORDER BY o.ts_ns, o.dur_ns DESC
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end
+               FROM cpu_ops o WHERE o.name IN {CPU_OPS} OR (o.klass IS NOT NULL AND o.klass <> 'other')
+           )
+           SELECT o.name, count(*) AS calls, sum(o.dur_ns) AS time_ns, arg_min(o.rank, o.ts_ns) AS rank,
+                  arg_min(s.step_id, o.ts_ns) AS step, min(o.ts_ns) AS ts_ns
+           FROM ops o JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
+           WHERE o.name IN {CPU_OPS} AND (o.enclosing_end IS NULL OR o.enclosing_end < o.ts_ns + o.dur_ns)
+           GROUP BY o.name"""
+    )
+    total = ctx.scalar("SELECT sum(step_ns) FROM step_activity") or 0
+    return rows, total
+
+
+def check(ctx: Context) -> Check:
+    prepare(ctx)
+    gpu = source_of(ctx) == "gpu_kernel"
+    if gpu:
+        eager, total, fused = _gpu(ctx)
+        basis = "GPU busy time of the steps (union of their kernels and copies)"
+    else:
+        eager, total = _cpu(ctx)
+        fused = {}
+        basis = "host time of the steps (CPU-only trace: outermost eager ops' host time)"
+    if not total:
+        return not_applicable(RULE, "missing GPU or CPU work inside engine steps")
+    by_kind: dict[str, int] = defaultdict(int)
+    for r in eager:
+        r["kind"] = kind_of(r["name"])
+        by_kind[r["kind"]] += r["time_ns"]
+    unfused = sum(by_kind.values())
+    share = unfused / total
+    values = {
+        "unfused_ns": unfused,
+        "total_ns": total,
+        "time_basis": basis,
+        "unfused_share": round(share, 4),
+        "by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        "fused_families_ns": dict(sorted(fused.items(), key=lambda kv: -kv[1])),
+        "thresholds": {"info": INFO_SHARE, "warning": WARNING_SHARE},
+    }
+    formula = "unfused share = Σ eager elementwise / norm / cast time in steps / " + (
+        "GPU busy time of the steps" if gpu else "step time"
+    )
+    parts = ", ".join(f"{k} {ms(v)}" for k, v in values["by_kind_ns"].items()) or "none"
+    substituted = f"{ms(unfused)} ({parts}) / {ms(total)} = {share:.3f}"
+    top = sorted(eager, key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
+    evidence = [
+        {
+            "rank": r["rank"],
+            "step": r["step"],
+            "ts_ns": r["ts_ns"],
+            "name": r["name"],
+            "kind": r["kind"],
+            "calls": r["calls"],
+            "time_ns": r["time_ns"],
+        }
+        for r in top
+    ]
+    table = [{"name": r["name"], "kind": r["kind"], "calls": r["calls"], "time_ns": r["time_ns"]} for r in top]
+    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    if share < INFO_SHARE:
+        return passed(
+            RULE,
+            **common,
+            confidence="high" if gpu else "medium",
+            title=f"Eager elementwise work is {share:.1%} of {'GPU busy' if gpu else 'step'} time ({parts})",
+        )
+    lead = max(by_kind, key=by_kind.get)
+    return finding(
+        RULE,
+        **common,
+        severity="warning" if share >= WARNING_SHARE else "info",
+        confidence="high" if gpu else "medium",
+        impact=min(1.0, share),
+        title=(
+            f"Unfused elementwise work takes {share:.0%} of {'GPU busy' if gpu else 'step'} time: {parts} — "
+            f"mostly {lead} passes a fused kernel or torch.compile would merge"
+        ),
+        next_check=(
+            "Use the engine's fused norm / RoPE / activation kernels (vLLM and SGLang custom ops, FlashInfer) or "
+            "torch.compile the model (Inductor fuses these chains); look for fp32 upcasts around the norms."
+        ),
+    )

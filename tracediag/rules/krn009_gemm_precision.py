@@ -1,0 +1,143 @@
+"""KRN009 GEMM precision.
+
+Hypothesis: a GEMM that runs in fp32 on CUDA cores (cuBLAS `*_sgemm_*`, CUTLASS `simt_sgemm`) on a GPU with
+tensor cores does an order of magnitude less arithmetic per second than the same GEMM in bf16/fp16 (or even
+TF32) on the tensor cores: an fp32 model or layer, autocast off, or `allow_tf32` off leaves that on the table.
+
+Formula: fp32 share = time of GEMM kernels whose name states fp32 SIMT arithmetic (catalog `gemm_precision`) /
+time of all GEMM kernels, over the steps (the whole trace when it has no step); their share of the GPU busy
+time is the cost. The GPU has tensor cores when its compute capability is ≥ 7.0 (deviceProperties), when
+its kernels name a tensor-core architecture (volta/turing/ampere/sm80+ GEMMs, tensorop / xmma / nvjet / hgemm /
+bf16 names), or on AMD Instinct (MFMA, gfx90a/gfx94x). Finding when the fp32 SIMT share of GEMM time is
+≥ 10 % on a tensor-core GPU: warning when it costs ≥ 10 % of the GPU busy time, else info. TF32 GEMMs
+(fp32 storage on tensor cores) are reported, not flagged.
+
+Evidence: the fp32 GEMM kernels with calls and time, the launching ops, the device and why it has tensor cores.
+
+What to do: check the model's dtype and autocast (bf16/fp16 weights and activations), torch.backends.cuda.matmul
+.allow_tf32 / torch.set_float32_matmul_precision('high') for fp32 models, and layers kept in fp32 on purpose
+(lm_head, router, norms feeding a GEMM).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracediag.catalog import gemm_precision
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import ms, prepare, source_of
+
+RULE = RuleMeta(
+    id="KRN009",
+    step=5,
+    title="GEMM precision: fp32 SIMT GEMMs on a GPU with tensor cores",
+    requires_tables=("kernels",),
+    may_be_downstream_of=("SHP003",),
+)
+SHARE_FINDING = 0.10  # fp32 SIMT share of GEMM time
+WARNING_COST = 0.10  # ... costing this share of GPU busy time is a warning
+_TC_NAME = re.compile(
+    r"^(?:void\s+)?(?:volta|turing|ampere|sm[789]\d|sm1\d\d)_\w*gemm|tensorop|xmma_gemm|^nvjet_|hgemm|bf16|"
+    r"s16816|h1688|MI\d+x\d+x\d+",
+    re.I,
+)
+_AMD_MATRIX = re.compile(r"MI[123]\d\d|Instinct|gfx9[04]", re.I)
+
+
+def tensor_cores(ctx: Context) -> tuple[bool | None, str]:
+    """(has tensor cores, why) from device properties, else from the GEMM kernel names."""
+    dev = ctx.rows(
+        "SELECT device_name, device_compute_capability AS cc FROM inputs WHERE rank IS NOT NULL "
+        "AND (device_name IS NOT NULL OR device_compute_capability IS NOT NULL) LIMIT 1"
+    )
+    if dev:
+        name, cc = dev[0]["device_name"] or "", dev[0]["cc"]
+        if name and _AMD_MATRIX.search(name):
+            return True, f"{name}: AMD Instinct matrix cores (MFMA)"
+        if cc:
+            try:
+                major = int(str(cc).split(".")[0])
+            except ValueError:
+                major = None
+            if major is not None and major >= 7:
+                return True, f"{name or 'GPU'}, compute capability {cc} (tensor cores from 7.0)"
+            if major is not None:
+                return False, f"{name or 'GPU'}, compute capability {cc}: no tensor cores (they start at 7.0)"
+    names = [r["name"] for r in ctx.rows("SELECT DISTINCT name FROM kernels WHERE klass = 'gemm' LIMIT 2000")]
+    tc = next((n for n in names if _TC_NAME.search(n)), None)
+    if tc:
+        return True, f"its GEMM kernels name a tensor-core architecture or path ({tc[:80]})"
+    return None, "no device properties and no GEMM kernel names a tensor-core architecture"
+
+
+def check(ctx: Context) -> Check:
+    prepare(ctx)
+    if source_of(ctx) != "gpu_kernel":
+        return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no tensor cores to leave unused")
+    rows = ctx.rows(
+        """SELECT name, sum(calls) AS calls, sum(time_ns) AS time_ns, arg_min(rank, first_ts_ns) AS rank,
+                  arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
+           FROM kernel_steps WHERE klass = 'gemm' AND source = 'gpu_kernel'
+             AND (step_id IS NOT NULL OR NOT EXISTS (SELECT 1 FROM steps WHERE win_ts_ns IS NOT NULL))
+           GROUP BY name"""
+    )
+    if not rows:
+        return not_applicable(RULE, "missing GEMM kernels in the trace")
+    gemm_ns = sum(r["time_ns"] for r in rows)
+    by = {"fp32": 0, "tf32": 0}
+    fp32_rows = []
+    for r in rows:
+        pr = gemm_precision(r["name"])
+        if pr is not None:
+            by[pr.precision] += r["time_ns"]
+            if pr.precision == "fp32":
+                fp32_rows.append(r)
+    busy = ctx.scalar("SELECT sum(busy_ns) FROM gpu_timeline") or 0
+    share = by["fp32"] / gemm_ns if gemm_ns else 0.0
+    cost = by["fp32"] / busy if busy else 0.0
+    has_tc, why = tensor_cores(ctx)
+    values = {
+        "gemm_ns": gemm_ns,
+        "fp32_simt_ns": by["fp32"],
+        "tf32_tensor_core_ns": by["tf32"],
+        "fp32_share_of_gemm": round(share, 4),
+        "fp32_share_of_gpu_busy": round(cost, 4),
+        "tensor_cores": has_tc,
+        "tensor_cores_from": why,
+        "thresholds": {"fp32_share_of_gemm": SHARE_FINDING, "warning_cost": WARNING_COST},
+    }
+    formula = "fp32 share = Σ fp32 SIMT GEMM time / Σ GEMM time; cost = fp32 SIMT GEMM time / GPU busy time"
+    substituted = (
+        f"{ms(by['fp32'])} / {ms(gemm_ns)} = {share:.3f} of GEMM time; {ms(by['fp32'])} / {ms(busy)} = {cost:.3f} "
+        f"of GPU busy time (TF32 on tensor cores: {ms(by['tf32'])})"
+    )
+    top = sorted(fp32_rows, key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
+    evidence = [
+        {"rank": r["rank"], "step": r["step"], "ts_ns": r["ts_ns"], "name": r["name"], "calls": r["calls"],
+         "time_ns": r["time_ns"]}
+        for r in top
+    ]  # fmt: skip
+    common = {"formula": formula, "substituted": substituted, "values": values, "evidence": evidence}
+    if share < SHARE_FINDING or not has_tc:
+        reason = f"fp32 SIMT GEMMs are {share:.1%} of GEMM time" + (
+            f" on a GPU without tensor cores ({why})" if has_tc is False else ""
+        )
+        if has_tc is None and share >= SHARE_FINDING:
+            reason += f" — whether the GPU has tensor cores is unknown ({why})"
+        return passed(RULE, **common, confidence="high" if has_tc is not None else "low", title=reason)
+    return finding(
+        RULE,
+        **common,
+        severity="warning" if cost >= WARNING_COST else "info",
+        confidence="high",
+        impact=min(1.0, cost),
+        title=(
+            f"fp32 GEMMs on CUDA cores: {ms(by['fp32'])} = {share:.0%} of GEMM time ({cost:.0%} of GPU busy time) run "
+            f"SIMT fp32 on a GPU with tensor cores ({why})"
+        ),
+        next_check=(
+            "Check the model dtype and autocast (bf16/fp16), and for fp32 models allow TF32 "
+            "(torch.set_float32_matmul_precision('high')); look for layers kept in fp32 (lm_head, router)."
+        ),
+    )

@@ -1,0 +1,138 @@
+"""KRN010 Cold window.
+
+Hypothesis: the profiled window holds one-time start-up work — CUDA/HIP context and stream creation, lazy
+module loading at a kernel's first launch (CUDA_MODULE_LOADING=LAZY loads each kernel's module when it first
+runs), JIT compilation, allocator growth (cudaMalloc/cudaFree, host memory registration) — so it does not show
+the steady state: step times, idle shares and stalls measured in it overstate what production pays.
+
+Formula: cold time = Σ host time of the start-up calls in the trace: context/stream creation and first-call
+initialisation (≥ 1 ms), module loading, kernel launches that took ≥ 1 ms while the GPU idled (a module load
+or a compile on first launch; a launch that blocks while the GPU is busy waits for room in the launch queue
+and is not counted), and device/host allocations and registrations; cold share = cold time / profiled host
+span (first to last event of the rank). Finding from 1 % (info), warning from 10 %.
+
+Evidence: the largest start-up calls with their kind, duration and the CPU op around them.
+
+What to do: profile after warm-up — run a few steps first (vLLM and SGLang warm up and capture graphs at
+start; start the profiler after that, or with a schedule's wait/warmup steps), preload modules
+(CUDA_MODULE_LOADING=EAGER for the measurement), and let the caching allocator reach its size before the window.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import ms
+
+RULE = RuleMeta(
+    id="KRN010",
+    step=5,
+    title="Cold window: start-up work (context, lazy module loading, JIT, allocation) inside the profile",
+    requires_tables=("runtime",),
+)
+INFO_SHARE, WARNING_SHARE = 0.01, 0.10
+SLOW_MS = 1_000_000  # ns
+_INIT = re.compile(
+    r"^(?:cuInit|cuCtxCreate\w*|cuDevicePrimaryCtxRetain|cudaSetDevice|cudaDeviceGetStreamPriorityRange|"
+    r"cudaStreamCreate\w*|cudaGetDeviceProperties\w*|cudaFree|hipInit|hipSetDevice|hipStreamCreate\w*|"
+    r"hipGetDeviceProperties\w*|hipDeviceGetStreamPriorityRange)$"
+)
+_MODULE = re.compile(r"^(?:cuModuleLoad\w*|cuLibraryLoad\w*|hipModuleLoad\w*|cudaLibraryLoad\w*)$")
+_ALLOC = re.compile(
+    r"^(?:cudaMalloc\w*|cudaFree\w*|cudaHostAlloc|cudaHostRegister|cudaHostUnregister|cuMemAlloc\w*|cuMemCreate|"
+    r"cuMemFree\w*|hipMalloc\w*|hipFree\w*|hipHostMalloc|hipHostRegister|hipHostFree|hipExtMallocWithFlags)$"
+)
+_LAUNCH = re.compile(r"Launch", re.I)
+
+
+def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
+    rows = ctx.rows("SELECT rank, name, ts_ns, dur_ns, tid FROM runtime ORDER BY rank, ts_ns")
+    launches = [r["dur_ns"] for r in rows if _LAUNCH.search(r["name"]) and "Graph" not in r["name"]]
+    median_launch = statistics.median(launches) if launches else 0
+    # a launch that blocked while the GPU idled (windows.py host_stalls) loaded a module or compiled; one that
+    # blocked while the GPU was busy waited for room in the launch queue (GPU-bound, not cold)
+    idle_launch = {
+        (r["rank"], r["ts_ns"])
+        for r in ctx.rows("SELECT rank, ts_ns FROM host_stalls WHERE kind LIKE 'slow kernel launch%'")
+    }
+    out = []
+    for r in rows:
+        name, d = r["name"], r["dur_ns"]
+        if _MODULE.match(name):
+            kind = "module loading"
+        elif _INIT.match(name) and d >= SLOW_MS:
+            kind = "context / stream creation, first-call initialisation"
+        elif _ALLOC.match(name):
+            kind = "allocation / host memory registration"
+        elif _LAUNCH.search(name) and (r["rank"], r["ts_ns"]) in idle_launch:
+            kind = "kernel launch of ≥ 1 ms with the GPU idle (lazy module loading or JIT at first launch)"
+        else:
+            continue
+        out.append(r | {"kind": kind})
+    return out, {"median_launch_ns": int(median_launch), "launches": len(launches)}
+
+
+def check(ctx: Context) -> Check:
+    calls, facts = cold_calls(ctx)
+    spans = ctx.rows(
+        "SELECT rank, trace_end_ns - trace_start_ns AS span_ns FROM inputs WHERE rank IS NOT NULL "
+        "AND rank IN (SELECT DISTINCT rank FROM runtime)"
+    )
+    span = sum(s["span_ns"] or 0 for s in spans)
+    if not span:
+        return not_applicable(RULE, "missing the profiled span of the ranks with runtime calls")
+    by_kind: dict[str, int] = {}
+    for c in calls:
+        by_kind[c["kind"]] = by_kind.get(c["kind"], 0) + c["dur_ns"]
+    cold = sum(by_kind.values())
+    share = cold / span
+    values = {
+        "cold_ns": cold,
+        "profiled_host_span_ns": span,
+        "cold_share": round(share, 4),
+        "by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
+        "cold_calls": len(calls),
+        **facts,
+        "thresholds": {"info": INFO_SHARE, "warning": WARNING_SHARE},
+    }
+    formula = "cold share = Σ start-up calls' host time / profiled host span"
+    parts = "; ".join(f"{k} {ms(v)}" for k, v in values["by_kind_ns"].items()) or "none"
+    substituted = f"{ms(cold)} ({parts}) / {ms(span)} = {share:.4f}"
+    top = sorted(calls, key=lambda c: -c["dur_ns"])[: ctx.settings.max_evidence]
+    evidence = [
+        {
+            "rank": c["rank"],
+            "step": None,
+            "ts_ns": c["ts_ns"],
+            "name": c["name"],
+            "kind": c["kind"],
+            "dur_ns": c["dur_ns"],
+        }
+        for c in top
+    ]
+    common = {"formula": formula, "substituted": substituted, "values": values, "evidence": evidence}
+    if share < INFO_SHARE:
+        return passed(
+            RULE,
+            **common,
+            confidence="high",
+            title=f"Warm window: start-up calls take {share:.2%} of the profiled span ({parts})",
+        )
+    return finding(
+        RULE,
+        **common,
+        severity="warning" if share >= WARNING_SHARE else "info",
+        confidence="high",
+        impact=min(1.0, share),
+        title=(
+            f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}); step and idle "
+            "measurements here overstate the steady state"
+        ),
+        next_check=(
+            "Profile after warm-up: start the profiler after a few steps (or give it wait/warmup steps), set "
+            "CUDA_MODULE_LOADING=EAGER for the measurement, and let the caching allocator reach its size first."
+        ),
+    )
