@@ -3,6 +3,7 @@ the `require` config key) fails when a rule that must run could not, naming it a
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import typer
@@ -38,16 +39,18 @@ def test_faulty_sample_without_model_is_not_an_unqualified_pass(tmp_path):
     assert r.exit_code == 0, r.stdout  # nothing that ran found a problem at warning or above...
     line = last_line(r.stdout)
     # ... but the verdict line says so only with the coverage: COL002, which would find the fp32 upcast, did not run
-    assert line.startswith("PASSED") and f"5 of {N} rules ran; {N - 5} could not run" in line, line
+    m = re.search(rf"(\d+) of {N} rules ran; (\d+) could not run", line)
+    assert line.startswith("PASSED") and m and int(m[1]) + int(m[2]) == N and int(m[1]) < N // 3, line
+    ran = int(m[1])
     assert "pass --model config.json" in line
-    assert f"warning: no --model given: 11 of {N} selected rules could not run" in r.stderr
+    assert re.search(rf"warning: no --model given: \d+ of {N} selected rules could not run \(SHP001", r.stderr)
     assert "COL002" in r.stderr
     root = ET.parse(tmp_path / "j.xml").getroot()
     cases = {tc.get("name").split(" ", 1)[0]: tc for tc in root.iter("testcase")}
     skipped = cases["COL002"].find("skipped")
     assert skipped is not None and "pass --model config.json" in skipped.get("message")
     props = {p.get("name"): p.get("value") for p in root.iter("property")}
-    assert props["coverage"].startswith(f"5 of {N} rules ran")
+    assert props["coverage"].startswith(f"{ran} of {N} rules ran")
 
 
 def test_require_fails_when_required_rules_could_not_run(tmp_path):

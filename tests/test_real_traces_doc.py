@@ -56,6 +56,7 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "missing two independent measurements",
         "missing per-request inter-token latencies",
         "missing a gap budget",
+        "missing request counts over time",
     )
     if reason.startswith(no_input_given):
         return True  # no --model / --topology / --nccl-tests / telemetry was given

@@ -63,11 +63,11 @@ def test_delayed_rank_verdict_names_the_straggler_and_folds_tp_profitability_und
 
 def test_math_decode_names_the_fallback_next_to_the_larger_tp_cost():
     # COL003 affects every decode step (impact 100 %), the math fallback 4.9 % of decode time: both are causes
-    # of their own; the fallback is named in the verdict as an independent problem.
+    # of their own; the fallback (info: under 5 % of the phase's step time) is named beside the verdict.
     v = sample_report("math_decode_tp2").verdict
     assert v["rule"] == "COL003"
     (also,) = [a for a in v["also"] if a["rule"] == "KRN001"]
-    assert also["severity"] == "warning" and "math" in also["title"]
+    assert also["severity"] == "info" and "math" in also["title"]
 
 
 @pytest.mark.parametrize("name", CLEAN)

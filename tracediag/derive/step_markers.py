@@ -43,7 +43,13 @@ SCHEMA = pa.schema(
         ("fwd_dur_ns", pa.int64()),
     ]
 )
-UNPARSED_SCHEMA = pa.schema([("rank", pa.int32()), ("name", pa.string()), ("occurrences", pa.int64())])
+STEP_ANNOTATIONS_UNPARSED_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),  # global rank
+        ("name", pa.string()),  # the annotation as written
+        ("occurrences", pa.int64()),  # how many times it occurs on the rank
+    ]
+)
 
 # Host-side ranges that can be markers: annotations (not their GPU-side copies), record_function ranges that
 # some exporters write as cpu_op events, and the execute_model frames kept from python_function events.
@@ -144,7 +150,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             "name": [k[1] for k in unparsed],
             "occurrences": list(unparsed.values()),
         },
-        schema=UNPARSED_SCHEMA,
+        schema=STEP_ANNOTATIONS_UNPARSED_SCHEMA,
     )
     con.register("_unparsed_in", un)
     # rank, name as written, occurrences: step-like annotations no form of the grammar understands

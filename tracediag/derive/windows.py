@@ -42,7 +42,7 @@ _KINDS = (
     (re.compile(r"Malloc|Free|HostAlloc|HostRegister|MemPool|Alloc", re.I), "allocation"),
 )
 
-STALLS_SCHEMA = pa.schema(
+HOST_STALLS_SCHEMA = pa.schema(
     [
         ("rank", pa.int32()),  # global rank
         ("stall_id", pa.int32()),  # per-rank ordinal
@@ -57,9 +57,9 @@ STALLS_SCHEMA = pa.schema(
         ("op_dims", pa.string()),  # its Input Dims, JSON
     ]
 )
-TIMELINE_SCHEMA = pa.schema(
+GPU_TIMELINE_SCHEMA = pa.schema(
     [
-        ("rank", pa.int32()),
+        ("rank", pa.int32()),  # global rank
         ("gpu_ts_ns", pa.int64()),  # first GPU activity (or host-blocking stall) start, ns
         ("gpu_end_ns", pa.int64()),  # last GPU activity (or stall) end, ns
         ("span_ns", pa.int64()),  # profiled GPU span, ns
@@ -212,7 +212,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             "idle_gap_start_ns = ? WHERE rank = ? AND step_id = ?",
             updates,
         )
-    for name, rows, schema in (("host_stalls", stalls, STALLS_SCHEMA), ("gpu_timeline", timeline, TIMELINE_SCHEMA)):
+    tables = (("host_stalls", stalls, HOST_STALLS_SCHEMA), ("gpu_timeline", timeline, GPU_TIMELINE_SCHEMA))
+    for name, rows, schema in tables:
         t = pa.table({f.name: [r[f.name] for r in rows] for f in schema}, schema=schema)
         con.register("_t_in", t)
         con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _t_in")

@@ -109,6 +109,17 @@ def arrow_column_comments(text: str) -> dict[str, dict[str, str]]:
 
 # Derived columns whose SQL carries no comment beside them (said here from what the SQL writes into them).
 SUPPLEMENT = {
+    "gemm_shapes": {
+        "gpu_ns": "summed kernel time of the op, ns (NULL: no kernel)",
+        "step_id": "engine step (steps.step_id) the GEMM op ran in",
+    },
+    "kernel_op_class": {
+        "name": "kernel name as written",
+        "op": "the CPU op that launched it (correlation id)",
+        "klass": "class given from the launching op",
+        "family": "family given from the launching op",
+        "kernels": "kernels of this name whose class came from the launching op",
+    },
     "steps": {
         "t_source": "where T came from: 'annotation' (vLLM step annotation) or 'GEMM activation rows (mode)'",
         "phase_source": "where the phase came from: 'annotation' or 'attention query length'",
@@ -123,7 +134,6 @@ SUPPLEMENT = {
         "min_payload_bytes": "smallest per-rank input bytes of one call in the step",
         "max_payload_bytes": "largest per-rank input bytes of one call in the step",
     },
-    "gemm_shapes": {"step_id": "engine step (steps.step_id) the GEMM op ran in"},
 }
 
 
