@@ -97,7 +97,7 @@ def test_bad_snapshots_are_one_clear_error(tmp_path):
         parse_topology(newer, 0, IngestOptions())
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(doc | {"pairs": [{"a": 0, "b": 7}]}))
-    with pytest.raises(InputError, match="malformed GPU or pair entry"):
+    with pytest.raises(InputError, match=r"pairs\[0\]\.b = 7 is no GPU in gpus\[\]"):
         parse_topology(broken, 0, IngestOptions())
 
 
