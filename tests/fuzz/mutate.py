@@ -8,6 +8,7 @@ so most variants stay close to the real file and reach deep into the parser.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gzip
@@ -100,7 +101,7 @@ def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
 # --- JSON --------------------------------------------------------------------------------------------------
 
 
-class _Raw:
+class Raw:
     """A JSON token written verbatim by `dump_json`."""
 
     def __init__(self, token: bytes) -> None:
@@ -108,11 +109,11 @@ class _Raw:
 
 
 def dump_json(doc: Any) -> bytes:
-    """json.dumps, with `_Raw` tokens spliced in verbatim (invalid JSON, huge numbers, invalid UTF-8)."""
+    """json.dumps, with `Raw` tokens spliced in verbatim (invalid JSON, huge numbers, invalid UTF-8)."""
     raws: list[bytes] = []
 
     def swap(o: Any) -> Any:
-        if isinstance(o, _Raw):
+        if isinstance(o, Raw):
             raws.append(o.token)
             return f"\x00RAW{len(raws) - 1}\x00"
         if isinstance(o, dict):
@@ -147,7 +148,7 @@ def mutate_json_doc(doc: Any, rnd: random.Random, keys: list[str], pick: Callabl
     if isinstance(node, dict):
         if op < 0.75 or not node:
             key = rnd.choice(list(node) + keys) if (node and rnd.random() < 0.6) or not keys else rnd.choice(keys)
-            node[key] = _Raw(hostile_json(rnd))
+            node[key] = Raw(hostile_json(rnd))
         elif op < 0.9:
             node.pop(rnd.choice(list(node)))
         else:
@@ -156,9 +157,9 @@ def mutate_json_doc(doc: Any, rnd: random.Random, keys: list[str], pick: Callabl
     elif isinstance(node, list):
         if not node or op < 0.5:
             i = rnd.randrange(len(node) + 1)
-            node.insert(i, _Raw(hostile_json(rnd)))
+            node.insert(i, Raw(hostile_json(rnd)))
         elif op < 0.7:
-            node[rnd.randrange(len(node))] = _Raw(hostile_json(rnd))
+            node[rnd.randrange(len(node))] = Raw(hostile_json(rnd))
         elif op < 0.85:
             i = rnd.randrange(len(node))
             node.insert(i, json.loads(json.dumps(_plain(node[i]))))
@@ -167,7 +168,7 @@ def mutate_json_doc(doc: Any, rnd: random.Random, keys: list[str], pick: Callabl
 
 
 def _plain(o: Any) -> Any:
-    if isinstance(o, _Raw):
+    if isinstance(o, Raw):
         return None
     if isinstance(o, dict):
         return {k: _plain(v) for k, v in o.items()}
@@ -393,10 +394,9 @@ def mutate_sqlite(seed: Path, out: Path, rnd: random.Random) -> None:
         favoured = [t for t in tables if t in _NSYS_TABLES]
         for _ in range(rnd.randint(1, 3)):
             table = rnd.choice(favoured if favoured and rnd.random() < 0.85 else tables)
-            try:
+            # an edit the schema forbids (INTEGER PRIMARY KEY set to text, a column under an index) is skipped
+            with contextlib.suppress(sqlite3.Error):
                 _edit_table(con, table, rnd)
-            except sqlite3.Error:
-                pass  # an edit the schema forbids (INTEGER PRIMARY KEY set to text, a column under an index)
         con.commit()
     finally:
         con.close()

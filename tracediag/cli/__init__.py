@@ -29,6 +29,7 @@ def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
     raise Terminated(128 + signum)
 
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
