@@ -197,6 +197,9 @@ def run_cli(args: list[str], seconds: float) -> tuple[int | None, str]:
             os.dup2(devnull, 1)
             import sys
 
+            # fresh streams on fds 1 and 2 (under pytest, sys.stderr is a capture object, not fd 2)
+            sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
             sys.argv = ["tracediag", *args]
             from tracediag.cli import main
 
@@ -205,6 +208,7 @@ def run_cli(args: list[str], seconds: float) -> tuple[int | None, str]:
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            sys.stderr.flush()
         except BaseException:
             traceback.print_exc()
             code = 71
