@@ -17,6 +17,7 @@ reproducible and a defect is replayable from its index.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -29,6 +30,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -48,91 +50,158 @@ def variant(kind: str, index: int, salt: str, work: Path) -> Path:
     return mutate.mutate(kind, seed, work, rnd)
 
 
-def _child(kind: str, index: int, salt: str, target: str, w: int, timeout: float) -> None:
+def _one(kind: str, index: int, salt: str, target: str, timeout: float) -> dict:
+    """Mutate and run one input in this (worker) process; a soft time limit catches Python-level hangs."""
     work = Path(tempfile.mkdtemp(prefix="fuzz-"))
     try:
         path = variant(kind, index, salt, work)
         if target == "cli":
             out = harness.check_cli(kind, path, work, timeout)
         else:
-            out = harness.run_target(TARGET_OF[target][kind], kind, path, None)
-        os.write(w, json.dumps({"status": out.status, "detail": out.detail, "where": out.where}).encode())
+            out = harness.run_target(TARGET_OF[target][kind], kind, path, timeout)
+        return {"status": out.status, "detail": out.detail, "where": out.where}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
+RECYCLE = 200  # inputs per worker process before a fresh one (the classification caches hold 1 MiB names)
+
+
+class _Worker:
+    """A forked process that runs inputs one after the other (no fork per input: the parent holds every parsed
+    seed, and forking it costs more than most inputs)."""
+
+    open_fds: ClassVar[set[int]] = set()  # the parent's ends of every worker's pipes (a new worker closes its copies)
+
+    def __init__(self, kind: str, salt: str, target: str, timeout: float) -> None:
+        self.tasks_r, self.tasks_w = os.pipe()
+        self.res_r, self.res_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # child
+            code = 0
+            try:
+                for fd in (self.tasks_w, self.res_r, *_Worker.open_fds):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                with os.fdopen(self.tasks_r, "r") as tasks, os.fdopen(self.res_w, "w") as results:
+                    for line in tasks:
+                        i = int(line)
+                        try:
+                            res = _one(kind, i, salt, target, timeout)
+                        except BaseException as exc:  # the harness itself failed: say so, go on
+                            res = {"status": "internal", "detail": f"harness: {exc!r}"[:300], "where": "harness"}
+                        results.write(json.dumps(res) + "\n")
+                        results.flush()
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        os.close(self.tasks_r)
+        os.close(self.res_w)
+        _Worker.open_fds |= {self.tasks_w, self.res_r}
+        self.results = os.fdopen(self.res_r, "r")
+        self.done = 0
+        self.current: tuple[int, float] | None = None
+
+    def give(self, index: int) -> None:
+        os.write(self.tasks_w, f"{index}\n".encode())
+        self.current = (index, time.monotonic())
+
+    def stop(self, kill: bool = False) -> None:
+        _Worker.open_fds -= {self.tasks_w, self.res_r}
+        with contextlib.suppress(OSError):
+            os.close(self.tasks_w)
+        if kill:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.results.close()
+
+
+def _run_kind(kind: str, per_kind: int, target: str, salt: str, jobs: int, timeout: float):
+    """(outcome counts, defects by signature) of `per_kind` inputs of one kind, on `jobs` worker processes."""
+    counts: Counter[str] = Counter()
+    defects: dict[str, dict] = {}
+    todo = iter(range(per_kind))
+    workers: list[_Worker] = []
+    pending = per_kind
+    hard_limit = timeout * (3 if target == "cli" else 1.5) + 10
+
+    def record(i: int, res: dict) -> None:
+        o = harness.Outcome(res["status"], res["detail"], res["where"])
+        counts[o.status] += 1
+        if o.defect:
+            d = defects.setdefault(o.signature, {"count": 0, "first_index": i, "example": o.detail})
+            d["count"] += 1
+
+    def feed(w: _Worker) -> bool:
+        i = next(todo, None)
+        if i is None:
+            return False
+        w.give(i)
+        return True
+
+    for _ in range(min(jobs, per_kind)):
+        w = _Worker(kind, salt, target, timeout)
+        workers.append(w)
+        feed(w)
+    while pending:
+        busy = [w for w in workers if w.current is not None]
+        ready, _, _ = select.select([w.results for w in busy], [], [], 0.5)
+        now = time.monotonic()
+        for w in list(busy):
+            i, start = w.current
+            if w.results in ready:
+                line = w.results.readline()
+                res = json.loads(line) if line else {"status": "internal", "detail": "worker died",
+                                                     "where": "harness"}  # fmt: skip
+            elif now - start > hard_limit:  # stuck in C code, or the soft limit did not fire
+                res = {"status": "hang", "detail": f"killed after {hard_limit:.0f} s", "where": ""}
+                line = ""
+            else:
+                continue
+            record(i, res)
+            pending -= 1
+            w.current = None
+            w.done += 1
+            if line and w.done < RECYCLE:
+                feed(w)
+                continue
+            w.stop(kill=not line)
+            workers.remove(w)
+            if pending > sum(1 for x in workers if x.current is not None):
+                nw = _Worker(kind, salt, target, timeout)
+                workers.append(nw)
+                feed(nw)
+    for w in workers:
+        w.stop()
+    return counts, defects
+
+
 def run(kinds: list[str], per_kind: int, target: str, salt: str, jobs: int, timeout: float) -> dict:
-    # import everything once in the parent: forked children start warm
+    # import everything once in the parent: forked workers start warm
     import tracediag.analysis
     import tracediag.cli
     import tracediag.gate.config
     import tracediag.ingest.kineto
     import tracediag.ingest.nsys  # noqa: F401
 
-    for k in kinds:
-        for s in seeds.seed_files(k):
-            if k in ("kineto", "topology", "model") or (k == "vllm-bench" and s.suffix == ".json"):
-                mutate.seed_doc(s)  # parsed once, shared by the forked children
-    gc.collect()
-    gc.freeze()  # the children's collector never walks (and so never copies) the parent's heap
     results: dict[str, dict] = {}
     for kind in kinds:
+        for s in seeds.seed_files(kind):
+            if kind in ("kineto", "topology", "model") or (kind == "vllm-bench" and s.suffix == ".json"):
+                mutate.seed_doc(s)  # parsed once, shared by the forked workers
+            if kind == "nsys":
+                mutate.trimmed_export(s)
+        gc.collect()
+        gc.freeze()  # the workers' collector never walks (and so never copies) the parent's heap
         t0 = time.monotonic()
-        counts: Counter[str] = Counter()
-        defects: dict[str, dict] = {}
-        running: dict[int, tuple[int, int, float]] = {}  # pid -> (index, read fd, start)
-        todo = iter(range(per_kind))
-        exhausted = False
-        while running or not exhausted:
-            while not exhausted and len(running) < jobs:
-                i = next(todo, None)
-                if i is None:
-                    exhausted = True
-                    break
-                r, w = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(r)
-                    code = 0
-                    try:
-                        signal.signal(signal.SIGINT, signal.SIG_DFL)
-                        _child(kind, i, salt, target, w, timeout)
-                    except BaseException:
-                        import traceback
-
-                        traceback.print_exc()
-                        code = 1
-                    os._exit(code)
-                os.close(w)
-                running[pid] = (i, r, time.monotonic())
-            fds = {v[1]: pid for pid, v in running.items()}
-            select.select(list(fds), [], [], 0.2)
-            now = time.monotonic()
-            for pid, (i, r, start) in list(running.items()):
-                done, st = os.waitpid(pid, os.WNOHANG)
-                limit = timeout * (3 if target == "cli" else 1)
-                if not done and now - start < limit:
-                    continue
-                if not done:
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    res = {"status": "hang", "detail": f"killed after {limit:.0f} s", "where": ""}
-                else:
-                    raw = b""
-                    while chunk := os.read(r, 65536):
-                        raw += chunk
-                    try:
-                        res = json.loads(raw)
-                    except ValueError:
-                        code = os.waitstatus_to_exitcode(st)
-                        res = {"status": "internal", "detail": f"fuzz child died (exit {code})", "where": "harness"}
-                os.close(r)
-                del running[pid]
-                o = harness.Outcome(res["status"], res["detail"], res["where"])
-                counts[o.status] += 1
-                if o.defect:
-                    d = defects.setdefault(o.signature, {"count": 0, "first_index": i, "example": o.detail})
-                    d["count"] += 1
+        counts, defects = _run_kind(kind, per_kind, target, salt, jobs, timeout)
+        gc.unfreeze()
         results[kind] = {
             "inputs": per_kind,
             "target": TARGET_OF.get(target, {}).get(kind, target),

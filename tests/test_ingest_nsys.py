@@ -553,3 +553,16 @@ def test_a_damaged_page_is_still_one_clear_error(tmp_path):
     out.write_bytes(bytes(data))
     with pytest.raises(InputError, match=r"export\.sqlite"):
         parse_nsys_sqlite(out)
+
+
+def test_a_schema_that_is_not_utf8_is_one_clear_error(tmp_path):
+    """A table name whose bytes are not UTF-8 (a damaged schema page): UnicodeDecodeError escaped before."""
+    out = tmp_path / "export.sqlite"
+    shutil.copyfile(nsys_file(MINIMAL), out)
+    con = sqlite3.connect(out)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("UPDATE sqlite_master SET name = CAST(x'50726fff' AS TEXT) WHERE name = 'ProcessStreams'")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match=r"export\.sqlite: corrupt"):
+        parse_nsys_sqlite(out)

@@ -370,10 +370,42 @@ _NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUP
                 "ENUM_CUDA_MEM_KIND", "ENUM_NSYS_EVENT_CLASS")  # fmt: skip
 
 
-def mutate_sqlite(seed: Path, out: Path, rnd: random.Random) -> None:
+_ACTIVITY_PREFIXES = ("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS")
+
+
+@functools.cache
+def trimmed_export(seed: Path, rows: int = 300) -> Path:
+    """A copy of a real export with its activity tables (CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS) cut to their first
+    `rows` rows — a window of the real capture, like `_kineto_window` — so a variant parses in milliseconds."""
+    import tempfile
+
+    out = Path(tempfile.gettempdir()) / "tracediag-fuzz-seeds" / f"trimmed{rows}_{seed.name}"
+    if out.exists() and out.stat().st_mtime >= seed.stat().st_mtime:
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    shutil.copyfile(seed, tmp)
+    con = sqlite3.connect(tmp)
+    try:
+        for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            if t.startswith(_ACTIVITY_PREFIXES):
+                con.execute(
+                    f'DELETE FROM "{t}" WHERE rowid NOT IN (SELECT rowid FROM "{t}" ORDER BY rowid LIMIT {rows})'
+                )
+        con.commit()
+        con.execute("VACUUM")
+    finally:
+        con.close()
+    tmp.replace(out)
+    return out
+
+
+def mutate_sqlite(seed: Path, out: Path, rnd: random.Random, trim: bool = True) -> None:
     """Copy the export to `out` and apply 1-3 edits: cells set to hostile values (blobs and text in integer
     columns, extreme integers and floats, invalid UTF-8 text), rows deleted, a table dropped or emptied, a column
-    dropped; or raw page bytes corrupted."""
+    dropped; or raw page bytes corrupted. With `trim`, most variants start from `trimmed_export(seed)`."""
+    if trim and rnd.random() < 0.9:
+        seed = trimmed_export(seed)
     shutil.copyfile(seed, out)
     if rnd.random() < 0.15:
         data = bytearray(out.read_bytes())

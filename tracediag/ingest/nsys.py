@@ -193,7 +193,7 @@ class _Export:
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
         try:
             return self.con.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
+        except (sqlite3.OperationalError, UnicodeDecodeError) as exc:
             if "decode" not in str(exc) or self.con.text_factory is _lenient_text:
                 raise
             # text that is not UTF-8 (a damaged page, a bad writer): read it leniently, count it where it is used
@@ -248,7 +248,8 @@ def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions |
         ex = _Export(p, con)
         ex.check_is_nsys()
         return _build(ex, order, size)
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        # UnicodeDecodeError: the schema itself (table or column names) is not UTF-8, a damaged file
         raise InputError(p, f"corrupt or truncated SQLite file ({exc}); re-export it with `nsys export`") from None
     finally:
         con.close()
