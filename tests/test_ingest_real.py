@@ -151,15 +151,16 @@ def test_unusable_ts_or_dur_drops_the_event_and_counts_it(tmp_path):
         kernels[0]["ts"] = Raw(b"1" + b"0" * 400)  # a 401-digit number: np.array raised OverflowError
         kernels[1]["dur"] = 1e30  # became a garbage int64 silently
         kernels[2]["ts"] = "soon"
+        kernels[3]["dur"] = [1, 2]  # numpy made a 2-D array of the column: IndexError
 
     base = parse_kineto(kineto_file(SIMPLE))
     p = parse_kineto(_edited(tmp_path, edit))
-    assert p.tables["kernels"].num_rows == base.tables["kernels"].num_rows - 3
+    assert p.tables["kernels"].num_rows == base.tables["kernels"].num_rows - 4
     n, fields = _bad(p)
-    assert n == 3
+    assert n == 4
     assert fields["kernels.ts"]["count"] == 2 and fields["kernels.ts"]["action"] == "record dropped"
     assert fields["kernels.ts"]["examples"][0] == "an integer of about 400 digits"
-    assert fields["kernels.dur"]["count"] == 1
+    assert fields["kernels.dur"]["count"] == 2
     assert base.inputs_rows[0]["bad_records"] == 0 and base.inputs_rows[0]["meta_json"] is None
 
 

@@ -264,11 +264,12 @@ def _escaped(s: str) -> bool:
 
 
 def _floats(values: list[Any]) -> np.ndarray:
-    """Numbers -> float64 (NaN for anything else, and for integers no float can hold)."""
-    try:
-        return np.array(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):
-        pass
+    """Numbers -> float64 (NaN for anything else — text, lists, true — and for integers no float can hold)."""
+    if all(type(v) is float or type(v) is int for v in values):  # numpy alone would also parse "12" and [1, 2]
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:
+            pass
 
     def one(v: Any) -> float:
         if type(v) is float:
