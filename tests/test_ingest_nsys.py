@@ -566,3 +566,20 @@ def test_a_schema_that_is_not_utf8_is_one_clear_error(tmp_path):
     con.close()
     with pytest.raises(InputError, match=r"export\.sqlite: corrupt"):
         parse_nsys_sqlite(out)
+
+
+def test_a_malformed_schema_is_one_line(tmp_path):
+    """SQLite quotes the broken CREATE statement, newlines and all: the error must still be one line."""
+    out = tmp_path / "export.sqlite"
+    shutil.copyfile(nsys_file(MINIMAL), out)
+    con = sqlite3.connect(out)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE TABLE TARGET_INFO_SYSTEM_ENV (a INT, -- one' || char(10) || '`b)' "
+        "WHERE name = 'TARGET_INFO_SYSTEM_ENV'"
+    )
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="malformed database schema") as e:
+        parse_nsys_sqlite(out)
+    assert "\n" not in str(e.value)

@@ -302,8 +302,8 @@ def mutate_text(data: bytes, rnd: random.Random) -> bytes:
         elif op < 0.9:
             pos = rnd.randrange(len(lines[i]) + 1)
             lines[i] = lines[i][:pos] + rnd.choice(TEXT_JUNK) + lines[i][pos:]
-        elif op < 0.95:
-            lines[i:i] = [lines[i]] * rnd.randint(2, 2000)
+        elif op < 0.95:  # a line repeated (up to 2000 times, at most 4 MiB in all)
+            lines[i:i] = [lines[i]] * rnd.randint(2, max(2, min(2000, (4 << 20) // (len(lines[i]) + 1))))
         else:
             lines.insert(i, b"x" * HUGE_STRING)
     data = b"\n".join(lines)

@@ -243,14 +243,15 @@ def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions |
     try:
         con = _connect(p)
     except sqlite3.Error as exc:
-        raise InputError(p, f"cannot open SQLite file ({exc})") from None
+        raise InputError(p, f"cannot open SQLite file ({' '.join(str(exc).split())})") from None
     try:
         ex = _Export(p, con)
         ex.check_is_nsys()
         return _build(ex, order, size)
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         # UnicodeDecodeError: the schema itself (table or column names) is not UTF-8, a damaged file
-        raise InputError(p, f"corrupt or truncated SQLite file ({exc}); re-export it with `nsys export`") from None
+        why = " ".join(str(exc).split())  # SQLite's messages can span lines (a malformed schema quotes its SQL)
+        raise InputError(p, f"corrupt or truncated SQLite file ({why}); re-export it with `nsys export`") from None
     finally:
         con.close()
 
