@@ -575,7 +575,7 @@ def test_a_malformed_schema_is_one_line(tmp_path):
     con = sqlite3.connect(out)
     con.execute("PRAGMA writable_schema = ON")
     con.execute(
-        "UPDATE sqlite_master SET sql = 'CREATE TABLE TARGET_INFO_SYSTEM_ENV (a INT, -- one' || char(10) || '`b)' "
+        "UPDATE sqlite_master SET sql = 'CREATE TABLE TARGET_INFO_SYSTEM_ENV (a INT, `b' || char(10) || ')' "
         "WHERE name = 'TARGET_INFO_SYSTEM_ENV'"
     )
     con.commit()
