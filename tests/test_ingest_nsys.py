@@ -459,3 +459,128 @@ def test_ranks_come_from_ncclCommInitRank_payloads(tmp_path):
     # kernels of GPU 0 now belong to rank 1
     k = parsed.tables["kernels"]
     assert set(zip(k.column("rank").to_pylist(), k.column("device").to_pylist())) == {(1, 0), (0, 1)}
+
+
+# --- hostile values: the real minimal export with one cell edited (regressions of the fuzz suite) ----------------
+
+MINIMAL = "nsysai_rtx3080_minimal.sqlite"  # 2 kernels, 1 memcpy, 9 runtime calls, TARGET_INFO_GPU
+
+
+def _edited_export(tmp_path, *sql: str) -> Path:
+    out = tmp_path / "export.sqlite"
+    shutil.copyfile(nsys_file(MINIMAL), out)
+    con = sqlite3.connect(out)
+    for stmt in sql:
+        con.execute(stmt)
+    con.commit()
+    con.close()
+    return out
+
+
+def _bad_fields(parsed) -> tuple[int, dict]:
+    row = parsed.inputs_rows[0]
+    return sum(r["bad_records"] for r in parsed.inputs_rows), json.loads(row["meta_json"]).get("bad_records", {}).get(
+        "fields", {}
+    )
+
+
+KERNEL_1 = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET {} WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+
+
+@pytest.mark.parametrize(
+    ("assignment", "field"),
+    [
+        ("deviceId = x'00ff10'", "CUPTI_ACTIVITY_KIND_KERNEL.deviceId"),  # a blob: ArrowInvalid before
+        ("deviceId = 1099511627776", "CUPTI_ACTIVITY_KIND_KERNEL.deviceId"),  # 2**40 into int32
+        ("start = 'text'", "CUPTI_ACTIVITY_KIND_KERNEL.start"),
+        ('start = -9223372036854775808, "end" = 9223372036854775807', "CUPTI_ACTIVITY_KIND_KERNEL.start"),
+        ('"end" = 1e308', "CUPTI_ACTIVITY_KIND_KERNEL.end"),
+    ],
+)
+def test_a_kernel_row_that_cannot_be_placed_is_dropped_and_counted(tmp_path, assignment, field):
+    p = parse_nsys_sqlite(_edited_export(tmp_path, KERNEL_1.format(assignment)))
+    assert p.tables["kernels"].num_rows == 1  # of 2
+    n, fields = _bad_fields(p)
+    assert n == 1 and fields[field]["action"] == "record dropped"
+
+
+def test_an_overflowing_end_minus_start_is_dropped(tmp_path):
+    """end − start beyond 64 bits: SQLite turns the difference into a REAL; it used to reach the store."""
+    p = parse_nsys_sqlite(
+        _edited_export(tmp_path, KERNEL_1.format('start = -9000000000000000000, "end" = 9000000000000000000'))
+    )
+    assert p.tables["kernels"].num_rows == 1
+
+
+def test_text_that_is_not_utf8_is_replaced_and_counted(tmp_path):
+    """A kernel name whose bytes are not UTF-8: the whole export was 'corrupt' before; now one replaced name."""
+    p = parse_nsys_sqlite(
+        _edited_export(
+            tmp_path,
+            "UPDATE StringIds SET value = CAST(x'6b65726e656cff' AS TEXT) WHERE id = "
+            "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1)",
+        )
+    )
+    names = p.tables["kernels"].column("name").to_pylist()
+    assert "kernel\ufffd" in names
+    n, fields = _bad_fields(p)
+    assert n >= 1 and "CUPTI_ACTIVITY_KIND_KERNEL.demangledName" in fields
+
+
+@pytest.mark.parametrize(
+    "stmt",
+    [
+        "UPDATE META_DATA_EXPORT SET value = x'00ff' WHERE name = 'EXPORT_PRODUCT_VERSION'",  # TypeError in orjson
+        "UPDATE ENUM_NSYS_EVENT_CLASS SET label = x'ff00'",  # TypeError in the runtime category
+        "UPDATE TARGET_INFO_GPU SET name = x'ff', totalMemory = 'lots', computeMajor = 1e300",
+        "UPDATE PROCESSES SET name = x'00', pid = 'x'",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 'x', globalTid = x'01'",
+    ],
+)
+def test_wrongly_typed_cells_elsewhere_are_counted_not_fatal(tmp_path, stmt):
+    p = parse_nsys_sqlite(_edited_export(tmp_path, stmt))
+    assert p.tables["kernels"].num_rows == 2
+    n, fields = _bad_fields(p)
+    assert n >= 1 and fields
+    con = open_store()
+    load(con, [p])
+    build_all(con)
+
+
+def test_a_damaged_page_is_still_one_clear_error(tmp_path):
+    out = tmp_path / "export.sqlite"
+    data = bytearray(nsys_file(MINIMAL).read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
+    out.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"export\.sqlite"):
+        parse_nsys_sqlite(out)
+
+
+def test_a_schema_that_is_not_utf8_is_one_clear_error(tmp_path):
+    """A table name whose bytes are not UTF-8 (a damaged schema page): UnicodeDecodeError escaped before."""
+    out = tmp_path / "export.sqlite"
+    shutil.copyfile(nsys_file(MINIMAL), out)
+    con = sqlite3.connect(out)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute("UPDATE sqlite_master SET name = CAST(x'50726fff' AS TEXT) WHERE name = 'ProcessStreams'")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match=r"export\.sqlite: corrupt"):
+        parse_nsys_sqlite(out)
+
+
+def test_a_malformed_schema_is_one_line(tmp_path):
+    """SQLite quotes the broken CREATE statement, newlines and all: the error must still be one line."""
+    out = tmp_path / "export.sqlite"
+    shutil.copyfile(nsys_file(MINIMAL), out)
+    con = sqlite3.connect(out)
+    con.execute("PRAGMA writable_schema = ON")
+    con.execute(
+        "UPDATE sqlite_master SET sql = 'CREATE TABLE TARGET_INFO_SYSTEM_ENV (a INT, `b' || char(10) || ')' "
+        "WHERE name = 'TARGET_INFO_SYSTEM_ENV'"
+    )
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="malformed database schema") as e:
+        parse_nsys_sqlite(out)
+    assert "\n" not in str(e.value)

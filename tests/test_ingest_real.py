@@ -12,6 +12,7 @@ import pytest
 from conftest import KINETO_DATA, kineto_file
 
 from tracediag.derive import build_all
+from tracediag.errors import InputError
 from tracediag.ingest import load
 from tracediag.ingest.kineto import parse_kineto
 from tracediag.store import open_store
@@ -111,3 +112,154 @@ def test_rank_from_distributed_info_file_name_or_order():
 def test_sampled_ranks_together_are_two_ranks():
     con = _store("hta_sampled_rank-0.json.gz", "hta_sampled_rank-1.json.gz")
     assert [r[0] for r in con.execute("SELECT rank FROM inputs ORDER BY rank").fetchall()] == [0, 1]
+
+
+# --- hostile values: each a real trace with one value edited (regressions of the fuzz suite, tests/fuzz/) ----------
+
+SIMPLE = "hta_a100_simple_add.json.gz"  # a small real A100 trace: kernels with correlation ids, cpu_ops, memcpys
+
+
+def _edited(tmp_path, edit, name: str = SIMPLE, path=None):
+    """The real trace with `edit(doc)` applied, written with fuzz.mutate.dump_json (Raw tokens verbatim)."""
+    import sys
+
+    sys.path.insert(0, str(KINETO_DATA.parents[2]))
+    from fuzz.mutate import dump_json
+
+    src = path or kineto_file(name)
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    edit(doc)
+    out = tmp_path / "rank0.pt.trace.json"
+    out.write_bytes(dump_json(doc))
+    return out
+
+
+def _first(doc, cat, pred=lambda e: True):
+    return next(e for e in doc["traceEvents"] if e.get("cat") == cat and pred(e))
+
+
+def _bad(parsed) -> tuple[int, dict]:
+    row = parsed.inputs_rows[0]
+    return row["bad_records"], json.loads(row["meta_json"] or "{}").get("bad_records", {}).get("fields", {})
+
+
+def test_unusable_ts_or_dur_drops_the_event_and_counts_it(tmp_path):
+    from fuzz.mutate import Raw
+
+    def edit(doc):
+        kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+        kernels[0]["ts"] = Raw(b"1" + b"0" * 400)  # a 401-digit number: np.array raised OverflowError
+        kernels[1]["dur"] = 1e30  # became a garbage int64 silently
+        kernels[2]["ts"] = "soon"
+        kernels[3]["dur"] = [1, 2]  # numpy made a 2-D array of the column: IndexError
+
+    base = parse_kineto(kineto_file(SIMPLE))
+    p = parse_kineto(_edited(tmp_path, edit))
+    assert p.tables["kernels"].num_rows == base.tables["kernels"].num_rows - 4
+    n, fields = _bad(p)
+    assert n == 4
+    assert fields["kernels.ts"]["count"] == 2 and fields["kernels.ts"]["action"] == "record dropped"
+    assert fields["kernels.ts"]["examples"][0] == "an integer of about 400 digits"
+    assert fields["kernels.dur"]["count"] == 2
+    assert base.inputs_rows[0]["bad_records"] == 0 and base.inputs_rows[0]["meta_json"] is None
+
+
+def test_out_of_range_args_are_null_and_counted(tmp_path):
+    def edit(doc):
+        _first(doc, "kernel")["args"]["correlation"] = 2**64  # beyond int64
+        _first(doc, "kernel")["args"]["Group size"] = 2**40  # ArrowInvalid into an int32 column
+        _first(doc, "gpu_memcpy")["args"]["bytes"] = -5
+
+    p = parse_kineto(_edited(tmp_path, edit))
+    k = p.tables["kernels"]
+    assert k.column("correlation")[0].as_py() is None and k.column("group_size")[0].as_py() is None
+    assert p.tables["memops"].column("bytes").null_count >= 1
+    n, fields = _bad(p)
+    assert n == 2  # two records: one kernel (two fields), one memcpy
+    assert set(fields) == {"kernels.args.correlation", "kernels.args.Group size", "memops.args.bytes"}
+    assert fields["kernels.args.Group size"]["examples"] == [str(2**40)]
+
+
+def test_invalid_utf8_in_input_dims_is_null_and_counted(tmp_path):
+    from fuzz.mutate import Raw
+
+    def edit(doc):
+        _first(doc, "cpu_op")["args"]["Input Dims"] = Raw(b'[["\xff\xfe"]]')  # ArrowInvalid on the cast before
+
+    p = parse_kineto(_edited(tmp_path, edit))
+    assert p.tables["cpu_ops"].column("input_dims")[0].as_py() is None
+    assert _bad(p)[1]["cpu_ops.args.Input Dims"]["count"] == 1
+
+
+def test_json_nested_1500_deep_is_one_input_error(tmp_path):
+    from fuzz.mutate import Raw
+
+    def edit(doc):
+        doc["distributedInfo"] = Raw(b"[" * 1500 + b"]" * 1500)  # RecursionError escaped the ingester
+
+    with pytest.raises(InputError, match="nested too deep") as e:
+        parse_kineto(_edited(tmp_path, edit))
+    assert "rank0.pt.trace.json" in str(e.value)
+
+
+@pytest.mark.parametrize("rank", [2**40, -1, "0", True])
+def test_a_rank_that_is_no_rank_is_an_input_error_naming_the_field(tmp_path, rank):
+    def edit(doc):
+        doc["distributedInfo"]["rank"] = rank
+
+    with pytest.raises(InputError, match=r"distributedInfo\.rank is .*, not a rank"):
+        parse_kineto(_edited(tmp_path, edit))
+
+
+def test_file_facts_out_of_range_are_null_and_counted(tmp_path):
+    def edit(doc):
+        doc["distributedInfo"] |= {"world_size": 2**40, "backend": ["nccl"], "big": 2**70}
+
+    p = parse_kineto(_edited(tmp_path, edit))
+    row = p.inputs_rows[0]
+    assert row["world_size"] is None and row["backend"] is None
+    assert row["distributed_info_json"] is None  # orjson cannot write 2**70: NULL, not a crash after the parse
+    assert set(_bad(p)[1]) >= {"distributedInfo.world_size", "distributedInfo.backend", "inputs.distributedInfo"}
+
+
+def test_a_lone_surrogate_escape_is_not_reported_as_truncation(tmp_path):
+    from fuzz.mutate import Raw
+
+    def edit(doc):  # the last value of the file, where the decoder says "Input data was truncated"
+        last = doc["traceEvents"][-1]
+        doc["traceEvents"][-1] = {"ts": last["ts"], "ph": last["ph"], "name": Raw(b'"\\ud800"')}
+        doc.pop("traceName", None)
+
+    with pytest.raises(InputError, match="not valid JSON") as e:
+        parse_kineto(_edited(tmp_path, edit))
+    assert "truncated" not in str(e.value)
+
+
+def test_bad_records_show_in_findings_json(tmp_path):
+    from tracediag.analysis import analyze
+
+    def edit(doc):
+        _first(doc, "kernel")["ts"] = 1e300
+
+    report = analyze([_edited(tmp_path, edit)])
+    (inp,) = report.inputs
+    assert inp["counts"]["bad_records"] == 1
+
+
+def test_huge_names_are_classified_by_their_prefix(tmp_path):
+    """A 8 MiB kernel name costs what a 32 KiB one does (a 500 MiB one took 4 minutes), and is recorded."""
+    import time
+
+    from tracediag.catalog import CLASSIFY_MAX_CHARS, classify_kernel
+
+    long = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*)" + "x" * (8 << 20)
+    t = time.perf_counter()
+    c = classify_kernel(long)
+    assert time.perf_counter() - t < 2.0
+    assert c.klass == "collective" and c.collective_op == "all_reduce"
+
+    def edit(doc):
+        _first(doc, "kernel")["name"] = "void my_kernel<" + "T," * CLASSIFY_MAX_CHARS + ">()"
+
+    p = parse_kineto(_edited(tmp_path, edit))
+    assert json.loads(p.inputs_rows[0]["meta_json"])["names_classified_by_prefix"] == 1

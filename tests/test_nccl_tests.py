@@ -138,3 +138,43 @@ def test_bench_time_interpolation_is_log_log():
     assert bench_time_ns(rows, 2048)[0] == pytest.approx(20_000)
     assert bench_time_ns(rows, 512) == (10_000, "below the table: its smallest size's time")
     assert bench_time_ns(rows, 8192)[0] == pytest.approx(80_000)
+
+
+# --- hostile values: the real table with one token edited (regressions of the fuzz suite, tests/fuzz/) ------------
+
+ROW_1K = (
+    "        1024           256     float     sum      -1    15.75    0.07    0.07      0    14.46    0.07    0.07"
+    "      0"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("1024  ", "18446744073709551616  "),  # size beyond 64 bits: OverflowError in Arrow before
+        ("15.75", "inf"),  # round(inf) raised OverflowError
+        ("15.75", "1e30"),
+        ("15.75", "nan"),
+        ("0.07    0.07      0    14.46", "0.07    -3      0    14.46"),  # negative bus bandwidth
+        ("256  ", "2²6  "),  # '²' is str.isdigit() but int() refuses it
+    ],
+)
+def test_a_row_with_a_bad_value_is_a_counted_bad_record(tmp_path, old, new):
+    text = H100X2.read_text()
+    assert ROW_1K in text
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text(text.replace(ROW_1K, ROW_1K.replace(old, new, 1)))
+    import json
+
+    parsed = parse_nccl_tests(f, 0, IngestOptions())
+    assert parsed.tables["nccl_tests"].num_rows == 40  # 21 sizes x 2 placements, less the bad row's two
+    row = parsed.inputs_rows[0]
+    assert row["bad_records"] == 1
+    assert json.loads(row["meta_json"])["bad_records"]["fields"]["result row"]["action"] == "row left out"
+
+
+def test_a_bad_average_line_is_counted_not_fatal(tmp_path):
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text(H100X2.read_text().replace("# Avg bus bandwidth    : 125.437", "# Avg bus bandwidth    : -"))
+    parsed = parse_nccl_tests(f, 0, IngestOptions())  # ValueError before
+    assert parsed.tables["nccl_tests"].num_rows == 42 and parsed.inputs_rows[0]["bad_records"] == 1

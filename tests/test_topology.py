@@ -97,7 +97,7 @@ def test_bad_snapshots_are_one_clear_error(tmp_path):
         parse_topology(newer, 0, IngestOptions())
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(doc | {"pairs": [{"a": 0, "b": 7}]}))
-    with pytest.raises(InputError, match="malformed GPU or pair entry"):
+    with pytest.raises(InputError, match=r"pairs\[0\]\.b = 7 is no GPU in gpus\[\]"):
         parse_topology(broken, 0, IngestOptions())
 
 
@@ -125,3 +125,36 @@ def test_shp004_memory_from_the_snapshot():
     assert c.status == "finding" and c.severity == "info"
     assert c.values["gpu_memory_source"].startswith("topology snapshot")
     assert c.values["min_p_that_fits"] == 1
+
+
+# --- hostile values: a snapshot with one value edited is one error naming the field (regressions of the fuzz suite)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["gpus"][0]["memory"].update(total_bytes="lots"), r"gpus\[0\]\.memory\.total_bytes"),
+        (lambda d: d["gpus"][1].update(nvlinks=7), r"gpus\[1\]\.nvlinks must be a list"),  # AttributeError before
+        (lambda d: d["gpus"][0]["nvlinks"][0].update(link=2**70), r"gpus\[0\]\.nvlinks\[0\]\.link"),
+        (lambda d: d["gpus"][0].update(pci_bus_id=["00:19.0"]), r"gpus\[0\]\.pci_bus_id"),  # .strip() on a list
+        (lambda d: d["gpus"][0].update(name="\ud800"), r"gpus\[0\]\.name"),  # UnicodeEncodeError in Arrow
+        (lambda d: d["gpus"][0]["pcie"].update(gen=float("inf")), r"gpus\[0\]\.pcie\.gen"),  # OverflowError
+        (lambda d: d.update(pairs=[None]), r"pairs\[0\] is null"),
+        (lambda d: d.update(tool=["tracediag"]), r"tool must be an object"),
+    ],
+)
+def test_a_wrong_value_is_one_error_naming_the_field(tmp_path, edit, field):
+    doc = json.loads((TOPO / "h100x2_nvswitch.topo.json").read_text())
+    edit(doc)
+    f = tmp_path / "topo.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=field) as e:
+        parse_topology(f, 0, IngestOptions())
+    assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
+
+
+def test_a_snapshot_nested_too_deep_is_one_error(tmp_path):
+    f = tmp_path / "topo.json"
+    f.write_text('{"schema": "tracediag/topology-v1", "gpus": [], "environment": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(InputError, match="nested"):
+        parse_topology(f, 0, IngestOptions())

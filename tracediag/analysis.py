@@ -90,7 +90,8 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             any_value(i.rank_source) AS rank_source, max(i.world_size) AS world_size,
             any_value(i.backend) AS backend, any_value(i.device_name) AS device,
             sum(i.events_total) AS events_total, sum(i.events_python_skipped) AS python_events_skipped,
-            min(i.trace_start_ns) AS trace_start_ns, max(i.trace_end_ns) AS trace_end_ns
+            min(i.trace_start_ns) AS trace_start_ns, max(i.trace_end_ns) AS trace_end_ns,
+            coalesce(sum(i.bad_records), 0) AS bad_records
         FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
     )
     counts = {
@@ -112,6 +113,7 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         c = {t: counts[t].get(r["input_id"], 0) for t in counts}
         c["step_annotations_not_understood"] = int(unparsed.get(r["input_id"], 0))
         c |= {"events_total": r.pop("events_total"), "python_events_skipped": r.pop("python_events_skipped")}
+        c["bad_records"] = int(r.pop("bad_records"))
         r.pop("input_id")
         r["ranks"] = r["ranks"] or []
         out.append(r | {"counts": c})

@@ -14,6 +14,11 @@ For collectives the operation comes from the regex group ``coll`` (normalized wi
 ``gemm_precision`` in the data file is an attribute of GEMM kernels, not a class: the arithmetic a GEMM
 kernel's name says it runs (fp32 on CUDA cores, TF32 on tensor cores), read by :func:`gemm_precision`.
 A name the catalog does not know is classified by the op that launched it (tracediag/derive/attention.py).
+
+The cost of classifying a name is bounded: only its first ``CLASSIFY_MAX_CHARS`` characters are matched
+(:func:`classified_part`), so a hostile 500 MiB name costs what a 32 KiB one does. Real names are far shorter
+(the longest in the vendored traces and exports: about 5,000 characters); the ingesters count the names that
+were classified by their prefix (``names_classified_by_prefix`` in the input's meta).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ COLLECTIVE_OPS = (
 PHASE_HINTS = frozenset({"prefill", "decode", "any", "mixed"})
 APPLIES_TO = frozenset({"kernel", "cpu_op"})
 _DATA_FILE = "kernel_patterns.json"
+CLASSIFY_MAX_CHARS = 32 * 1024  # longest real name seen ≈ 5,000 characters (CUTLASS/CuTe templates)
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,13 @@ def _patterns_for(kind: str) -> tuple[Pattern, ...]:
     return tuple(p for p in load_patterns() if kind in p.applies_to)
 
 
+def classified_part(name: str) -> str:
+    """The part of a name the patterns are matched against: all of it, or its first CLASSIFY_MAX_CHARS."""
+    return name if len(name) <= CLASSIFY_MAX_CHARS else name[:CLASSIFY_MAX_CHARS]
+
+
 def _classify(name: str, kind: str) -> Classification:
+    name = classified_part(name)
     for p in _patterns_for(kind):
         m = p.regex.search(name)
         if m is None:
@@ -232,7 +244,7 @@ def normalize_collective_name(s: str) -> str:
 
 
 __all__ = [
-    "CATALOG_VERSION", "COLLECTIVE_OPS", "KLASSES", "Classification", "GemmPrecision", "Pattern",
-    "classify_cpu_op", "classify_kernel", "family_label", "family_labels", "gemm_precision",
-    "load_gemm_precision", "load_patterns", "normalize_collective_name",
+    "CATALOG_VERSION", "CLASSIFY_MAX_CHARS", "COLLECTIVE_OPS", "KLASSES", "Classification", "GemmPrecision",
+    "Pattern", "classified_part", "classify_cpu_op", "classify_kernel", "family_label", "family_labels",
+    "gemm_precision", "load_gemm_precision", "load_patterns", "normalize_collective_name",
 ]  # fmt: skip

@@ -6,6 +6,7 @@ One module per command (`analyze.py`, `check.py`, `diff.py`, `env.py`, `scrape.p
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +18,17 @@ from tracediag.errors import TracediagError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+
+
+class Terminated(SystemExit):
+    """SIGTERM (`kill`, a container stopping, a CI job cancelled) as an exception: the `finally` blocks run, so the
+    staging folder and the parser processes go with the run. Exit status 128 + 15, as the shell reports it."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated(128 + signum)
+
 
 app = typer.Typer(
     add_completion=False,
@@ -83,26 +95,43 @@ def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
     return [(p, FLAG_FORMATS[flag]) for flag, paths in flags.items() for p in paths or []]
 
 
+_MAX_MESSAGE = 1000  # characters of an error line (a message quoting a 1 MiB value stays readable)
+
+
+def one_line(text: str) -> str:
+    """An error message as the one line the exit contract promises."""
+    line = " / ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 1] + "…"
+
+
 def _guard(fn, debug: bool):
     try:
         return fn()
     except TracediagError as exc:
         if debug:
             raise
-        typer.echo(f"tracediag: error: {exc}", err=True)
+        typer.echo(f"tracediag: error: {one_line(exc)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    except MemoryError:
+        if debug:
+            raise
+        typer.echo("tracediag: error: out of memory while analysing; pass fewer rank files at once", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     except Exception as exc:  # a bug in tracediag, not in the input: say so in one line
         if debug:
             raise
         typer.echo(
-            f"tracediag: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
-            "traceback and report it)",
+            one_line(f"tracediag: internal error: {type(exc).__name__}: {exc}")
+            + " (rerun with --debug for the traceback and report it)",
             err=True,
         )
         raise typer.Exit(EXIT_INTERNAL) from None
     except KeyboardInterrupt:
         typer.echo("tracediag: interrupted; no output written", err=True)
         raise typer.Exit(130) from None
+    except Terminated:
+        typer.echo("tracediag: terminated; no output written", err=True)
+        raise
 
 
 def _register_commands() -> None:
@@ -118,6 +147,8 @@ _register_commands()
 
 
 def main() -> None:
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
     except MemoryError:

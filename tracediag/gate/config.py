@@ -186,6 +186,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, f"not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"not valid TOML (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise InputError(path, f"cannot read file ({exc.strerror or exc})") from None
 
@@ -198,7 +200,9 @@ def _unknown_key(path: Path, where: str, key: str, known: list[str]) -> InputErr
 
 def _number(path: Path, key: str, v: Any, *, integer: bool = False, minimum: float = 0.0) -> float | int:
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or v < minimum:
+    # finite and within what a float holds (TOML allows nan, inf and integers of any size)
+    ok = ok and not isinstance(v, bool) and -1e300 < v < 1e300 and v == v
+    if not ok or v < minimum:
         kind = "an integer" if integer else "a number"
         raise InputError(path, f"'{key}' must be {kind} ≥ {minimum:g}, got {v!r}")
     return v if integer else float(v)

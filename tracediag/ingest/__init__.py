@@ -7,15 +7,21 @@ FORMATS and imported only when a file of that format is given. Formats are detec
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gzip
 import importlib
 import multiprocessing as mp
 import os
 import re
+import signal
 import sys
+import threading
+import time
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import duckdb
@@ -178,6 +184,49 @@ def parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> P
     return parser_for(fmt)(p, order, options)
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _worker_init(parent: int) -> None:
+    """In each parser process: die with the parent, and leave Ctrl-C and SIGTERM handling to it.
+
+    On Linux the kernel kills the worker when the parent dies (PR_SET_PDEATHSIG, so `kill -9` of the parent too);
+    elsewhere, and as a second line, a thread exits the worker once its parent is gone.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent handles it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="tracediag-parent-watch", daemon=True).start()
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """End the parser processes now (an interrupted run must not wait for a 1 GB parse to finish)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, AttributeError):
+            proc.kill()
+
+
+def _result(future: Future, path: str) -> Parsed:
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        raise InputError(
+            path,
+            "the parser process reading this file was killed (out of memory?); pass fewer files at once or --jobs 1",
+        ) from None
+
+
 def parse_all(
     files: list[Path] | list[tuple[Path, str | None]],
     keep_python: bool = False,
@@ -186,7 +235,8 @@ def parse_all(
 ) -> list[Parsed]:
     """Parse inputs, one process per file when there are several (bounded by the cores).
 
-    `files` holds paths (format detected) or (path, format) pairs.
+    `files` holds paths (format detected) or (path, format) pairs. The parser processes die with this one
+    (`_worker_init`) and are killed when it is interrupted or fails.
     """
     options = options or IngestOptions(keep_python=keep_python)
     pairs = [f if isinstance(f, tuple) else (f, None) for f in files]
@@ -196,8 +246,15 @@ def parse_all(
         return [_parse_job(w) for w in work]
     # fork: workers inherit the imported modules (no re-import cost); nothing here holds threads yet.
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        return list(pool.map(_parse_job, work))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+    try:
+        futures = [pool.submit(_parse_job, w) for w in work]
+        return [_result(f, w[0]) for f, w in zip(futures, work)]
+    except BaseException:
+        _kill_workers(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:

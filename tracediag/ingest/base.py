@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from tracediag.catalog import CLASSIFY_MAX_CHARS
 from tracediag.errors import InputError
 
 
@@ -49,3 +51,16 @@ def read_gunzipped(path: Path, what: str) -> bytes:
         except (OSError, EOFError) as exc:
             raise InputError(path, f"corrupt gzip {what} ({exc})") from None
     return raw
+
+
+def names_classified_by_prefix(tables: dict[str, pa.Table]) -> int:
+    """Distinct kernel/op/annotation names longer than the catalog matches (only their first
+    CLASSIFY_MAX_CHARS characters were classified); recorded in the input's meta when not 0."""
+    n = 0
+    for name in ("kernels", "cpu_ops", "annotations"):
+        t = tables.get(name)
+        if t is not None and t.num_rows:
+            lengths = pc.utf8_length(t.column("name"))
+            if (pc.max(lengths).as_py() or 0) > CLASSIFY_MAX_CHARS:
+                n += len(pc.unique(pc.filter(t.column("name"), pc.greater(lengths, CLASSIFY_MAX_CHARS))))
+    return n

@@ -9,6 +9,10 @@ Older versions have no `root` column and an `error` column instead of `#wrong`; 
 column `cputime`; validation off prints `N/A`. Lines that do not fit the header (NCCL INFO logs,
 warnings) are skipped. `# Collective test starting: all_reduce_perf`, the `#  Rank N Group G Pid P on
 HOST device D [BUS] NAME` lines and `# Avg bus bandwidth` are kept as facts of the run.
+
+A row that fits the header but holds a value out of range or not a number (a size beyond 2**48, a time of
+1e30 or nan, `²` for a digit) is a bad record: left out and counted (`inputs.bad_records`, examples in
+`meta_json.bad_records`); the rest of the table still counts.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from tracediag.errors import InputError
+from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.validate import BadRecords
 
 TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 VERSION_RE = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
@@ -75,10 +81,37 @@ def _header(line: str) -> list[str] | None:
     return None
 
 
-def _num(tok: str, kind: type):
+_TIME_US_MAX = 1e12  # 11.6 days for one collective: beyond any benchmark
+_GBS_MAX = 1e9  # GB/s
+
+
+class _BadValue(ValueError):
+    pass
+
+
+def _int(tok: str, lo: int = 0, hi: int = val.COUNT_MAX) -> int:
+    """A decimal integer token (ASCII digits only: `²` passes str.isdigit but is no number) in [lo, hi]."""
+    digits = tok[1:] if tok.startswith("-") else tok
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 20) or not lo <= int(tok) <= hi:
+        raise _BadValue(tok)
+    return int(tok)
+
+
+def _float(tok: str, hi: float) -> float:
+    try:
+        x = float(tok)
+    except ValueError:
+        raise _BadValue(tok) from None
+    if not (0 <= x <= hi):  # also false for nan
+        raise _BadValue(tok)
+    return x
+
+
+def _num(tok: str, kind, *bounds):
+    """A value of the table; N/A (validation off) and - are None."""
     if tok in ("N/A", "-"):
         return None
-    return kind(tok)
+    return kind(tok, *bounds)
 
 
 def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
@@ -91,6 +124,7 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
     cols: list[str] | None = None
     rows: dict[str, list] = {f.name: [] for f in SCHEMA}
     skipped = 0
+    bad = BadRecords()
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip():
@@ -102,18 +136,18 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
             version = m.group(1)
             continue
         if m := RANK_RE.match(line):
-            ranks.append(
-                {
-                    "rank": int(m.group(1)),
-                    "host": m.group(4),
-                    "device": int(m.group(5)),
-                    "bus_id": m.group(6),
-                    "name": m.group(7),
-                }
-            )
+            try:
+                rank, device = _int(m.group(1), 0, val.RANK_MAX), _int(m.group(5), 0, val.INT32_MAX)
+            except _BadValue as exc:
+                bad.skipped("rank line", "line ignored", [f"{exc}: {line}"])
+                continue
+            ranks.append({"rank": rank, "host": m.group(4), "device": device, "bus_id": m.group(6), "name": m.group(7)})
             continue
         if m := AVG_RE.match(line):
-            avg = float(m.group(1))
+            try:
+                avg = _float(m.group(1), _GBS_MAX)
+            except _BadValue:
+                bad.skipped("# Avg bus bandwidth", "value ignored", [line])
             continue
         if PARAMS_RE.match(line):
             params = line.lstrip("#").strip()
@@ -131,32 +165,45 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
             row = dict(zip(cols, toks))
             t_idx = [i for i, c in enumerate(cols) if c in TIME_NAMES]
             lead = {
-                "size_bytes": int(row["size"]),
-                "count_elements": int(row["count"]),
+                "size_bytes": _int(row["size"]),
+                "count_elements": _int(row["count"]),
                 "dtype": row.get("type"),
                 "redop": row.get("redop"),
-                "root": _num(row["root"], int) if "root" in row else None,
+                "root": _num(row["root"], _int, -1, val.RANK_MAX) if "root" in row else None,  # -1: none
             }
+            recs = []
             for k, i in enumerate(t_idx):
-                time_us = _num(toks[i], float)
+                time_us = _num(toks[i], _float, _TIME_US_MAX)
                 wrong_tok = toks[i + 3] if i + 3 < len(toks) else None
-                wrong = _num(wrong_tok, int) if cols[i + 3] == "#wrong" and wrong_tok is not None else None
-                rec = lead | {
-                    "source_path": str(path),
-                    "test": test,
-                    "op": OPS.get(test or ""),
-                    "nranks": None,
-                    "placement": "out-of-place" if k == 0 else "in-place",
-                    "time_ns": round(time_us * 1000) if time_us is not None else None,
-                    "time_kind": cols[i],
-                    "algbw_gbs": _num(toks[i + 1], float),
-                    "busbw_gbs": _num(toks[i + 2], float),
-                    "wrong": wrong,
-                }
-                for key, v in rec.items():
-                    rows[key].append(v)
+                wrong = (
+                    _num(wrong_tok, _int, 0, val.INT64_MAX)
+                    if cols[i + 3] == "#wrong" and wrong_tok is not None
+                    else None
+                )
+                recs.append(
+                    lead
+                    | {
+                        "source_path": str(path),
+                        "test": test,
+                        "op": OPS.get(test or ""),
+                        "nranks": None,
+                        "placement": "out-of-place" if k == 0 else "in-place",
+                        "time_ns": round(time_us * 1000) if time_us is not None else None,
+                        "time_kind": cols[i],
+                        "algbw_gbs": _num(toks[i + 1], _float, _GBS_MAX),
+                        "busbw_gbs": _num(toks[i + 2], _float, _GBS_MAX),
+                        "wrong": wrong,
+                    }
+                )
+        except _BadValue as exc:
+            bad.skipped("result row", "row left out", [f"{exc} in: {line}"])
+            continue
         except (ValueError, IndexError):
             skipped += 1
+            continue
+        for rec in recs:  # both placements of a row, or neither
+            for key, v in rec.items():
+                rows[key].append(v)
     n = len(rows["size_bytes"])
     if not n:
         raise InputError(
@@ -177,6 +224,8 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
         "rows": n,
         "lines_skipped": skipped,
     }
+    if bad:
+        meta["bad_records"] = bad.to_meta()
     names = sorted({r["name"] for r in ranks})
     inputs_row = {
         "profiler": f"nccl-tests {version}" if version else "nccl-tests",
@@ -184,6 +233,7 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
         "rank": None,
         "device_name": names[0] if len(names) == 1 else (", ".join(names) or None),
         "meta_json": json.dumps(meta),
+        "bad_records": bad.records,
     }
     return Parsed(
         path=str(path),

@@ -23,6 +23,11 @@ What lands where (canonical tables, `store/schema.sql`; Nsight-only detail in `s
 
 Tables an export lacks are absent (nsys creates them lazily), so every table and column is probed in
 sqlite_master / table_info first. Timestamps are integer ns on the capture's clock, as exported.
+Every value read goes through `tracediag.ingest.validate` (`_valid_rows`, `_to_arrow`): a row whose time, device
+or thread is not an integer in range (text or a blob in an integer column, an end before 2**63 overflowing the
+subtraction) is dropped, another out-of-range or wrongly typed value is set to NULL, text that is not UTF-8 is
+kept with U+FFFD in place of the bad bytes; all are counted in the input's `bad_records`.
+
 Schema sources: the NVIDIA Nsight Systems SQLite export schema (table comments in the exports
 themselves) and the stats scripts shipped with nsys (reports/nvtx_kern_sum.py: pid = (globalTid >> 24) &
 0xFFFFFF, tid = globalTid & 0xFFFFFF, NVTX range event types 59/60/70/71, domain create 75).
@@ -43,13 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
-from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest import validate as val
+from tracediag.ingest.base import IngestOptions, Parsed, names_classified_by_prefix
 from tracediag.ingest.nsys_nvtx import (
     SchemaEntry,
     blob_bytes,
@@ -58,6 +65,7 @@ from tracediag.ingest.nsys_nvtx import (
     parse_torch_range,
     split_blob,
 )
+from tracediag.ingest.validate import BadRecords
 
 # ENUM_NSYS_EVENT_TYPE ids (same in the 2023.2 and 2026.x exports)
 NVTX_RANGE_TYPES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange, NvtxtPushPopRange, NvtxtStartEndRange
@@ -97,13 +105,14 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def pid_of(global_id: int | None) -> int | None:
-    """Process id from a serialized GlobalId (nsys reports: (globalTid >> 24) & 0x00FFFFFF)."""
-    return None if global_id is None else (global_id >> 24) & 0xFFFFFF
+    """Process id from a serialized GlobalId (nsys reports: (globalTid >> 24) & 0x00FFFFFF); None for anything
+    that is not an integer."""
+    return (global_id >> 24) & 0xFFFFFF if type(global_id) is int else None
 
 
 def tid_of(global_tid: int | None) -> int | None:
     """Thread id from a serialized GlobalId (nsys reports: globalTid & 0x00FFFFFF)."""
-    return None if global_tid is None else global_tid & 0xFFFFFF
+    return global_tid & 0xFFFFFF if type(global_tid) is int else None
 
 
 # --- file checks -------------------------------------------------------------------------------------------
@@ -138,6 +147,11 @@ def _check_file(p: Path) -> int:
     return size
 
 
+def _lenient_text(b: bytes) -> str:
+    # undecodable bytes become lone surrogates, which validate.clean_text finds, counts and replaces
+    return b.decode("utf-8", "surrogateescape")
+
+
 def _connect(p: Path) -> sqlite3.Connection:
     # read-only and immutable: works on read-only media, never writes a journal next to the export
     uri = f"file:{urllib.parse.quote(str(p.resolve()))}?mode=ro&immutable=1"
@@ -164,6 +178,7 @@ class _Export:
         self.tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         self._cols: dict[str, set[str]] = {}
         self.notes: list[str] = []
+        self.bad = BadRecords()
 
     def cols(self, table: str) -> set[str]:
         if table not in self._cols:
@@ -176,14 +191,28 @@ class _Export:
         return f"{alias}.{name}" if name in self.cols(table) else default
 
     def rows(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return self.con.execute(sql, params).fetchall()
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except (sqlite3.OperationalError, UnicodeDecodeError) as exc:
+            if "decode" not in str(exc) or self.con.text_factory is _lenient_text:
+                raise
+            # text that is not UTF-8 (a damaged page, a bad writer): read it leniently, count it where it is used
+            self.con.text_factory = _lenient_text
+            return self.con.execute(sql, params).fetchall()
+
+    def text_values(self, table: str, column: str, values: list[Any]) -> list[str | None]:
+        """Text from the export: non-text set to NULL, undecodable bytes replaced; both counted."""
+        return val.Checker(self.bad, table).str_values(column, values)
 
     # --- metadata ---
 
     def metadata(self) -> tuple[str, dict[str, str]]:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # 2024+ / 2023.2 and older
             if table in self.tables and {"name", "value"} <= self.cols(table):
-                return table, {k: v for k, v in self.rows(f"SELECT name, value FROM {table}") if k is not None}
+                rows = self.rows(f"SELECT name, value FROM {table}")
+                names = self.text_values(table, "name", [r[0] for r in rows])
+                values = self.text_values(table, "value", [r[1] for r in rows])
+                return table, {k: v for k, v in zip(names, values) if k is not None}
         return "", {}
 
     def check_is_nsys(self) -> None:
@@ -200,7 +229,9 @@ class _Export:
 
     def enum(self, table: str, fallback: dict[int, str]) -> dict[int, str]:
         if table in self.tables and {"id", "label"} <= self.cols(table):
-            got = {i: lab for i, lab in self.rows(f"SELECT id, label FROM {table}") if lab is not None}
+            rows = _valid_tuples(self, table, self.rows(f"SELECT id, label FROM {table}"), {0: ("id", None, None)})
+            labels = self.text_values(table, "label", [r[1] for r in rows])
+            got = {r[0]: lab for r, lab in zip(rows, labels) if lab is not None}
             return got or fallback
         return fallback
 
@@ -212,13 +243,15 @@ def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions |
     try:
         con = _connect(p)
     except sqlite3.Error as exc:
-        raise InputError(p, f"cannot open SQLite file ({exc})") from None
+        raise InputError(p, f"cannot open SQLite file ({' '.join(str(exc).split())})") from None
     try:
         ex = _Export(p, con)
         ex.check_is_nsys()
         return _build(ex, order, size)
-    except sqlite3.DatabaseError as exc:
-        raise InputError(p, f"corrupt or truncated SQLite file ({exc}); re-export it with `nsys export`") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        # UnicodeDecodeError: the schema itself (table or column names) is not UTF-8, a damaged file
+        why = " ".join(str(exc).split())  # SQLite's messages can span lines (a malformed schema quotes its SQL)
+        raise InputError(p, f"corrupt or truncated SQLite file ({why}); re-export it with `nsys export`") from None
     finally:
         con.close()
 
@@ -263,13 +296,78 @@ def parse_nsys_rep(path: str | Path, order: int = 0, options: IngestOptions | No
 
 
 def _pid_sql(alias: str, col: str) -> str:
-    return f"(({alias}.{col} >> 24) & 16777215)"  # see pid_of
+    # see pid_of; a value that is not an integer is passed through as it is, for _valid_rows to report
+    c = f"{alias}.{col}"
+    return f"(CASE typeof({c}) WHEN 'integer' THEN (({c} >> 24) & 16777215) ELSE {c} END)"
+
+
+def _dur_sql(alias: str) -> str:
+    """end - start, ≥ 0; when either is not an integer, the bad value itself (for _valid_rows to report)."""
+    s, e = f"{alias}.start", f"{alias}.end"
+    return (
+        f"(CASE WHEN typeof({s}) = 'integer' AND typeof({e}) = 'integer' THEN max({e} - {s}, 0) "
+        f"WHEN typeof({e}) = 'integer' THEN NULL ELSE {e} END)"
+    )
 
 
 def _columns(ex: _Export, sql: str, names: tuple[str, ...]) -> dict[str, list]:
     rows = ex.rows(sql)
     cols = list(zip(*rows)) if rows else [() for _ in names]
     return {n: list(c) for n, c in zip(names, cols, strict=True)}
+
+
+# value ranges of the columns a row cannot be placed without (validate.py: why these bounds)
+_TS = (-val.TS_NS_MAX, val.TS_NS_MAX)
+_DUR = (0, val.DUR_NS_MAX)
+_ANY_INT = (-val.INT64_MAX - 1, val.INT64_MAX)
+_INT32 = (-(2**31), val.INT32_MAX)
+
+
+def _valid_rows(
+    ex: _Export,
+    table: str,
+    cols: dict[str, list],
+    required: dict[str, tuple[str, tuple[int, int]]],
+    nullable: dict[str, tuple[str, tuple[int, int]]] | None = None,
+) -> dict[str, list]:
+    """The rows whose `required` columns are integers in range and whose `nullable` ones are NULL or such
+    integers (`{column: (export column name, (lo, hi))}`); the other rows are dropped and counted."""
+    n = len(next(iter(cols.values()), []))
+    if not n:
+        return cols
+    ok = np.ones(n, dtype=bool)
+    for spec, allow_null in ((required, False), (nullable or {}, True)):
+        for name, (label, (lo, hi)) in spec.items():
+            values = cols[name]
+            good = np.fromiter(
+                ((type(v) is int and lo <= v <= hi) or (allow_null and v is None) for v in values), dtype=bool, count=n
+            )
+            if not good.all():
+                ex.bad.dropped(table, label, [v for v, g, o in zip(values, good, ok) if not g and o])
+                ok &= good
+    if ok.all():
+        return cols
+    return {k: [v for v, g in zip(vals, ok) if g] for k, vals in cols.items()}
+
+
+def _valid_tuples(
+    ex: _Export,
+    table: str,
+    rows: list[tuple],
+    required: dict[int, tuple[str, int | None, int | None]],
+    nullable: dict[int, tuple[str, int | None, int | None]] | None = None,
+) -> list[tuple]:
+    """_valid_rows for rows as tuples: `{position: (export column name, lo, hi)}` (None: the int64 bound)."""
+    if not rows:
+        return rows
+    names = tuple(range(len(rows[0])))
+    cols = {i: [r[i] for r in rows] for i in names}
+    rng = {
+        i: (lab, (-val.INT64_MAX - 1 if lo is None else lo, val.INT64_MAX if hi is None else hi))
+        for i, (lab, lo, hi) in {**required, **(nullable or {})}.items()
+    }
+    kept = _valid_rows(ex, table, cols, {i: rng[i] for i in required}, {i: rng[i] for i in nullable or {}})
+    return list(zip(*(kept[i] for i in names)))
 
 
 def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
@@ -286,7 +384,7 @@ def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, 
         cols = ", ".join(ex.col(k, "k", n) for n in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
         kern = _columns(
             ex,
-            f"SELECT {_pid_sql('k', 'globalPid')}, k.deviceId, k.start, max(k.end - k.start, 0), "
+            f"SELECT {_pid_sql('k', 'globalPid')}, k.deviceId, k.start, {_dur_sql('k')}, "
             f"{ex.col(k, 'k', 'streamId')}, {ex.col(k, 'k', 'correlationId')}, "
             f"{'d.value' if 'demangledName' in c else 'NULL'}, {'s.value' if 'shortName' in c else 'NULL'}, {cols} "
             f"FROM {k} k{join} ORDER BY k.start",
@@ -297,7 +395,7 @@ def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, 
     if m in ex.tables:
         mcpy = _columns(
             ex,
-            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, max(m.end - m.start, 0), "
+            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, {_dur_sql('m')}, "
             f"{ex.col(m, 'm', 'streamId')}, {ex.col(m, 'm', 'correlationId')}, {ex.col(m, 'm', 'bytes')}, "
             f"{ex.col(m, 'm', 'copyKind')}, {ex.col(m, 'm', 'srcKind')}, {ex.col(m, 'm', 'dstKind')} "
             f"FROM {m} m ORDER BY m.start",
@@ -308,11 +406,18 @@ def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, 
     if s in ex.tables:
         mset = _columns(
             ex,
-            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, max(m.end - m.start, 0), "
+            f"SELECT {_pid_sql('m', 'globalPid')}, m.deviceId, m.start, {_dur_sql('m')}, "
             f"{ex.col(s, 'm', 'streamId')}, {ex.col(s, 'm', 'correlationId')}, {ex.col(s, 'm', 'bytes')}, "
             f"{ex.col(s, 'm', 'memKind')} FROM {s} m ORDER BY m.start",
             snames,
         )
+    gpu_row = {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR)}
+    key = {"pid": ("globalPid", _ANY_INT), "device": ("deviceId", _INT32)}
+    kern = _valid_rows(ex, k, kern, gpu_row, key)
+    for name in ("dname", "sname"):
+        kern[name] = ex.text_values(k, {"dname": "demangledName", "sname": "shortName"}[name], kern[name])
+    mcpy = _valid_rows(ex, m, mcpy, gpu_row, key)
+    mset = _valid_rows(ex, s, mset, gpu_row, key)
     return kern, mcpy, mset
 
 
@@ -344,17 +449,32 @@ def _payload_schemas(ex: _Export) -> tuple[dict[tuple[int, int], list[SchemaEntr
     t = "NVTX_PAYLOAD_SCHEMA_ENTRIES"
     schemas: dict[tuple[int, int], dict[int, SchemaEntry]] = {}
     if t in ex.tables and {"domainId", "schemaId", "idx", "type", "name"} <= ex.cols(t):
-        for dom, sid, idx, typ, name, off in ex.rows(
-            f"SELECT domainId, schemaId, idx, type, name, {ex.col(t, 't', 'offset')} FROM {t} t"
-        ):
+        rows = ex.rows(f"SELECT domainId, schemaId, idx, type, name, {ex.col(t, 't', 'offset')} FROM {t} t")
+        rows = _valid_tuples(
+            ex,
+            t,
+            rows,
+            {0: ("domainId", None, None), 1: ("schemaId", None, None), 2: ("idx", None, None)},
+            {3: ("type", None, None), 5: ("offset", 0, val.INT32_MAX)},
+        )
+        names = ex.text_values(t, "name", [r[4] for r in rows])
+        for (dom, sid, idx, typ, _, off), name in zip(rows, names):
             if typ is not None and name is not None:
                 schemas.setdefault((dom, sid), {}).setdefault(idx, SchemaEntry(idx, name, typ, off))
     enums: dict[int, dict[int, str]] = {}
     e = "NVTX_PAYLOAD_ENUM_ENTRIES"
     if e in ex.tables and {"schemaId", "name", "value"} <= ex.cols(e):
-        for sid, name, value in ex.rows(f"SELECT schemaId, name, value FROM {e}"):
+        rows = _valid_tuples(
+            ex,
+            e,
+            ex.rows(f"SELECT schemaId, name, value FROM {e}"),
+            {0: ("schemaId", None, None)},
+            {2: ("value", None, None)},
+        )
+        names = ex.text_values(e, "name", [r[1] for r in rows])
+        for (sid, _, value), name in zip(rows, names):
             if value is not None:
-                enums.setdefault(sid, {}).setdefault(int(value), name)
+                enums.setdefault(sid, {}).setdefault(value, name)
     return {k: list(v.values()) for k, v in schemas.items()}, enums
 
 
@@ -437,10 +557,17 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
     if sync in ex.tables:
         cols = _columns(
             ex,
-            f"SELECT {_pid_sql('s', 'globalPid')}, s.deviceId, s.start, max(s.end - s.start, 0), "
+            f"SELECT {_pid_sql('s', 'globalPid')}, s.deviceId, s.start, {_dur_sql('s')}, "
             f"{ex.col(sync, 's', 'streamId')}, {ex.col(sync, 's', 'correlationId')}, "
             f"{ex.col(sync, 's', 'syncType')}, {ex.col(sync, 's', 'eventId')} FROM {sync} s ORDER BY s.start",
             ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "kind", "event_id"),
+        )
+        cols = _valid_rows(
+            ex,
+            sync,
+            cols,
+            {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR)},
+            {"pid": ("globalPid", _ANY_INT), "device": ("deviceId", _INT32)},
         )
         rank = [
             r if (r := corr_rank.get((p, c))) is not None else urank.get((p, d), prank.get(p))
@@ -456,10 +583,14 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
         cols = _columns(
             ex,
             f"SELECT r.globalTid, {_pid_sql('r', 'globalTid')}, r.globalTid & 16777215, r.start, "
-            f"max(r.end - r.start, 0), {ex.col(rt, 'r', 'correlationId')}, s.value, {ex.col(rt, 'r', 'eventClass')} "
+            f"{_dur_sql('r')}, {ex.col(rt, 'r', 'correlationId')}, s.value, {ex.col(rt, 'r', 'eventClass')} "
             f"FROM {rt} r LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start",
             ("gtid", "pid", "tid", "ts_ns", "dur_ns", "correlation", "raw_name", "event_class"),
         )
+        cols = _valid_rows(
+            ex, rt, cols, {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR), "gtid": ("globalTid", _ANY_INT)}
+        )
+        cols["raw_name"] = ex.text_values(rt, "nameId -> StringIds.value", cols["raw_name"])
         rank = [
             r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
             for p, c in zip(cols["pid"], cols["correlation"])
@@ -539,7 +670,7 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             if cols:
                 cols["external_id"] = [ext_of_corr.get(rc) for rc in zip(cols["rank"], cols["correlation"])]
 
-    tables = {name: _to_arrow(name, cols) for name, cols in out.items()}
+    tables = {name: _to_arrow(name, cols, ex.bad) for name, cols in out.items()}
     summary = _per_rank(tables)
     props = _device_properties(ex, units)
     nccl_ranks = set()
@@ -562,13 +693,20 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             f"pid {pid} ({nvtx.process_names.get(pid, '?')})": n for pid, n in sorted(dropped.items(), key=str)
         } | {"why": "process without kernels, memory copies or memsets on any GPU"}
     version = md.get("EXPORT_PRODUCT_VERSION")
+    pgs = _process_groups(units, payloads, nvtx)
+    facts = {id(prop): _prop_facts(prop, ex.bad) for prop, _ in props.values() if prop}
+    long_names = names_classified_by_prefix(tables)
+    if long_names:
+        meta_common["names_classified_by_prefix"] = long_names
+    if ex.bad:
+        meta_common["bad_records"] = ex.bad.to_meta()
     inputs_rows = []
-    for u in sorted(units.values(), key=lambda u: u.rank):
+    ordered = sorted(units.values(), key=lambda u: u.rank)
+    rows_owner = ordered[0]  # the file's bad records are counted once, on its first rank's row
+    for u in ordered:
         first, last, events = summary.get(u.rank, (None, None, 0))
         prop, prop_source = props[(u.pid, u.device)]
-        cc = None
-        if prop and prop.get("computeMajor") is not None:
-            cc = f"{prop['computeMajor']}.{prop.get('computeMinor')}"
+        name, mem, sms, cc, prop_json = facts.get(id(prop), (None,) * 5)
         meta = meta_common | {
             "pid": u.pid,
             "process_name": nvtx.process_names.get(u.pid),
@@ -588,26 +726,34 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
                 "world_size": world_size,
                 "backend": "nccl" if nvtx.nccl_names or u.rank in nccl_ranks else None,
                 "nccl_version": None,
-                "device_name": prop.get("name") if prop else None,
-                "device_total_mem_bytes": prop.get("totalMemory") if prop else None,
-                "device_num_sms": (prop.get("smCount") or prop.get("numMultiprocessors")) if prop else None,
+                "device_name": name,
+                "device_total_mem_bytes": mem,
+                "device_num_sms": sms,
                 "device_compute_capability": cc,
                 "trace_start_ns": first,
                 "trace_end_ns": last,
                 "events_total": events,
                 "events_python_skipped": 0,
                 "distributed_info_json": None,
-                "device_properties_json": orjson.dumps(prop).decode() if prop else None,
-                "meta_json": orjson.dumps(meta).decode(),
+                "device_properties_json": prop_json,
+                "meta_json": val.json_text(meta),
+                "bad_records": ex.bad.records if u is rows_owner else 0,
             }
         )
-    return Parsed(
-        path=str(p),
-        format="nsys-sqlite",
-        inputs_rows=inputs_rows,
-        tables=tables,
-        process_groups=_process_groups(units, payloads, nvtx),
-    )
+    return Parsed(path=str(p), format="nsys-sqlite", inputs_rows=inputs_rows, tables=tables, process_groups=pgs)
+
+
+def _prop_facts(prop: dict[str, Any], bad: BadRecords) -> tuple:
+    """(name, total memory, SMs, compute capability, JSON) of a TARGET_INFO_GPU row; bad values NULL, counted."""
+    chk = val.Checker(bad, "TARGET_INFO_GPU")
+    name = chk.str_values("name", [prop.get("name")])[0]
+    mem = chk.int_values("totalMemory", [prop.get("totalMemory")], 0, val.INT64_MAX)[0]
+    sms = prop.get("smCount") if prop.get("smCount") is not None else prop.get("numMultiprocessors")
+    sms = chk.int_values("smCount", [sms], 0, val.INT32_MAX)[0] or None
+    major, minor = chk.int_values("computeMajor", [prop.get("computeMajor"), prop.get("computeMinor")], 0, 1000)
+    cc = f"{major}.{minor}" if major is not None else None
+    clean = {k: (None if isinstance(x, (bytes, bytearray)) else x) for k, x in prop.items()}
+    return name, mem, sms, cc, val.json_text(clean)
 
 
 def _payload_columns(pl: dict[str, Any] | None) -> tuple:
@@ -656,12 +802,15 @@ class _Nvtx:
     has_binary: bool = False
     max_end: int = 0
     nccl_names: set[str] = field(default_factory=set)
+    bad: BadRecords | None = None
 
 
 def _read_nvtx(ex: _Export) -> _Nvtx:
-    out = _Nvtx()
+    out = _Nvtx(bad=ex.bad)
     if "PROCESSES" in ex.tables and {"pid", "name"} <= ex.cols("PROCESSES"):
-        out.process_names = {pid: name for pid, name in ex.rows("SELECT pid, name FROM PROCESSES")}
+        rows = _valid_tuples(ex, "PROCESSES", ex.rows("SELECT pid, name FROM PROCESSES"), {0: ("pid", None, None)})
+        names = ex.text_values("PROCESSES", "name", [r[1] for r in rows])
+        out.process_names = {r[0]: name for r, name in zip(rows, names)}
     t = "NVTX_EVENTS"
     if t not in ex.tables:
         return out
@@ -673,21 +822,39 @@ def _read_nvtx(ex: _Export) -> _Nvtx:
         f"e.start, e.end, e.eventType, e.globalTid, {ex.col(t, 'e', 'endGlobalTid')}, {ex.col(t, 'e', 'domainId')}, "
         f"{text}, {ex.col(t, 'e', 'category')}, {ex.col(t, 'e', 'color')}, {ex.col(t, 'e', 'binaryData')}"
     )
-    for _start, _end, etype, gtid, _, dom, name, *_ in ex.rows(
-        f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN (?, ?)", (_DOMAIN_CREATE, _THREAD_NAME)
-    ):
+    # columns of a row: start, end, eventType, globalTid, endGlobalTid, domainId, text, category, color, binaryData
+    spec = {0: ("start", *_TS), 3: ("globalTid", None, None)}
+    nullable = {1: ("end", *_TS), 4: ("endGlobalTid", None, None), 5: ("domainId", None, None)}
+    rows = _nvtx_rows(ex, f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN (?, ?)", (_DOMAIN_CREATE, _THREAD_NAME))
+    for _start, _end, etype, gtid, _, dom, name, *_ in _valid_tuples(ex, t, rows, spec, nullable):
         if etype == _DOMAIN_CREATE and dom is not None and name:
             out.domains[(pid_of(gtid), dom)] = name
-        elif etype == _THREAD_NAME and name and (m := _MPI_THREAD.match(name)):
+        elif etype == _THREAD_NAME and name and (m := _MPI_THREAD.match(name)) and int(m.group(1)) <= val.RANK_MAX:
             out.mpi_ranks[pid_of(gtid)] = int(m.group(1))
     wanted = NVTX_RANGE_TYPES + NVTX_MARK_TYPES
-    out.events = ex.rows(
-        f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN ({', '.join('?' * len(wanted))}) ORDER BY e.start",
-        wanted,
+    out.events = _valid_tuples(
+        ex,
+        t,
+        _nvtx_rows(
+            ex,
+            f"SELECT {sel} FROM {t} e{join} WHERE e.eventType IN ({', '.join('?' * len(wanted))}) ORDER BY e.start",
+            wanted,
+        ),
+        spec,
+        nullable,
     )
     out.max_end = max((e[1] for e in out.events if e[1] is not None), default=0)
     out.nccl_names = {e[6] for e in out.events if e[5] and e[6] and e[6].startswith("nccl")}
     return out
+
+
+def _nvtx_rows(ex: _Export, sql: str, params: tuple) -> list[tuple]:
+    """NVTX_EVENTS rows with their text checked (non-text NULL, undecodable bytes replaced, both counted)."""
+    rows = ex.rows(sql, params)
+    if not rows:
+        return rows
+    texts = ex.text_values("NVTX_EVENTS", "text", [r[6] for r in rows])
+    return [(*r[:6], tx, *r[7:]) for r, tx in zip(rows, texts)]
 
 
 def _decode_payloads(
@@ -707,10 +874,34 @@ def _decode_payloads(
         domain_id, schema_id, payload = parts
         entries = schemas.get((domain_id, schema_id)) or schemas.get((ev[5], schema_id))
         if entries:
-            decoded = decode_payload(entries, payload, enums)
+            decoded = _checked_payload(nvtx.bad, decode_payload(entries, payload, enums))
             if decoded:
                 out[i] = decoded
     return out
+
+
+# payload entries the rank and communicator logic reads, with the range each must be in
+_PAYLOAD_INTS = {
+    "Rank": (0, val.RANK_MAX),
+    "No. of ranks": (1, val.RANK_MAX + 1),
+    "CUDA device": _INT32,
+    "NCCL communicator ID": (0, 2**64 - 1),
+    "Message size [bytes]": (0, val.COUNT_MAX),
+    "Peer rank": (0, val.RANK_MAX),
+    "Root": (0, val.RANK_MAX),
+}
+
+
+def _checked_payload(bad: BadRecords | None, pl: dict[str, Any]) -> dict[str, Any]:
+    """A decoded payload without the entries the schema gave an impossible value (a double where a rank
+    belongs, a size beyond any buffer); those are counted."""
+    for key, (lo, hi) in _PAYLOAD_INTS.items():
+        x = pl.get(key)
+        if x is not None and not (type(x) is int and lo <= x <= hi):
+            if bad is not None:
+                bad.skipped(f"NVTX_EVENTS.binaryData.{key}", "payload entry ignored", [x])
+            pl = {k: v for k, v in pl.items() if k != key}
+    return pl
 
 
 def _payload_note(nvtx: _Nvtx, payloads: dict[int, dict[str, Any]], md: dict[str, str]) -> str:
@@ -743,7 +934,13 @@ def _assign_ranks(
     mpi: dict[int | None, int] = {}
     mpi_source = ""
     if "MPI_RANKS" in ex.tables and {"globalTid", "rank"} <= ex.cols("MPI_RANKS"):
-        mpi = {pid_of(g): r for g, r in ex.rows("SELECT globalTid, rank FROM MPI_RANKS")}
+        rows = _valid_tuples(
+            ex,
+            "MPI_RANKS",
+            ex.rows("SELECT globalTid, rank FROM MPI_RANKS"),
+            {0: ("globalTid", None, None), 1: ("rank", 0, val.RANK_MAX)},
+        )
+        mpi = {pid_of(g): r for g, r in rows}
         mpi_source = "MPI_RANKS table (nsys MPI trace)"
     if not mpi:
         mpi = nvtx.mpi_ranks
@@ -833,15 +1030,23 @@ def _device_properties(
     """
     gpus: list[dict[str, Any]] = []
     if "TARGET_INFO_GPU" in ex.tables:
-        cur = ex.con.execute("SELECT * FROM TARGET_INFO_GPU")
-        names = [d[0] for d in cur.description]
-        gpus = [dict(zip(names, r)) for r in cur.fetchall()]
+        names = [r[1] for r in ex.rows('PRAGMA table_info("TARGET_INFO_GPU")')]
+        rows = ex.rows("SELECT * FROM TARGET_INFO_GPU")
+        gpus = [dict(zip(names, _clean_cells(ex, "TARGET_INFO_GPU", names, r))) for r in rows]
     cuda_dev: dict[tuple[int, int], tuple[int | None, int | None]] = {}
     t = "TARGET_INFO_CUDA_DEVICE"
     if t in ex.tables and {"pid", "cudaId"} <= ex.cols(t):
-        for pid, cuda_id, gpu_id, sms in ex.rows(
+        rows = ex.rows(
             f"SELECT pid, cudaId, {ex.col(t, 't', 'gpuId')}, {ex.col(t, 't', 'numMultiprocessors')} FROM {t} t"
-        ):
+        )
+        rows = _valid_tuples(
+            ex,
+            t,
+            rows,
+            {0: ("pid", None, None), 1: ("cudaId", None, None)},
+            {2: ("gpuId", None, None), 3: ("numMultiprocessors", 0, val.INT32_MAX)},
+        )
+        for pid, cuda_id, gpu_id, sms in rows:
             cuda_dev[(pid, cuda_id)] = (gpu_id, sms)
     out: dict[tuple[int | None, int | None], tuple[dict[str, Any] | None, str]] = {}
     for key in units:
@@ -863,6 +1068,19 @@ def _device_properties(
     return out
 
 
+def _clean_cells(ex: _Export, table: str, names: list[str], row: tuple) -> list[Any]:
+    """A row kept whole (as JSON): blobs set to NULL, undecodable text replaced, both counted."""
+    out = []
+    for name, x in zip(names, row):
+        if isinstance(x, bytes):
+            ex.bad.skipped(f"{table}.{name}", "value set to NULL", [x])
+            x = None
+        elif type(x) is str and val.has_surrogates(x):
+            x = ex.text_values(table, name, [x])[0]
+        out.append(x)
+    return out
+
+
 # --- arrow ---
 
 _INT_COLS = {"ts_ns", "dur_ns", "stream", "correlation", "external_id", "bytes", "event_id", "domain_id", "color",
@@ -871,19 +1089,21 @@ _INT32_COLS = {"rank", "device", "category", "peer", "root", "nranks", "nccl_ran
 _DROP = {"pid", "gtid", "end_gtid"}  # replaced by the pid/tid/end_tid strings below
 
 
-def _to_arrow(table: str, cols: dict[str, list]) -> pa.Table:
+def _to_arrow(table: str, cols: dict[str, list], bad: BadRecords) -> pa.Table:
+    """Columns -> Arrow; any value its column cannot hold (out of range, wrongly typed) is NULL and counted."""
+    chk = val.Checker(bad, table)
     out: dict[str, pa.Array] = {}
     for name, values in cols.items():
         if name in _DROP or name not in _KEEP[table]:
             continue
         if name in ("grid", "block"):
-            out[name] = pa.array(values, pa.list_(pa.int32()))
+            out[name] = chk.int_lists(name, values)
         elif name in _INT_COLS:
-            out[name] = pa.array(values, pa.int64())
+            out[name] = chk.ints(name, values, pa.int64())
         elif name in _INT32_COLS:
-            out[name] = pa.array(values, pa.int32())
+            out[name] = chk.ints(name, values, pa.int32())
         else:
-            out[name] = pa.array(values, pa.string())
+            out[name] = chk.strs(name, values)
     if "gtid" in cols:  # host events: pid/tid as Kineto writes them (numbers as text)
         g = pa.array(cols["gtid"], pa.int64())
         out["pid"] = pc.bit_wise_and(pc.shift_right(g, 24), 0xFFFFFF).cast(pa.string())  # see pid_of

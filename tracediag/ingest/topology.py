@@ -14,6 +14,9 @@ NVLink per link per direction 20 GB/s (1.0), 25 GB/s (2.x, 3.x, 4.0), 50 GB/s (5
 page: P100 4 links 160 GB/s, V100 6 links 300 GB/s, A100 12 links 600 GB/s, H100 18 links 900 GB/s,
 Blackwell 18 links 1.8 TB/s, all bidirectional totals; PCIe per lane per direction after line encoding:
 0.25 (gen1), 0.5 (gen2), 0.985 (gen3), 1.969 (gen4), 3.938 (gen5), 8.0 (gen6, FLIT) GB/s.
+
+The snapshot is checked field by field against what `tracediag env` writes (`_SNAPSHOT`): a value of the wrong
+type or out of range is an InputError naming the field (`gpus[1].memory.total_bytes`), never a crash.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from tracediag.errors import InputError
+from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
 
 SCHEMA_PREFIX = "tracediag/topology-v"
@@ -82,6 +86,103 @@ def classify_pair(ga: dict, gb: dict, pair: dict) -> tuple[str, int, float | Non
     return "pcie-host", 0, expected
 
 
+# --- what a snapshot may hold (live/topology.py writes it) ---------------------------------------------------
+# a field: (types, lo, hi) for numbers, (str,) for text, a dict for an object, [spec] for a list of them;
+# every field may be null except the ones in _REQUIRED.
+_TEXT = (str,)
+_COUNT = (int, 0, 2**20)
+
+
+def _int_in(lo: int, hi: int) -> tuple:
+    return (int, lo, hi)
+
+
+_LINK = {
+    "link": _int_in(0, 4096),
+    "state": _TEXT,
+    "version": (str, int, float),
+    "remote_pci_bus_id": _TEXT,
+    "remote_type": _TEXT,
+}
+_MHZ = _int_in(0, 10**6)
+_GPU = {
+    "index": _int_in(0, 2**16),
+    "name": _TEXT,
+    "uuid": _TEXT,
+    "pci_bus_id": _TEXT,
+    "memory": {"total_bytes": _int_in(0, val.INT64_MAX), "used_bytes": _int_in(0, val.INT64_MAX)},
+    "clocks_mhz": {"sm": _MHZ, "sm_max": _MHZ, "mem": _MHZ, "mem_max": _MHZ},
+    "pcie": {
+        "gen": _int_in(0, 64),
+        "gen_max": _int_in(0, 64),
+        "width": _int_in(0, 1024),
+        "width_max": _int_in(0, 1024),
+    },
+    "numa_node": _int_in(-1, 2**16),
+    "cpu_affinity": _TEXT,
+    "nvlinks": [_LINK],
+}
+_PAIR = {
+    "a": _int_in(0, 2**16),
+    "b": _int_in(0, 2**16),
+    "topology": _TEXT,
+    "p2p": {"read": _TEXT, "write": _TEXT, "nvlink": _TEXT, "atomics": _TEXT},
+}
+_SNAPSHOT = {
+    "schema": _TEXT,
+    "host": _TEXT,
+    "created_utc": _TEXT,
+    "tool": {"name": _TEXT, "version": _TEXT},
+    "nvml": {"available": (bool,), "error": _TEXT, "driver_version": _TEXT},
+    "environment": {},
+    "errors": [{}],
+    "gpus": [_GPU],
+    "pairs": [_PAIR],
+}
+_REQUIRED = {"gpus[].index", "gpus[].nvlinks[].link", "pairs[].a", "pairs[].b"}
+
+
+def _type_name(spec: tuple) -> str:
+    if spec[0] is int and len(spec) == 3:
+        return f"an integer {spec[1]} … {spec[2]}"
+    names = {str: "text", int: "a number", float: "a number", bool: "true/false"}
+    return " or ".join(dict.fromkeys(names[t] for t in spec))
+
+
+def _check(path: Path, value: Any, spec: Any, where: str, generic: str) -> None:
+    """Raise an InputError naming `where` (gpus[1].memory.total_bytes) when value does not fit spec."""
+    if value is None:
+        if generic in _REQUIRED:
+            raise InputError(path, f"topology snapshot: {where} is missing")
+        return
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise InputError(path, f"topology snapshot: {where} must be an object, got {val.example(value)}")
+        for key, sub in spec.items():
+            _check(
+                path, value.get(key), sub, f"{where}.{key}" if where else key, f"{generic}.{key}" if generic else key
+            )
+        return
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            raise InputError(path, f"topology snapshot: {where} must be a list, got {val.example(value)}")
+        for i, item in enumerate(value):
+            if item is None:
+                raise InputError(path, f"topology snapshot: {where}[{i}] is null")
+            _check(path, item, spec[0], f"{where}[{i}]", f"{generic}[]")
+        return
+    types = tuple(t for t in spec if isinstance(t, type))
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    if ok and spec[0] is int and len(spec) == 3:
+        ok = type(value) is int and spec[1] <= value <= spec[2]
+    if ok and isinstance(value, float):
+        ok = value == value and abs(value) < 1e300
+    if ok and isinstance(value, str):
+        ok = not val.has_surrogates(value)
+    if not ok:
+        raise InputError(path, f"topology snapshot: {where} must be {_type_name(spec)}, got {val.example(value)}")
+
+
 def _load(path: Path) -> dict:
     try:
         raw = Path(path).read_bytes()
@@ -91,6 +192,8 @@ def _load(path: Path) -> dict:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, f"topology snapshot is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(path, "topology snapshot is not valid JSON (nested hundreds of levels deep)") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(SCHEMA_PREFIX):
         raise InputError(path, 'not a tracediag topology snapshot (no "schema": "tracediag/topology-v1")')
     if doc["schema"] not in SUPPORTED:
@@ -99,6 +202,14 @@ def _load(path: Path) -> dict:
         )
     if not isinstance(doc.get("gpus"), list) or not isinstance(doc.get("pairs", []), list):
         raise InputError(path, "topology snapshot lacks its 'gpus' list")
+    _check(path, doc, _SNAPSHOT, "", "")
+    indices = [g["index"] for g in doc["gpus"]]
+    if len(set(indices)) != len(indices):
+        raise InputError(path, f"topology snapshot: two gpus[] entries have the same index ({indices})")
+    for i, pair in enumerate(doc.get("pairs") or []):
+        for side in ("a", "b"):
+            if pair[side] not in indices:
+                raise InputError(path, f"topology snapshot: pairs[{i}].{side} = {pair[side]} is no GPU in gpus[]")
     return doc
 
 
@@ -148,7 +259,7 @@ def parse_topology(path: Path, order: int, options: IngestOptions) -> Parsed:
                         "gpu_index": int(g["index"]),
                         "link": int(link["link"]),
                         "state": link.get("state"),
-                        "version": link.get("version"),
+                        "version": str(link["version"]) if link.get("version") is not None else None,
                         "remote_pci_bus_id": link.get("remote_pci_bus_id"),
                         "remote_type": link.get("remote_type"),
                         "remote_gpu_index": bus_to_index.get(bus_key(link.get("remote_pci_bus_id"))),
@@ -202,7 +313,7 @@ def parse_topology(path: Path, order: int, options: IngestOptions) -> Parsed:
         format="topology",
         inputs_rows=[
             {
-                "profiler": f"tracediag env ({(doc.get('tool') or {}).get('version', '?')})",
+                "profiler": f"tracediag env ({(doc.get('tool') or {}).get('version') or '?'})",
                 "file_bytes": Path(path).stat().st_size,
                 "rank": None,
                 "device_name": ", ".join(names) or None,

@@ -22,6 +22,7 @@ CREATE TABLE inputs (
     trace_end_ns BIGINT,           -- last event end, ns
     events_total BIGINT,           -- traceEvents entries in the file
     events_python_skipped BIGINT,  -- python_function events not stored (kept only with --keep-python)
+    bad_records BIGINT,            -- records (events, rows, lines) with an out-of-range, wrongly typed or undecodable value: dropped, or the value set to NULL (meta_json.bad_records: per field)
     distributed_info_json VARCHAR, -- distributedInfo verbatim, JSON
     device_properties_json VARCHAR, -- deviceProperties verbatim, JSON
     meta_json VARCHAR              -- format-specific facts of the input (versions, capture settings), JSON

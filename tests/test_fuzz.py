@@ -1,0 +1,178 @@
+"""Mutation fuzzing of every input, seeded from the real files in the repository (tests/fuzz/).
+
+Property: whatever the mutation, the target returns, or raises a TracediagError whose message is one line naming the
+file — never another exception (the CLI's exit 3), never several lines. Through the CLI: exit 0, 1 or 2 only, exit 2
+is one stderr line naming the file, and a failed run leaves nothing behind.
+
+hypothesis draws the seed file and the mutation's random choices (and shrinks a failure to the smallest edit that
+still fails). The budget is fixed and the examples are derandomized, so the normal suite runs the same inputs
+every time in about a minute; more examples with `TRACEDIAG_FUZZ_EXAMPLES=N pytest tests/test_fuzz.py` (N per
+test), and the long run with hang and partial-output accounting is `benchmarks/fuzz_long.py`
+(benchmarks/README.md, results in benchmarks/results/fuzz_long_*.json).
+
+Serving inputs (vLLM log, Prometheus, vLLM bench) and model configs are fuzzed by the long run; their tests join
+this budget (`KINDS_IN_SUITE`) once their ingesters pass it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from fuzz import harness, mutate, seeds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+SCALE = int(os.environ.get("TRACEDIAG_FUZZ_EXAMPLES", "0"))
+
+
+def budget(default: int) -> settings:
+    return settings(
+        max_examples=SCALE or default,
+        derandomize=not SCALE,  # the normal suite: the same inputs every run
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+        print_blob=True,
+    )
+
+
+# input kind -> (target, examples in the normal suite)
+KINDS_IN_SUITE = {
+    "kineto": ("ingest", 40),
+    "nsys": ("ingest", 20),
+    "nccl-tests": ("ingest", 60),
+    "topology": ("ingest", 60),
+    "check-toml": ("config", 80),
+}
+
+
+def _case(kind: str, rnd: random.Random, work: Path) -> Path:
+    return mutate.mutate(kind, rnd.choice(seeds.seed_files(kind)), work, rnd)
+
+
+def _assert_contract(outcome: harness.Outcome, path: Path) -> None:
+    assert not outcome.defect, f"{outcome.status}: {outcome.detail} at {outcome.where} (input kept at {path})"
+
+
+def _property(kind: str, target: str):
+    @budget(KINDS_IN_SUITE[kind][1])
+    @given(rnd=st.randoms(use_true_random=False))
+    def check(rnd: random.Random) -> None:
+        work = Path(tempfile.mkdtemp(prefix=f"fuzz-{kind}-"))
+        path = _case(kind, rnd, work)
+        outcome = harness.run_target(target, kind, path, seconds=120)
+        if outcome.defect:
+            _assert_contract(outcome, path)  # keeps the input for the report
+        shutil.rmtree(work, ignore_errors=True)
+
+    return check
+
+
+@pytest.mark.parametrize("kind", list(KINDS_IN_SUITE))
+def test_mutated_inputs_give_data_or_one_line_errors(kind):
+    _property(kind, KINDS_IN_SUITE[kind][0])()
+
+
+@pytest.mark.parametrize("kind", ["kineto", "nsys"])
+def test_mutated_traces_survive_the_store_and_the_derivations(kind):
+    """Values an ingester accepts must not overflow later (ts + dur, sums, elements × size in the derive SQL)."""
+
+    @budget(8)
+    @given(rnd=st.randoms(use_true_random=False))
+    def check(rnd: random.Random) -> None:
+        work = Path(tempfile.mkdtemp(prefix=f"fuzz-{kind}-"))
+        path = _case(kind, rnd, work)
+        outcome = harness.run_target("analyze", kind, path, seconds=120)
+        if outcome.defect:
+            _assert_contract(outcome, path)
+        shutil.rmtree(work, ignore_errors=True)
+
+    check()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the CLI runs are forked")
+@pytest.mark.parametrize("kind", ["kineto", "nsys", "nccl-tests", "topology", "check-toml"])
+def test_cli_exit_contract_on_mutated_inputs(kind):
+    """exit 0/1/2 only (never 3); exit 2 is one stderr line naming the file; no partial outputs."""
+
+    @budget(2)
+    @given(rnd=st.randoms(use_true_random=False))
+    def check(rnd: random.Random) -> None:
+        work = Path(tempfile.mkdtemp(prefix=f"fuzz-cli-{kind}-"))
+        path = _case(kind, rnd, work)
+        outcome = harness.check_cli(kind, path, work, seconds=180)
+        if outcome.defect:
+            _assert_contract(outcome, path)
+        shutil.rmtree(work, ignore_errors=True)
+
+    check()
+
+
+# --- the harness itself can fail --------------------------------------------------------------------------------
+
+
+def test_the_harness_reports_an_internal_error(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text("{}")
+    out = harness.classify(lambda: 1 / 0, f)
+    assert out.status == "internal" and out.defect and "ZeroDivisionError" in out.detail
+
+
+def test_the_harness_holds_errors_to_the_one_line_contract(tmp_path):
+    from tracediag.errors import InputError
+
+    f = tmp_path / "x.json"
+
+    def two_lines():
+        raise InputError(f, "first\nsecond")
+
+    def unnamed():
+        raise InputError("elsewhere.json", "bad")
+
+    assert harness.classify(two_lines, f).status == "bad_error"
+    assert harness.classify(unnamed, f).status == "bad_error"
+
+
+def test_the_harness_catches_a_hang(tmp_path):
+    import time
+
+    out = harness.classify(lambda: time.sleep(5), tmp_path / "x", seconds=0.2)
+    assert out.status == "hang"
+
+
+def test_mutations_are_reproducible(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    for kind in seeds.KINDS:
+        pa = mutate.mutate(kind, seeds.seed_files(kind)[0], a, random.Random(f"{kind}:1"))
+        pb = mutate.mutate(kind, seeds.seed_files(kind)[0], b, random.Random(f"{kind}:1"))
+        assert pa.read_bytes() == pb.read_bytes(), kind
+
+
+# --- regressions of the check config (tracediag.toml), minimal inputs -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (b'fail_on = "warning"\nrules = "\xe8"\n', "not UTF-8"),  # UnicodeDecodeError escaped before
+        (b"payload_tolerance = " + b"1" + b"0" * 400 + b"\n", "payload_tolerance"),  # OverflowError before
+        (b"payload_tolerance = nan\n", "payload_tolerance"),  # was accepted: every comparison false
+        (b"[tolerances]\nstep_time = inf\n", "tolerances.step_time"),
+    ],
+)
+def test_check_config_values_beyond_a_float_are_one_line_errors(tmp_path, text, needle):
+    from tracediag.errors import InputError
+    from tracediag.gate.config import load_config
+
+    f = tmp_path / "tracediag.toml"
+    f.write_bytes(text)
+    with pytest.raises(InputError, match=needle) as e:
+        load_config(f, search=False)
+    assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
