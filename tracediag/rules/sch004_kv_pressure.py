@@ -4,8 +4,10 @@ Hypothesis: when the KV cache is nearly full, the scheduler cannot admit waiting
 running ones (V0 swaps or recomputes them, V1 recomputes): work is redone and latency jumps. KV usage
 near 100 % with preemptions rising means KV capacity, not compute, limits the batch.
 
-Formula: per-token KV bytes 2·L·H_kv·D·b (KV heads, not attention heads; 4-bit weights do not make the KV
-4-bit; full attention on every layer — sliding-window, hybrid and MLA layouts differ); token capacity
+Formula: per-token KV bytes 2·L·H_kv·D·b for full attention on every layer (KV heads, not attention heads;
+4-bit weights do not make the KV 4-bit), from the shared model accounting: MLA caches one latent
+L·(kv_lora_rank + qk_rope_head_dim)·b, sliding-window layers hold a bounded window and are not a per-token
+cost; b from the engine's kv_cache_dtype, an FP8-KV kernel name, the checkpoint, or the model dtype; token capacity
 floor((M_total − weights − runtime − margin) / per-token), a logical upper bound, not a concurrency setting;
 paged tail waste ≤ A·(B−1) tokens for A non-empty sequences of block size B (reached when every length is
 ≡ 1 mod B; it bounds tail blocks only, not block tables or shared blocks). Thresholds: KV usage ≥ 90 % is
@@ -30,7 +32,9 @@ import numpy as np
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import kv_bytes_per_token, paged_tail_waste_bound
+from tracediag.model import accounting
+from tracediag.model.servingmath import paged_tail_waste_bound
+from tracediag.rules._kernels import kv_cache_dtype
 from tracediag.rules._serving import (
     input_paths,
     log_evidence,
@@ -59,14 +63,21 @@ def _capacity(ctx: Context) -> dict:
     """Bytes per token and the engine's reported capacity, when a model config and startup facts exist."""
     m = ctx.model
     out: dict = {}
-    if m is None or m.missing("L", "H_kv", "D"):
+    if m is None:
         return out
     facts = next(iter(startup_facts(ctx).values()), {})
     p = int((facts.get("tensor_parallel_size") or {}).get("value_num") or (ctx.tp.p if ctx.tp else 1))
-    kv_dtype = (facts.get("kv_cache_dtype") or {}).get("value", "auto")
-    b = 1 if "fp8" in str(kv_dtype) else (m.dtype_bytes or 2)
-    out["kv_bytes_per_token"] = kv_bytes_per_token(m.L, m.H_kv, m.D, b)
-    out["kv_bytes_per_token_per_rank"] = kv_bytes_per_token(m.L, m.H_kv, m.D, b, p=p)
+    kv = kv_cache_dtype(ctx)
+    total = accounting.kv_bytes_per_token(m, 1, kv.b)
+    if total is None:
+        return out
+    # The shared accounting: KV heads (not attention heads), MLA's one latent per layer, and only the layers
+    # that keep every token (sliding-window layers hold a bounded window, not a per-token cost).
+    out["kv_bytes_per_token"] = total
+    out["kv_bytes_per_token_per_rank"] = accounting.kv_bytes_per_token(m, p, kv.b)
+    out["kv_layout"] = accounting.kv_layout(m)
+    out["kv_element_bytes"] = kv.b
+    out["kv_element_source"] = kv.source
     tokens = (facts.get("kv_cache_tokens") or {}).get("value_num")
     blocks = (facts.get("num_gpu_blocks") or {}).get("value_num")
     if tokens:
@@ -189,7 +200,10 @@ def check(ctx: Context) -> Check:
         f"{n_admission} of {n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
     )
     if "kv_bytes_per_token" in values:
-        substituted += f"; per-token KV = 2·L·H_kv·D·b = {values['kv_bytes_per_token']:,.0f} B"
+        substituted += (
+            f"; per-token KV {values['kv_bytes_per_token']:,.0f} B ({values['kv_layout']}; b = "
+            f"{values['kv_element_bytes']:g} B from {values['kv_element_source']})"
+        )
     if "tail_waste_bound_tokens" in values:
         substituted += (
             f"; tail waste ≤ A·(B−1) = {values['active_sequences_max']}·({values['block_size']}−1) = "
