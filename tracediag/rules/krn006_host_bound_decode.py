@@ -105,6 +105,15 @@ def _phase_table(steps: list[dict]) -> list[dict]:
     return table
 
 
+def _steps(phase: str) -> str:
+    """'decode steps'; steps whose phase no marker or attention shape tells are 'the steps (phase unknown)'."""
+    return "the steps (phase unknown)" if phase in ("unknown", None) else f"{phase} steps"
+
+
+def _step_time(phase: str) -> str:
+    return "step time (phase unknown)" if phase in ("unknown", None) else f"{phase} step time"
+
+
 def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[list[dict], str, str]:
     """What the host did during the longest gap of step row `w`, and the cause/next check for phase row `t`."""
     t0, gap = w["max_gap_start_ns"], w["max_gap_ns"] or 0
@@ -113,7 +122,7 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[list[dict], str, str]:
     if (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
         cause = (
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
-            f"no graph launches in {t['phase']}: launch-bound"
+            f"no graph launches in {_steps(t['phase'])}: launch-bound"
         )
         nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
     else:
@@ -239,9 +248,9 @@ def check(ctx: Context) -> Check:
                 (
                     t["idle_share"],
                     "warning",
-                    f"GPU idle {t['idle_share']:.0%} of {t['phase']} step time (stalls excluded); {gap_cause}"
+                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {gap_cause}"
                     if t is worst
-                    else f"GPU idle {t['idle_share']:.0%} of {t['phase']} step time",
+                    else f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])}",
                     gap_next,
                 )
             )
@@ -263,7 +272,7 @@ def check(ctx: Context) -> Check:
             confidence="high",
             title=(
                 "GPU busy inside steps: idle "
-                + ", ".join(f"{t['idle_share']:.1%} of {t['phase']}" for t in judged)
+                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t['phase'])}" for t in judged)
                 + f"; {between_share:.1%} idle between steps, {stall_share:.1%} in host-blocking stalls"
             ),
         )
