@@ -16,6 +16,7 @@ this budget (`KINDS_IN_SUITE`) once their ingesters pass it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -176,3 +177,69 @@ def test_check_config_values_beyond_a_float_are_one_line_errors(tmp_path, text, 
     with pytest.raises(InputError, match=needle) as e:
         load_config(f, search=False)
     assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
+
+
+# --- regressions found by the long run (benchmarks/fuzz_long.py), each a real file with one value edited ---------
+
+EXTERNAL = seeds.EXTERNAL
+PROM_617 = EXTERNAL / "vllm" / "metrics" / "production-stack-617_vllm0.10.0_v1_engine_label_excerpt.prom"
+TOPOLOGY = seeds.TESTS / "data" / "topology" / "h100x2_nvswitch.topo.json"
+MODEL = seeds.SAMPLES / "healthy_tp2" / "config.json"
+CHECK_TOML = sorted((seeds.TESTS / "data").glob("check_*.toml"))[0]
+DIGITS_5000 = "7" * 5000  # past Python's int_max_str_digits (4,300): int() raises ValueError, not a decode error
+
+
+def _one_line_error(exc: BaseException, path: Path, needle: str) -> None:
+    msg = str(exc)
+    assert msg.startswith(str(path)) and "\n" not in msg and needle in msg, msg
+
+
+def test_a_metric_value_beyond_a_double_is_one_malformed_sample(tmp_path):
+    """`... 1000…0` (401 digits) in one bucket line: OverflowError in float() escaped the ingester before."""
+    from tracediag.ingest.base import IngestOptions
+    from tracediag.ingest.prometheus import parse_prometheus
+
+    lines = PROM_617.read_text().splitlines()
+    i = next(n for n, ln in enumerate(lines) if "_bucket{" in ln)
+    lines[i] = lines[i].rsplit(" ", 1)[0] + " 1" + "0" * 400
+    f = tmp_path / "metrics.prom"
+    f.write_text("\n".join(lines) + "\n")
+    good = parse_prometheus(PROM_617, 0, IngestOptions())
+    bad = parse_prometheus(f, 0, IngestOptions())
+    meta = json.loads(bad.inputs_rows[0]["meta_json"])
+    assert meta["malformed_lines"] == 1 and "64-bit float" in meta["malformed_examples"][0]["text"], meta
+    assert bad.tables["metric_samples"].num_rows == good.tables["metric_samples"].num_rows - 1
+
+
+@pytest.mark.parametrize("edit", ["deep", "digits"])
+def test_json_configs_nested_too_deep_or_with_5000_digit_integers_are_one_line_errors(tmp_path, edit):
+    """RecursionError (1,500 nested arrays) and ValueError (5,000 digits) escaped json.loads in the model config
+    and the topology snapshot before."""
+    from tracediag.errors import InputError
+    from tracediag.ingest.base import IngestOptions
+    from tracediag.ingest.topology import parse_topology
+    from tracediag.model import load_model_config
+
+    token = "[" * 1500 + "]" * 1500 if edit == "deep" else DIGITS_5000
+    for seed, load in ((MODEL, load_model_config), (TOPOLOGY, lambda p: parse_topology(p, 0, IngestOptions()))):
+        text = seed.read_text()
+        key = '"hidden_size"' if seed is MODEL else '"total_bytes"'
+        head, rest = text.split(key, 1)
+        value_end = rest.index(",")
+        f = tmp_path / seed.name
+        f.write_text(head + key + ": " + token + rest[value_end:])
+        with pytest.raises(InputError) as e:
+            load(f)
+        _one_line_error(e.value, f, "not valid JSON")
+
+
+@pytest.mark.parametrize("token", [DIGITS_5000, "[" * 1500 + "]" * 1500])
+def test_check_config_with_5000_digits_or_1500_nested_arrays_is_a_one_line_error(tmp_path, token):
+    from tracediag.errors import InputError
+    from tracediag.gate.config import load_config
+
+    f = tmp_path / "tracediag.toml"
+    f.write_text(CHECK_TOML.read_text() + f"\npayload_tolerance = {token}\n")
+    with pytest.raises(InputError) as e:
+        load_config(f, search=False)
+    _one_line_error(e.value, f, "not valid TOML")

@@ -194,6 +194,8 @@ def _load(path: Path) -> dict:
         raise InputError(path, f"topology snapshot is not valid JSON ({exc})") from None
     except RecursionError:
         raise InputError(path, "topology snapshot is not valid JSON (nested hundreds of levels deep)") from None
+    except ValueError as exc:  # an integer past int_max_str_digits (4,300 digits): not a JSONDecodeError
+        raise InputError(path, f"topology snapshot is not valid JSON ({str(exc).split(';', 1)[0]})") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(SCHEMA_PREFIX):
         raise InputError(path, 'not a tracediag topology snapshot (no "schema": "tracediag/topology-v1")')
     if doc["schema"] not in SUPPORTED:

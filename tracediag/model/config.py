@@ -236,6 +236,10 @@ def _read_json(p: Path, what: str) -> Any:
         raise InputError(p, f"cannot read {what} ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(p, f"{what} is not valid JSON ({exc})") from None
+    except RecursionError:  # the decoder's depth is the interpreter's: a config is a few levels deep
+        raise InputError(p, f"{what} is not valid JSON (nested hundreds of levels deep)") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (int_max_str_digits)
+        raise InputError(p, f"{what} is not valid JSON ({str(exc).split(';', 1)[0]})") from None
 
 
 def _int_field(p: Path, cfg: dict[str, Any], key: str, limit_key: str | None = None, strict: bool = True) -> int | None:
