@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -243,3 +244,56 @@ def test_check_config_with_5000_digits_or_1500_nested_arrays_is_a_one_line_error
     with pytest.raises(InputError) as e:
         load_config(f, search=False)
     _one_line_error(e.value, f, "not valid TOML")
+
+
+VLLM_BENCH = EXTERNAL / "vllm" / "bench"
+SGLANG_STARTUP = (
+    EXTERNAL / "sglang" / "log_excerpts" / "sglang-29575_startup_max_total_num_tokens_available_gpu_mem.log"
+)
+MIB = 1 << 20
+
+
+def _parse(fmt: str, path: Path):
+    from tracediag.ingest import parser_for
+    from tracediag.ingest.base import IngestOptions
+
+    return parser_for(fmt)(path, 0, IngestOptions())
+
+
+def _bad_records(parsed) -> dict:
+    return json.loads(parsed.inputs_rows[0]["meta_json"]).get("bad_records") or {}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "seed", "grow"),
+    [  # each took hours before (a regex restarting at every character of the run)
+        ("sglang-log", SGLANG_STARTUP, lambda t: t.replace("max_total_num_tokens", "x" * MIB + "_tokens", 1)),
+        ("vllm-bench", VLLM_BENCH / "vllm-0.33.0_rateinf_stdout.log", lambda t: t.replace("=" * 12, "=" * MIB, 1)),
+        ("prometheus", PROM_617, lambda t: "# tracediag-scrape seq=1 " + "x" * MIB + "\n" + t),
+    ],
+)
+def test_a_line_grown_by_a_mib_of_one_character_parses_in_linear_time(tmp_path, fmt, seed, grow):
+    f = tmp_path / seed.name
+    f.write_text(grow(seed.read_text()))
+    outcome = harness.run_target("ingest", fmt if fmt != "vllm-bench" else "vllm-bench", f, seconds=20)
+    assert outcome.status in ("ok", "input_error"), outcome
+
+
+def test_bench_counts_of_inf_and_text_that_is_not_utf8_are_counted_bad_values(tmp_path):
+    """`Total generated tokens: inf` in the result table, and a backend of "\\ud800" in the JSON: ArrowInvalid and
+    UnicodeEncodeError escaped the bench ingester before."""
+    table = tmp_path / "stdout.log"
+    table.write_text(
+        re.sub(
+            r"(Total generated tokens:\s+)\d+", r"\g<1>inf", (VLLM_BENCH / "vllm-0.33.0_rateinf_stdout.log").read_text()
+        )
+    )
+    parsed = _parse("vllm-bench", table)
+    assert parsed.tables["bench_runs"]["total_output_tokens"].to_pylist() == [None]
+    assert _bad_records(parsed)["fields"]["bench_runs.total_output_tokens"]["count"] == 1
+    doc = json.loads((VLLM_BENCH / "vllm-0.33.0_rate2_save-result.json").read_text())
+    f = tmp_path / "result.json"
+    f.write_text(json.dumps(doc | {"backend": "\ud800vllm"}))
+    parsed = _parse("vllm-bench", f)
+    assert parsed.tables["bench_runs"]["backend"].to_pylist() == ["\ufffdvllm"]
+    assert parsed.inputs_rows[0]["bad_records"] == 1

@@ -333,8 +333,10 @@ def mutate_text(data: bytes, rnd: random.Random) -> bytes:
             lines[i] = lines[i][:pos] + rnd.choice(TEXT_JUNK) + lines[i][pos:]
         elif op < 0.95:  # a line repeated (up to 2000 times, at most 4 MiB in all)
             lines[i:i] = [lines[i]] * rnd.randint(2, max(2, min(2000, (4 << 20) // (len(lines[i]) + 1))))
-        else:
+        elif rnd.random() < 0.5:
             lines.insert(i, b"x" * HUGE_STRING)
+        else:  # a line grown by 1 MiB of its own last character ("====…", "key=xxxx…"): regexes that restart
+            lines[i] += (lines[i][-1:] or b"x") * HUGE_STRING  # at every character of a run are quadratic on it
     data = b"\n".join(lines)
     if rnd.random() < 0.15:
         data = mutate_bytes(data, rnd)

@@ -116,7 +116,7 @@ HISTOGRAMS = {
 
 MARKER = "# tracediag-scrape"  # written by `tracediag scrape` before each scrape
 _MARKER_RE = re.compile(r"^#\s*tracediag-scrape\b(?P<rest>.*)$")
-_KV_RE = re.compile(r"(\w+)=(\S+)")
+_KV_RE = re.compile(r"\b(\w{1,64})=(\S+)")  # \b and a bounded key: linear on a 1 MiB marker line
 _DIRECTIVE_RE = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
 MAX_EXAMPLES = 5
 

@@ -52,7 +52,9 @@ _FIELD = re.compile(
 )
 _RETRACT = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<n>\d+)")
 _STARTUP = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
-_PAIR = re.compile(r"(\w+)=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
+# a key starts at a word boundary and is short: `(\w+)=` alone retries from every character of a long word (a 1 MiB
+# run of letters took hours)
+_PAIR = re.compile(r"\b(\w{1,128})=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
 _SERVER_ARGS = (
     "tp_size",
     "dp_size",
