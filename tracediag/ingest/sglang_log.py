@@ -43,8 +43,8 @@ from tracediag.ingest.vllm_log import (
 
 RECORD = re.compile(
     r"\[?(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<time>\d{2}:\d{2}:\d{2})?"
-    r"(?P<tags>(?:\s*(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\]\s?"
-)
+    r"(?P<tags>(?:\s{0,8}(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\]\s?"
+)  # \s{0,8}, not \s*: finditer tries every position, and \s* ran to the end of a 1 MiB run of spaces from each
 _STARTS_RECORD = re.compile(r"^\s*(?:\[|sglang\s+\||\w+Error\b|Traceback)")
 _BATCH = re.compile(r"^(?P<kind>Prefill|Decode) batch(?:\(mixed #running-req: \d+\))?(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
 _FIELD = re.compile(
