@@ -304,3 +304,30 @@ def test_bench_counts_of_inf_and_text_that_is_not_utf8_are_counted_bad_values(tm
     parsed = _parse("vllm-bench", f)
     assert parsed.tables["bench_runs"]["backend"].to_pylist() == ["\ufffdvllm"]
     assert parsed.inputs_rows[0]["bad_records"] == 1
+
+
+def test_a_model_config_with_a_lone_surrogate_is_a_one_line_error_not_a_crash_in_findings_json(tmp_path):
+    """`"architectures": ["\\ud800", ...]` is valid JSON but no text: findings.json failed after the whole analysis."""
+    from tracediag.errors import InputError
+    from tracediag.model import load_model_config
+
+    doc = json.loads(MODEL.read_text())
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(doc | {"architectures": ["\ud800", *doc.get("architectures", [])]}))
+    with pytest.raises(InputError) as e:
+        load_model_config(f)
+    _one_line_error(e.value, f, "architectures[0] is not valid text")
+
+
+def test_sglang_prefix_hits_on_lines_without_a_time_reach_sch006(tmp_path):
+    """The only prefill line (the one with the cache hit) has its time edited to `-1e30:27:56`: SCH006 divided
+    the last value by 100 and got None (arg_max over a NULL time)."""
+    lines = SGLANG_EAGLE.read_text().splitlines()
+    i = next(n for n, ln in enumerate(lines) if "Prefill batch" in ln)
+    lines[i] = re.sub(r"\d\d:(\d\d:\d\d)", r"-1e30:\1", lines[i], count=1)
+    f = tmp_path / "server.log"
+    f.write_text("\n".join(lines) + "\n")
+    from tracediag.analysis import analyze
+
+    (c,) = [c for c in analyze([], extra_inputs=[(f, "sglang-log")]).checks if c.rule == "SCH006"]
+    assert c.status in ("pass", "finding"), (c.status, c.title)
