@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -39,6 +40,29 @@ def write_log(path: Path, lines: int, seed: int = 1) -> None:
             )
 
 
+def tree_rss(root: int) -> int:
+    """Resident bytes of `root` and all its descendants now (Linux /proc; 0 where it is not readable)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            children.setdefault(int(fields[1]), []).append(int(d.name))
+            rss[int(d.name)] = int((d / "statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
 def time_trend(n: int) -> float:
     from tracediag.model.servingmath import mann_kendall
 
@@ -59,25 +83,23 @@ def main() -> None:
         log = Path(d) / "growing.log"
         write_log(log, a.lines)
         out["log_bytes"] = log.stat().st_size
+        out["load_avg_1m_before"] = round(os.getloadavg()[0], 2)
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "from tracediag.cli import main; main()",
-                "analyze",
-                "--log",
-                str(log),
-                "-o",
-                str(Path(d) / "out"),
-                "-q",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        args = [sys.executable, "-c", "from tracediag.cli import main; main()", "analyze", "--log", str(log), "-o",
+                str(Path(d) / "out"), "-q"]  # fmt: skip
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peak_tree = 0
+        while proc.poll() is None:
+            peak_tree = max(peak_tree, tree_rss(proc.pid))
+            time.sleep(0.05)
+        proc.communicate()
         out["analyze_s"] = round(time.perf_counter() - t0, 1)
         out["analyze_rc"] = proc.returncode
-        out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["analyze_cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)  # insensitive to other load on the machine
+        out["peak_rss_mib"] = round(usage.ru_maxrss / 1024, 1)  # the largest single process
+        out["peak_tree_rss_mib"] = round(peak_tree / 2**20, 1)  # the process and its workers, summed, sampled 20/s
+        out["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
         findings = json.loads((Path(d) / "out" / "findings.json").read_text()) if proc.returncode == 0 else {}
         sch003 = next((c for c in findings.get("checks", []) if c["rule"] == "SCH003"), {})
         out["sch003"] = {k: sch003.get(k) for k in ("status", "title")}

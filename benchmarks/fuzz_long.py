@@ -9,9 +9,9 @@ with its signature and the first (kind, index) that produced it, which `--replay
     python benchmarks/fuzz_long.py --per-kind 200 --target cli                     # the CLI's exit contract
     python benchmarks/fuzz_long.py --kind kineto --replay 1234 --keep /tmp/case    # write one variant back out
 
-Results: benchmarks/results/fuzz_long_<target>.json (merged per kind across runs). Inputs are derived from
-the real seed files (tests/fuzz/seeds.py) with `random.Random(f"{salt}:{kind}:{index}")`, so a run is
-reproducible and a defect is replayable from its index.
+Results: benchmarks/results/fuzz_long_<target>.json (merged per kind across runs; the command, salt and commit of
+the last run). Inputs are derived from the real seed files (tests/fuzz/seeds.py) with
+`random.Random(f"{salt}:{kind}:{index}")`, so a run is reproducible and a defect is replayable from its index.
 """
 
 from __future__ import annotations
@@ -220,6 +220,17 @@ def run(kinds: list[str], per_kind: int, target: str, salt: str, jobs: int, time
     return results
 
 
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout, e.g. a copy made with `git archive`)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kind", action="append", choices=seeds.KINDS, help="input kind (repeatable; default: all)")
@@ -246,6 +257,7 @@ def main() -> None:
     doc["kinds"].update(res)
     doc |= {
         "command": "python benchmarks/fuzz_long.py " + " ".join(sys.argv[1:]),
+        "commit": _commit(),
         "salt": a.salt,
         "timeout_s": a.timeout,
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -171,7 +171,7 @@ def test_out_on_a_tmpfs_mount_point(tmp_path):
 @pytest.mark.parametrize(
     ("opts", "out", "needle"),
     [("ro", "vol/out", "Read-only file system"), ("ro", "vol", "Read-only file system"),
-     ("size=512k", "vol/out", "No space left on device")],
+     ("size=512k", "vol/out", "No space left on device"), ("size=512k", "vol", "No space left on device")],
 )  # fmt: skip
 def test_read_only_or_full_location_is_one_line_exit_2(tmp_path, opts, out, needle):
     vol = tmp_path / "vol"

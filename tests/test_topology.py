@@ -158,3 +158,32 @@ def test_a_snapshot_nested_too_deep_is_one_error(tmp_path):
     f.write_text('{"schema": "tracediag/topology-v1", "gpus": [], "environment": ' + "[" * 5000 + "]" * 5000 + "}")
     with pytest.raises(InputError, match="nested"):
         parse_topology(f, 0, IngestOptions())
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [  # the fields the validator did not check before: each written by `tracediag env` (live/topology.py)
+        (lambda d: d["nvml"].update(nvml_version=12.55), r"nvml\.nvml_version must be text"),
+        (lambda d: d["nvml"].update(cuda_driver_version=-1), r"nvml\.cuda_driver_version must be an integer"),
+        (lambda d: d["nvml"].update(cuda_driver_version="12.4"), r"nvml\.cuda_driver_version"),
+        (lambda d: d["environment"].update(CUDA_VISIBLE_DEVICES=[0, 1]), r"environment\.\['CUDA_VISIBLE_DEVICES'\]"),
+        (lambda d: d["environment"].update({"\ud800" * 3: 5}), r"environment\.\['\\\\ud800"),
+        (lambda d: d.update(environment="CUDA_VISIBLE_DEVICES=0"), r"environment must be an object"),
+        (lambda d: d.update(errors=[{"call": "nvmlDeviceGetName", "gpu": 2**40, "error": "x"}]), r"errors\[0\]\.gpu"),
+        (lambda d: d.update(errors=["nvmlDeviceGetName failed"]), r"errors\[0\] must be an object"),
+        (lambda d: d.update(errors=[{"call": ["nvmlInit"]}]), r"errors\[0\]\.call must be text"),
+    ],
+)
+def test_every_field_of_the_snapshot_is_checked(tmp_path, edit, field):
+    doc = json.loads((TOPO / "h100x2_nvswitch.topo.json").read_text())
+    edit(doc)
+    f = tmp_path / "topo.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=field) as e:
+        parse_topology(f, 0, IngestOptions())
+    assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
+
+
+def test_the_real_nodriver_snapshot_and_its_nvml_fields_still_pass():
+    for name in ("nodriver", "h100x2_nvswitch", "l40sx4_pcie", "h100x2_nvlink_degraded"):
+        parse_topology(TOPO / f"{name}.topo.json", 0, IngestOptions())

@@ -28,11 +28,12 @@ from tracediag.errors import TracediagError
 SAMPLE_TRACE = Path(__file__).resolve().parents[2] / "sample_traces" / "healthy_tp2"
 # the ingest format of each fuzz kind
 FORMAT = {"kineto": "kineto", "nsys": "nsys-sqlite", "nccl-tests": "nccl-tests", "topology": "topology",
-          "vllm-log": "vllm-log", "prometheus": "prometheus", "vllm-bench": "vllm-bench"}  # fmt: skip
+          "vllm-log": "vllm-log", "sglang-log": "sglang-log", "prometheus": "prometheus", "vllm-bench": "vllm-bench",
+          "sglang-bench": "sglang-bench"}  # fmt: skip
 TRACE_KINDS = ("kineto", "nsys")
 # --flag of each telemetry kind on the command line
-FLAG = {"nccl-tests": "--nccl-tests", "topology": "--topology", "vllm-log": "--log", "prometheus": "--metrics",
-        "vllm-bench": "--bench"}  # fmt: skip
+FLAG = {"nccl-tests": "--nccl-tests", "topology": "--topology", "vllm-log": "--log", "sglang-log": "--log",
+        "prometheus": "--metrics", "vllm-bench": "--bench", "sglang-bench": "--bench"}  # fmt: skip
 
 
 @dataclass(frozen=True)

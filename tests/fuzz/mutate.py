@@ -1,9 +1,10 @@
 """Mutators: a real seed file + a `random.Random` -> the bytes of a hostile variant of it.
 
 Hostile values are the ones real incidents and the issue tracker produced: integers beyond 64 bits, 401-digit
-numbers, 1e30 / NaN / Infinity, 2**40 ranks and sizes, invalid UTF-8, 1 MiB strings, JSON nested 1,500 deep,
-blobs or text in integer columns, SQLite pages that decode to invalid UTF-8. Each mutator applies 1-3 edits,
-so most variants stay close to the real file and reach deep into the parser.
+numbers and 5,000-digit ones (past Python's 4,300-digit conversion limit), 1e30 / NaN / Infinity, 2**40 ranks
+and sizes, invalid UTF-8, 1 MiB strings, JSON (and TOML arrays) nested 1,500 deep, blobs or text in integer
+columns, SQLite pages that decode to invalid UTF-8. Each mutator applies 1-3 edits, so most variants stay close
+to the real file and reach deep into the parser.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ HUGE_STRING = 1 << 20
 # raw JSON tokens (written verbatim: some are not valid JSON on purpose)
 JSON_NUMBERS = [
     b"18446744073709551616", b"9223372036854775808", b"9223372036854775807", b"-9223372036854775809",
-    b"1" + b"0" * 400, b"-" + b"9" * 401, b"1e30", b"-1e30", b"1e308", b"1e999", b"-1e999", b"NaN", b"Infinity",
-    b"-Infinity", b"1099511627776", b"-1099511627776", b"-1", b"0", b"-0.0", b"4.9e-324", b"0.5", b"2147483648",
-    b"4294967296", b"1.7976931348623157e308",
+    b"1" + b"0" * 400, b"-" + b"9" * 401, b"7" * 5000, b"1e30", b"-1e30", b"1e308", b"1e999", b"-1e999", b"NaN",
+    b"Infinity", b"-Infinity", b"1099511627776", b"-1099511627776", b"-1", b"0", b"-0.0", b"4.9e-324", b"0.5",
+    b"2147483648", b"4294967296", b"1.7976931348623157e308",
 ]  # fmt: skip
 JSON_STRINGS = [
     b'""', b'"x"', b'"\xff\xfe\xc3"', b'"\\ud800"', b'"12"', b'"0x1f"', b'"nan"', b'"1e999"', b'"-5"',
@@ -64,7 +65,7 @@ def hostile_json(rnd: random.Random) -> bytes:
 
 
 TEXT_NUMBERS = [
-    "1e30", "-1e30", "nan", "NaN", "inf", "-inf", "Infinity", "1" + "0" * 400, "18446744073709551616",
+    "1e30", "-1e30", "nan", "NaN", "inf", "-inf", "Infinity", "1" + "0" * 400, "7" * 5000, "18446744073709551616",
     "9223372036854775808", "-1", "0", "1e999", "N/A", "-", "0x10", "1,000", "²", "٣", "1099511627776", "-0",
     "4.9e-324", "1e-400", "+5", "1_000", "0.0.1", "",
 ]  # fmt: skip
@@ -264,6 +265,34 @@ MODEL_KEYS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_ke
 BENCH_KEYS = ["completed", "failed", "duration", "request_rate", "request_throughput", "ttfts", "itls",
               "input_lens", "output_lens", "errors", "start_times", "mean_ttft_ms", "p99_tpot_ms", "max_concurrency",
               "num_prompts", "burstiness", "total_input_tokens", "total_output_tokens"]  # fmt: skip
+# python -m sglang.bench_serving --output-file: the fields of its JSONL records (the vendored 0.5.23 results)
+SGLANG_BENCH_KEYS = [*BENCH_KEYS, "backend", "dataset_name", "random_input_len", "random_output_len",
+                     "total_output_tokens_retokenized", "output_throughput", "mean_e2e_latency_ms",
+                     "median_ttft_ms", "p99_itl_ms", "concurrency", "generated_texts", "server_info"]  # fmt: skip
+
+
+def mutate_jsonl(data: bytes, rnd: random.Random, keys: list[str]) -> bytes:
+    """JSON Lines (one result per run): 1-3 structural edits of the parsed records, a record duplicated (a second
+    run appended) or dropped; lines that are not JSON are kept as they are."""
+    lines = data.split(b"\n")
+    docs = [(i, json.loads(ln)) for i, ln in enumerate(lines) if ln.strip().startswith(b"{")]
+    if not docs:
+        return mutate_text(data, rnd)
+    for _ in range(rnd.randint(1, 3)):
+        i, doc = rnd.choice(docs)
+        r = rnd.random()
+        if r < 0.8:
+            mutate_json_doc(doc, rnd, keys)
+        elif r < 0.9:
+            lines.append(dump_json(_plain(doc)))
+        else:
+            lines[i] = b""
+            continue
+        lines[i] = dump_json(doc)
+    data = b"\n".join(lines)
+    if rnd.random() < 0.15:
+        data = mutate_bytes(data, rnd)
+    return data
 
 
 # --- text (logs, metrics, nccl-tests, bench tables) ---------------------------------------------------------
@@ -304,8 +333,10 @@ def mutate_text(data: bytes, rnd: random.Random) -> bytes:
             lines[i] = lines[i][:pos] + rnd.choice(TEXT_JUNK) + lines[i][pos:]
         elif op < 0.95:  # a line repeated (up to 2000 times, at most 4 MiB in all)
             lines[i:i] = [lines[i]] * rnd.randint(2, max(2, min(2000, (4 << 20) // (len(lines[i]) + 1))))
-        else:
+        elif rnd.random() < 0.5:
             lines.insert(i, b"x" * HUGE_STRING)
+        else:  # a line grown by 1 MiB of its own last character ("====…", "key=xxxx…"): regexes that restart
+            lines[i] += (lines[i][-1:] or b"x") * HUGE_STRING  # at every character of a run are quadratic on it
     data = b"\n".join(lines)
     if rnd.random() < 0.15:
         data = mutate_bytes(data, rnd)
@@ -315,9 +346,10 @@ def mutate_text(data: bytes, rnd: random.Random) -> bytes:
 # --- TOML (tracediag check config) ------------------------------------------------------------------------
 
 TOML_VALUES = [
-    "18446744073709551616", "1" + "0" * 400, "nan", "inf", "-inf", "1e999", "-1", "0", "1e30", '""', '"x"',
+    "18446744073709551616", "1" + "0" * 400, "7" * 5000, "nan", "inf", "-inf", "1e999", "-1", "0", "1e30", '""', '"x"',
     '"nan"', "[]", "{}", "[1, 2]", '["COL*", 5]', "true", '"\\u0000"', '"' + "A" * 10000 + '"', "1979-05-27",
-    '[{rule = "run"}]', '{prefill = 3}', '"COL*,,"', '"[" ', "9223372036854775807", "-9223372036854775808",
+    '[{rule = "run"}]', '{prefill = 3}', "[" * 1500 + "]" * 1500, '"COL*,,"', '"[" ', "9223372036854775807",
+    "-9223372036854775808",
 ]  # fmt: skip
 TOML_KEYS = ["rules", "fail_on", "expected_tp", "expected_attention_family", "regression_severity", "tolerances",
              "expect", "collective_count_slack", "payload_tolerance", "max_evidence", "hbm_bandwidth_gbs",
@@ -482,11 +514,16 @@ def mutate(kind: str, seed: Path, out_dir: Path, rnd: random.Random, max_events:
         else:
             data = mutate_text(raw, rnd)
         name = "bench.json"
+    elif kind == "sglang-bench":
+        raw = seed.read_bytes()
+        data = mutate_jsonl(raw, rnd, SGLANG_BENCH_KEYS) if raw.lstrip()[:1] == b"{" else mutate_text(raw, rnd)
+        name = "bench.jsonl" if raw.lstrip()[:1] == b"{" else "bench_stdout.log"
     elif kind == "check-toml":
         data, name = mutate_toml(seed.read_bytes(), rnd), "tracediag.toml"
-    elif kind in ("nccl-tests", "vllm-log", "prometheus"):
+    elif kind in ("nccl-tests", "vllm-log", "sglang-log", "prometheus"):
         data = mutate_text(seed.read_bytes(), rnd)
-        name = {"nccl-tests": "all_reduce_perf.txt", "vllm-log": "server.log", "prometheus": "metrics.prom"}[kind]
+        name = {"nccl-tests": "all_reduce_perf.txt", "vllm-log": "server.log", "sglang-log": "sglang_server.log",
+                "prometheus": "metrics.prom"}[kind]  # fmt: skip
     else:
         raise ValueError(f"unknown fuzz kind {kind}")
     out = out_dir / name

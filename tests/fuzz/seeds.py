@@ -18,7 +18,10 @@ EXTERNAL = TESTS / "data" / "external"
 SAMPLES = REPO / "sample_traces"
 
 # input kind -> the tracediag format name the CLI flag gives it (None: a trace, format detected)
-KINDS = ("kineto", "nsys", "nccl-tests", "topology", "vllm-log", "prometheus", "vllm-bench", "model", "check-toml")
+KINDS = (
+    "kineto", "nsys", "nccl-tests", "topology", "vllm-log", "sglang-log", "prometheus", "vllm-bench", "sglang-bench",
+    "model", "check-toml",
+)  # fmt: skip
 
 
 def _files(*globs: tuple[Path, str]) -> list[Path]:
@@ -37,8 +40,10 @@ def seed_files(kind: str) -> tuple[Path, ...]:
         "nccl-tests": lambda: _files((EXTERNAL / "nccl-tests", "*.txt")),
         "topology": lambda: _files((TESTS / "data" / "topology", "*.json")),
         "vllm-log": lambda: _files((EXTERNAL / "vllm", "log*/*.log")),
-        "prometheus": lambda: _files((EXTERNAL / "vllm", "metrics/*.prom")),
+        "sglang-log": lambda: _files((EXTERNAL / "sglang", "log*/*.log")),
+        "prometheus": lambda: _files((EXTERNAL / "vllm", "metrics/*.prom"), (EXTERNAL / "sglang", "metrics/*.prom")),
         "vllm-bench": lambda: [*_files((EXTERNAL / "vllm", "bench/*")), _synthetic_bench()],
+        "sglang-bench": lambda: _files((EXTERNAL / "sglang", "bench/*")),
         "model": lambda: _files((SAMPLES, "*/config.json"), (TESTS / "data", "*_config.json")),
         "check-toml": lambda: _files((TESTS / "data", "check_*.toml")),
     }[kind]()

@@ -188,6 +188,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(path, f"not valid TOML ({exc})") from None
     except UnicodeDecodeError as exc:
         raise InputError(path, f"not valid TOML (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
+    except ValueError as exc:  # an integer past int_max_str_digits (4,300 digits): not a TOMLDecodeError
+        raise InputError(path, f"not valid TOML ({str(exc).split(';', 1)[0]})") from None
+    except RecursionError:  # arrays nested hundreds deep: the parser recurses once per level
+        raise InputError(path, "not valid TOML (arrays or tables nested hundreds of levels deep)") from None
     except OSError as exc:
         raise InputError(path, f"cannot read file ({exc.strerror or exc})") from None
 

@@ -116,7 +116,7 @@ HISTOGRAMS = {
 
 MARKER = "# tracediag-scrape"  # written by `tracediag scrape` before each scrape
 _MARKER_RE = re.compile(r"^#\s*tracediag-scrape\b(?P<rest>.*)$")
-_KV_RE = re.compile(r"(\w+)=(\S+)")
+_KV_RE = re.compile(r"\b(\w{1,64})=(\S+)")  # \b and a bounded key: linear on a 1 MiB marker line
 _DIRECTIVE_RE = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
 MAX_EXAMPLES = 5
 
@@ -310,6 +310,11 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
             except ValueError as exc:  # NaN, infinite or beyond year 2262: a bad sample, the rest still counts
                 malformed.append((n, f"{exc}: {s.name}"))
                 continue
+            try:
+                value = float(s.value)
+            except (TypeError, ValueError, OverflowError):  # an integer of 400 digits: no double holds it
+                malformed.append((n, f"value is beyond a 64-bit float: {s.name}"))
+                continue
             first_ts = first_ts if first_ts is not None else ts_ns
             le = _num(labels.get("le")) if part == "bucket" else None
             q = _num(labels.get("quantile")) if part == "quantile" else None
@@ -335,7 +340,6 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
             if lj is None:
                 lj = label_json[lkey] = json.dumps(dict(lkey))
             cols["labels_json"].append(lj)
-            value = float(s.value)
             cols["value"].append(value if not math.isnan(value) else None)
             if canon is not None:
                 rest = {k: v for k, v in labels.items() if k not in ("le", "quantile")}

@@ -43,8 +43,8 @@ from tracediag.ingest.vllm_log import (
 
 RECORD = re.compile(
     r"\[?(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<time>\d{2}:\d{2}:\d{2})?"
-    r"(?P<tags>(?:\s*(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\]\s?"
-)
+    r"(?P<tags>(?:\s{0,8}(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\]\s?"
+)  # \s{0,8}, not \s*: finditer tries every position, and \s* ran to the end of a 1 MiB run of spaces from each
 _STARTS_RECORD = re.compile(r"^\s*(?:\[|sglang\s+\||\w+Error\b|Traceback)")
 _BATCH = re.compile(r"^(?P<kind>Prefill|Decode) batch(?:\(mixed #running-req: \d+\))?(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
 _FIELD = re.compile(
@@ -52,7 +52,9 @@ _FIELD = re.compile(
 )
 _RETRACT = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<n>\d+)")
 _STARTUP = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
-_PAIR = re.compile(r"(\w+)=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
+# a key starts at a word boundary and is short: `(\w+)=` alone retries from every character of a long word (a 1 MiB
+# run of letters took hours)
+_PAIR = re.compile(r"\b(\w{1,128})=('[^']*'|\"[^\"]*\"|[^,\s)]+)")
 _SERVER_ARGS = (
     "tp_size",
     "dp_size",

@@ -90,6 +90,7 @@ def classify_pair(ga: dict, gb: dict, pair: dict) -> tuple[str, int, float | Non
 # a field: (types, lo, hi) for numbers, (str,) for text, a dict for an object, [spec] for a list of them;
 # every field may be null except the ones in _REQUIRED.
 _TEXT = (str,)
+_ANY_KEY = "*"  # in an object spec: every key of the object, each value checked by the same spec
 _COUNT = (int, 0, 2**20)
 
 
@@ -133,9 +134,15 @@ _SNAPSHOT = {
     "host": _TEXT,
     "created_utc": _TEXT,
     "tool": {"name": _TEXT, "version": _TEXT},
-    "nvml": {"available": (bool,), "error": _TEXT, "driver_version": _TEXT},
-    "environment": {},
-    "errors": [{}],
+    "nvml": {
+        "available": (bool,),
+        "error": _TEXT,
+        "driver_version": _TEXT,
+        "nvml_version": _TEXT,
+        "cuda_driver_version": _int_in(0, 10**7),  # nvmlSystemGetCudaDriverVersion: 1000 * major + 10 * minor
+    },
+    "environment": {_ANY_KEY: _TEXT},  # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER: text or null
+    "errors": [{"call": _TEXT, "gpu": _int_in(0, 2**16), "error": _TEXT}],  # NVML calls that failed
     "gpus": [_GPU],
     "pairs": [_PAIR],
 }
@@ -158,9 +165,12 @@ def _check(path: Path, value: Any, spec: Any, where: str, generic: str) -> None:
     if isinstance(spec, dict):
         if not isinstance(value, dict):
             raise InputError(path, f"topology snapshot: {where} must be an object, got {val.example(value)}")
-        for key, sub in spec.items():
+        keys = list(value) if _ANY_KEY in spec else list(spec)
+        for key in keys:
+            sub = spec.get(key, spec.get(_ANY_KEY))
+            name = key if key in spec else f"[{val.example(key)}]"  # a key from the file: printable, short
             _check(
-                path, value.get(key), sub, f"{where}.{key}" if where else key, f"{generic}.{key}" if generic else key
+                path, value.get(key), sub, f"{where}.{name}" if where else name, f"{generic}.{key}" if generic else key
             )
         return
     if isinstance(spec, list):
@@ -194,6 +204,8 @@ def _load(path: Path) -> dict:
         raise InputError(path, f"topology snapshot is not valid JSON ({exc})") from None
     except RecursionError:
         raise InputError(path, "topology snapshot is not valid JSON (nested hundreds of levels deep)") from None
+    except ValueError as exc:  # an integer past int_max_str_digits (4,300 digits): not a JSONDecodeError
+        raise InputError(path, f"topology snapshot is not valid JSON ({str(exc).split(';', 1)[0]})") from None
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(SCHEMA_PREFIX):
         raise InputError(path, 'not a tracediag topology snapshot (no "schema": "tracediag/topology-v1")')
     if doc["schema"] not in SUPPORTED:

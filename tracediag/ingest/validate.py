@@ -20,6 +20,7 @@ file in chunks can run them chunk by chunk with one `BadRecords` per input.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,6 +247,9 @@ def has_surrogates(s: str) -> bool:
         return True
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def clean_text(values: list[Any]) -> tuple[list[Any], list[int]]:
     """Text that cannot be written as UTF-8 -> the same text with U+FFFD in place of what was undecodable;
     returns (values, indices replaced). Non-text values are left for `strs`."""
@@ -254,7 +258,10 @@ def clean_text(values: list[Any]) -> tuple[list[Any], list[int]]:
         return values, []
     out = list(values)
     for i in idx:
-        out[i] = out[i].encode("utf-8", "surrogateescape" if _escaped(out[i]) else "replace").decode("utf-8", "replace")
+        if _escaped(out[i]):  # undecodable bytes kept by surrogateescape: U+FFFD for each, as a decoder would
+            out[i] = out[i].encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        else:  # lone surrogates from a \ud800 escape (JSON): U+FFFD each ("replace" on encoding would give "?")
+            out[i] = _SURROGATE.sub("\ufffd", out[i])
     return out, idx
 
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.validate import BadRecords, Checker
 
 RUNS_SCHEMA = pa.schema(
     [
@@ -134,7 +135,8 @@ _TABLE_LAT = re.compile(
     r"\s*(?P<v>\S+)"
 )
 _TABLE_ROW = re.compile(r"^(?P<label>[A-Za-z][^:]*?):\s+(?P<v>\S+)\s*$")
-_BANNER = re.compile(r"=+ Serving Benchmark Result =+")
+# (?<!=): a search does not restart inside a run of '=' (quadratic on a line of 10^6 of them)
+_BANNER = re.compile(r"(?<!=)=+ Serving Benchmark Result =")
 _NS_PAIR = re.compile(
     r"\b(request_rate|max_concurrency|num_prompts|burstiness|dataset_name|goodput|model|backend|label|save_detailed)=('[^']*'|\[[^\]]*\]|[^,)\s]+)"
 )
@@ -351,7 +353,7 @@ def _from_table(order: int, text: str, path: Path):
             row["model_id"] = args.get("model")
             row["backend"] = args.get("backend")
             if args.get("goodput") not in (None, "None"):
-                pairs = re.findall(r"(\w+):([\d.]+)", args["goodput"])
+                pairs = re.findall(r"\b(\w{1,64}):([\d.]+)", args["goodput"])  # \b, bounded: linear
                 row["goodput_json"] = json.dumps({k: float(v) for k, v in pairs})
             row["meta_json"] = json.dumps({"namespace": args} if args else {})
             run_rows.append(row)
@@ -400,24 +402,35 @@ def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
         "requests": len(req_rows),
         "request_rates": [_rate_text(r.get("request_rate_rps")) for r in run_rows],
     }
+    bad = BadRecords()
+    tables = {
+        "bench_runs": _table(run_rows, RUNS_SCHEMA, Checker(bad, "bench_runs")),
+        "bench_latency": _table(lat_rows, LATENCY_SCHEMA, Checker(bad, "bench_latency")),
+        "bench_requests": _table(req_rows, REQUESTS_SCHEMA, Checker(bad, "bench_requests")),
+    }
+    if bad:
+        meta["bad_records"] = bad.to_meta()
     row = {
         "rank": None,
         "profiler": f"{TOOL_NAMES[fmt]} ({run_rows[0]['source']})",
         "file_bytes": path.stat().st_size,
         "events_total": len(req_rows) or len(run_rows),
         "meta_json": json.dumps(meta, default=str),
+        "bad_records": bad.records,
     }
+    return Parsed(path=str(path), format=fmt, inputs_rows=[row], tables=tables)
 
-    def table(rows, schema):
-        return pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in rows], schema=schema)
 
-    return Parsed(
-        path=str(path),
-        format=fmt,
-        inputs_rows=[row],
-        tables={
-            "bench_runs": table(run_rows, RUNS_SCHEMA),
-            "bench_latency": table(lat_rows, LATENCY_SCHEMA),
-            "bench_requests": table(req_rows, REQUESTS_SCHEMA),
-        },
-    )
+def _table(rows: list[dict[str, Any]], schema: pa.Schema, check: Checker) -> pa.Table:
+    """Rows -> a table of `schema`; integer columns through the validation layer (a count of inf or 1e30 in the
+    result table is NULL and counted), text that is not UTF-8 (a lone \\ud800 escape in the JSON) with U+FFFD."""
+    arrays = []
+    for f in schema:
+        values = [r.get(f.name) for r in rows]
+        if pa.types.is_integer(f.type):
+            arrays.append(check.ints(f.name, values, f.type))
+        elif pa.types.is_string(f.type):
+            arrays.append(pa.array(check.str_values(f.name, values), pa.string()))
+        else:
+            arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -229,13 +229,53 @@ class ModelConfig:
 # ------------------------------------------------------------------ reading and validating
 
 
+def _has_surrogates(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _not_text(doc: Any) -> str | None:
+    """The place ('architectures[0]') of the first key or string that cannot be written as UTF-8 (a lone
+    surrogate escape such as \\ud800 is valid JSON but no text), or None."""
+    todo: list[tuple[str, Any]] = [("", doc)]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, str):
+            if _has_surrogates(v):
+                return where or "the document"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                name = f"{where}.{k}" if where else str(k)
+                if _has_surrogates(str(k)):
+                    return f"a key in {where or 'the document'}"
+                todo.append((name, x))
+        elif isinstance(v, list):
+            todo.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+    return None
+
+
 def _read_json(p: Path, what: str) -> Any:
+    doc = _decode_json(p, what)
+    bad = _not_text(doc)
+    if bad is not None:
+        raise InputError(p, f"{what}: {bad} is not valid text (a lone surrogate escape such as \\ud800)")
+    return doc
+
+
+def _decode_json(p: Path, what: str) -> Any:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise InputError(p, f"cannot read {what} ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(p, f"{what} is not valid JSON ({exc})") from None
+    except RecursionError:  # the decoder's depth is the interpreter's: a config is a few levels deep
+        raise InputError(p, f"{what} is not valid JSON (nested hundreds of levels deep)") from None
+    except ValueError as exc:  # an integer of more than 4,300 digits (int_max_str_digits)
+        raise InputError(p, f"{what} is not valid JSON ({str(exc).split(';', 1)[0]})") from None
 
 
 def _int_field(p: Path, cfg: dict[str, Any], key: str, limit_key: str | None = None, strict: bool = True) -> int | None:

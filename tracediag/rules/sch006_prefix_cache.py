@@ -43,10 +43,12 @@ def _from_logs(ctx: Context) -> list[dict]:
     paths = input_paths(ctx)
     out = []
     for r in ctx.rows(
+        # the last by time, or by line where no line of the series has a time (SGLang lines without a timestamp)
         "SELECT input_id, engine, count(*) AS n, avg(prefix_hit_pct) AS mean_pct, "
-        "arg_max(prefix_hit_pct, t_s) AS last_pct, "
-        "max(external_prefix_hit_pct) AS external_pct, max(waiting) AS max_waiting, arg_max(line, t_s) AS line, "
-        "arg_max(ts_text, t_s) AS ts_text, max(t_s) AS t_s FROM serving_stats WHERE prefix_hit_pct IS NOT NULL "
+        "coalesce(arg_max(prefix_hit_pct, t_s), arg_max(prefix_hit_pct, line)) AS last_pct, "
+        "max(external_prefix_hit_pct) AS external_pct, max(waiting) AS max_waiting, "
+        "coalesce(arg_max(line, t_s), max(line)) AS line, coalesce(arg_max(ts_text, t_s), arg_max(ts_text, line)) "
+        "AS ts_text, max(t_s) AS t_s FROM serving_stats WHERE prefix_hit_pct IS NOT NULL "
         "GROUP BY input_id, engine ORDER BY input_id, engine"
     ):
         out.append(
