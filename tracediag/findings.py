@@ -276,9 +276,7 @@ def _also(problems: list[tuple[Any, list]], folded: list[tuple[Any, list]], caus
     with a measured effect of at least 1 % (a fallback at 4.9 % of decode time is worth a look, not a limit)."""
     out = [c for c, _ in problems]
     out += [
-        c
-        for c, _ in folded
-        if c is not cause and not _is_problem(c) and (_get(c, "impact") or 0.0) >= ALSO_MIN_IMPACT
+        c for c, _ in folded if c is not cause and not _is_problem(c) and (_get(c, "impact") or 0.0) >= ALSO_MIN_IMPACT
     ]
     return [_brief(c) for c in out[:limit]]
 
