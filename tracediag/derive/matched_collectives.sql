@@ -1,7 +1,8 @@
 -- Collective calls matched across the ranks of their process group (COL005 rank skew; COL003 and PATH002
--- take their call times from it; the report's waiting-per-rank chart). Temporary views over `collectives`,
--- created by tracediag.rules.col005_rank_skew.matched_views() when a rule first needs them: every aggregate
--- over the calls is done here, the rules read one row per matched call set or per rank.
+-- take their call times from it; the report's waiting-per-rank chart). Temporary tables built from `collectives`
+-- by tracediag.rules.col005_rank_skew.matched_views() when a rule first needs them (again when `collectives`
+-- changes: a view restricted to other ranks): every aggregate over the calls is done here, the rules read one
+-- row per matched call set or per rank.
 --
 -- Matching key: (process group, seq) when every call of the group carries the collective sequence number
 -- (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call in host-call
@@ -30,7 +31,7 @@ FROM k;
 -- One row per matched call set. Ties: the set's op is its lowest rank's; the last arriver is the latest
 -- start (the higher rank on equal starts), the first arriver the earliest (the lower rank); the shortest
 -- call is the lowest rank's among equal durations. `set_no` orders the sets by (process group, op, key).
-CREATE OR REPLACE TEMP VIEW matched_sets AS
+CREATE OR REPLACE TEMP TABLE matched_sets AS
 SELECT row_number() OVER (ORDER BY pg, key_op, key) AS set_no, *,
        last_ts_ns - first_ts_ns AS spread_ns
 FROM (
@@ -68,7 +69,7 @@ FROM (
 );
 
 -- Every call of a matched set, with what it waited: w = min(dur, last start − own start), at least 0.
-CREATE OR REPLACE TEMP VIEW matched_calls AS
+CREATE OR REPLACE TEMP TABLE matched_calls AS
 SELECT k.*, s.set_no, k.rank = s.last_rank AS is_last,
        k.ts_ns - s.first_ts_ns AS lateness_ns,
        greatest(0, least(k.dur_ns, s.last_ts_ns - k.ts_ns)) AS waiting_ns
@@ -76,7 +77,7 @@ FROM matched_keyed k JOIN matched_sets s USING (pg, key_op, key);
 
 -- Per rank: how often it arrived last, its lateness (median; p90 = the sorted value at index ⌊0.9·n⌋), its
 -- collective time and its waiting.
-CREATE OR REPLACE TEMP VIEW matched_ranks AS
+CREATE OR REPLACE TEMP TABLE matched_ranks AS
 SELECT rank,
        count(*) AS matched_calls,
        count(*) FILTER (WHERE is_last) AS arrived_last,

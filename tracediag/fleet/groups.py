@@ -82,7 +82,13 @@ def evaluate_group_task(task: GroupTask) -> GroupResult:
     con = open_store_views(task.store)
     try:
         return evaluate_group(
-            con, task.group, task.requested_deep, task.model, task.tp, task.settings, _rules(task.extra_rules)
+            con,
+            task.group,
+            task.requested_deep,
+            task.model,
+            task.tp,
+            task.settings,
+            _rules(task.extra_rules),
         )
     finally:
         con.close()

@@ -267,8 +267,10 @@ def restricted(con: duckdb.DuckDBPyConnection, ranks: Sequence[int], deep: Seque
         ).fetchall()
     }
     made = []
+    everyone = {r[0] for r in con.execute(f'SELECT DISTINCT rank FROM "{db}".main.inputs').fetchall()} - {None}
     rank_list = ", ".join(str(int(r)) for r in sorted(set(ranks))) or "NULL"
     deep_list = ", ".join(str(int(r)) for r in sorted(set(deep) & set(ranks))) or "NULL"
+    all_ranks, all_deep = set(ranks) >= everyone, set(deep) & set(ranks) >= everyone
     for table in (*CHEAP_TABLES, *DEEP_TABLES):
         if table not in existing:
             continue
@@ -276,11 +278,15 @@ def restricted(con: duckdb.DuckDBPyConnection, ranks: Sequence[int], deep: Seque
         if "rank" not in cols:
             continue
         keep = deep_list if table in DEEP_TABLES else rank_list
-        # inputs without a rank (telemetry) stay
-        extra = " OR rank IS NULL" if table == "inputs" else ""
-        con.execute(
-            f'CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM "{db}".main.{table} WHERE rank IN ({keep}){extra}'
-        )
+        # every rank kept: no filter (a filter on a store's rank column costs more than the read); inputs
+        # without a rank (telemetry) stay
+        if all_deep if table in DEEP_TABLES else all_ranks:
+            where = ""
+        else:
+            where = f" WHERE rank IN ({keep})" + (" OR rank IS NULL" if table == "inputs" else "")
+        if not where:
+            continue
+        con.execute(f'CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM "{db}".main.{table}{where}')
         made.append(table)
     try:
         yield

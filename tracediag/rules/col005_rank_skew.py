@@ -23,6 +23,8 @@ compare its step composition with the other ranks'. Fix the straggler before tun
 
 from __future__ import annotations
 
+import duckdb
+
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.store import run_sql_file
@@ -39,7 +41,7 @@ LAST_SHARE_MIN = 0.5  # the straggler must arrive last in at least this share of
 
 
 def matched_views(ctx: Context) -> None:
-    """Create the temporary views `matched_keyed`, `matched_sets`, `matched_calls`, `matched_ranks` over the
+    """Build the temporary view `matched_keyed` and tables `matched_sets`, `matched_calls`, `matched_ranks` from the
     store's collectives (tracediag/derive/matched_collectives.sql): every call matched across the ranks of
     its process group, one row per matched set, one row per rank.
 
@@ -47,7 +49,20 @@ def matched_views(ctx: Context) -> None:
     number (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call
     in host-call order on its rank). Only calls seen on at least two ranks are matched.
     """
+    # built once per content of `collectives` (the rules and the report sections all read them; a per-group
+    # evaluation restricts `collectives` to other ranks, which changes the fingerprint)
+    fingerprint = ctx.con.execute(
+        "SELECT count(*), sum(rank), min(ts_ns), max(ts_ns), sum(call_id), sum(dur_ns) FROM collectives"
+    ).fetchone()
+    key = "|".join(map(str, fingerprint))
+    try:
+        built = ctx.con.execute("SELECT key FROM temp.main.matched_fingerprint").fetchone()[0]
+    except duckdb.CatalogException:
+        built = None
+    if built == key:
+        return
     run_sql_file(ctx.con, "tracediag.derive", "matched_collectives.sql")
+    ctx.con.execute("CREATE OR REPLACE TEMP TABLE matched_fingerprint AS SELECT ? AS key", [key])
 
 
 def matched_summary(ctx: Context) -> dict | None:
