@@ -8,12 +8,13 @@ Not a test. The rank files are **replicated** from the real 8-rank sample tests/
 gloo, TP=8) by tests/fleet_replicas.py: N ranks are N/8 TP groups of 8, each group a copy of the 8 real ranks with
 its global ranks, its process group and a time shift — no 64-rank real trace set is vendored. The cluster is a real
 `dask.distributed.LocalCluster` (scheduler and `--workers` worker processes on 127.0.0.1, one thread each). For each
-size, in turn (sizes interleaved over `--repeats` rounds): the workers are restarted (fresh processes, so their peak
-RSS is this size's), `tracediag.fleet.ingest_store(..., scheduler=client)` writes the store (one task per rank
-file), the workers' peak RSS is read (`getrusage` in each worker), the workers are restarted again and
-`tracediag.analyze(store=..., scheduler=client)` runs the rules per TP group on them (default `--ranks`: one deep rank
-per group). Reported per size: median wall times, the workers' peak RSS (max over workers), the coordinator's RSS,
-and a least-squares line t = a + b·N over the sizes with its R² (time linear in ranks) and the per-rank cost b.
+size, in turn (sizes interleaved over `--repeats` rounds): on a fresh cluster (new worker processes, so their peak
+RSS is this run's) `tracediag.fleet.ingest_store(..., scheduler=client)` writes the store (one task per rank
+file) and the workers' peak RSS is read (`getrusage` in each worker); then on another fresh cluster
+`tracediag.analyze(store=..., scheduler=client)` runs the rules per TP group on the workers (default `--ranks`:
+one deep rank per group; one group, 8 ranks, is evaluated in the coordinator). Reported per size: median wall
+times, the workers' peak RSS (max over workers), the coordinator's RSS, and a least-squares line t = a + b·N over
+the sizes with its R² (time linear in ranks) and the per-rank cost b.
 """
 
 from __future__ import annotations
@@ -87,45 +88,45 @@ def main() -> int:
             replicate(d, n // 8, shift_us=1000.0)
         dirs[n] = d
     runs: dict[int, list[dict]] = {n: [] for n in sizes}
-    with (
-        LocalCluster(
+
+    def cluster():
+        return LocalCluster(
             n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        for rep in range(args.repeats):
-            for n in sizes:
-                files = sorted(dirs[n].glob("rank*.pt.trace.json.gz"))
-                store = work / f"store{n}"
-                load0 = os.getloadavg()[0]
-                client.restart()
+        )
+
+    for rep in range(args.repeats):
+        for n in sizes:
+            files = sorted(dirs[n].glob("rank*.pt.trace.json.gz"))
+            store = work / f"store{n}"
+            load0 = os.getloadavg()[0]
+            with cluster() as c, Client(c) as client:  # fresh worker processes: their peak RSS is this run's
                 t0 = time.perf_counter()
                 res = ingest_store(files, store, scheduler=client)
                 t_ingest = time.perf_counter() - t0
                 ingest_peak = _worker_peak_mib(client)
-                client.restart()
+            with cluster() as c, Client(c) as client:
                 t0 = time.perf_counter()
                 report = analyze([], model=model, store=store, scheduler=client)
                 t_analyze = time.perf_counter() - t0
                 analyze_peak = _worker_peak_mib(client)
-                r = report.to_dict()["ranks"]
-                row = {
-                    "repeat": rep,
-                    "ranks": n,
-                    "input_bytes": sum(f.stat().st_size for f in files),
-                    "load_avg_1m": round(load0, 2),
-                    "ingest_s": round(t_ingest, 3),
-                    "ingest_worker_peak_rss_mib": ingest_peak,
-                    "parse_write_s_sum": round(sum(i["parse_write_s"] for i in res.inputs), 3),
-                    "analyze_store_s": round(t_analyze, 3),
-                    "analyze_worker_peak_rss_mib": analyze_peak,
-                    "coordinator_rss_mib": _self_rss_mib(),
-                    "tp_groups": len(r["groups"]),
-                    "deep_ranks": len(r["analysed"]),
-                    "findings": sorted(c.rule for c in report.checks if c.status == "finding"),
-                }
-                runs[n].append(row)
-                print(json.dumps(row), flush=True)
+            r = report.to_dict()["ranks"]
+            row = {
+                "repeat": rep,
+                "ranks": n,
+                "input_bytes": sum(f.stat().st_size for f in files),
+                "load_avg_1m": round(load0, 2),
+                "ingest_s": round(t_ingest, 3),
+                "ingest_worker_peak_rss_mib": ingest_peak,
+                "parse_write_s_sum": round(sum(i["parse_write_s"] for i in res.inputs), 3),
+                "analyze_store_s": round(t_analyze, 3),
+                "analyze_worker_peak_rss_mib": analyze_peak,
+                "coordinator_rss_mib": _self_rss_mib(),
+                "tp_groups": len(r["groups"]),
+                "deep_ranks": len(r["analysed"]),
+                "findings": sorted(c.rule for c in report.checks if c.status == "finding"),
+            }
+            runs[n].append(row)
+            print(json.dumps(row), flush=True)
     summary = []
     for n in sizes:
         rs = runs[n]

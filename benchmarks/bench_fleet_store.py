@@ -17,6 +17,7 @@ is shared). Reported: medians, the ratio store / full (target < 0.25), and wheth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -39,10 +40,8 @@ def _tree_rss(proc) -> int:
     except psutil.NoSuchProcess:
         return 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -111,9 +110,7 @@ def main() -> int:
         "store_bytes": sum(f.stat().st_size for f in store.rglob("*") if f.is_file()),
         "runs": runs,
         "median_wall_s": {k: round(v, 3) for k, v in med.items()},
-        "median_peak_tree_rss_mib": {
-            k: statistics.median(r["peak_tree_rss_mib"] for r in v) for k, v in runs.items()
-        },
+        "median_peak_tree_rss_mib": {k: statistics.median(r["peak_tree_rss_mib"] for r in v) for k, v in runs.items()},
         "store_over_full": round(ratio, 3),
         "target": "store_over_full < 0.25",
         "target_met": ratio < 0.25,

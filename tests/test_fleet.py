@@ -192,20 +192,36 @@ def test_group_evaluation_on_dask_equals_in_process(fleet16, tmp_path):
     ):
         on_dask = _findings(paths=[], model=model, store=store, scheduler=client)
     assert on_dask == direct
-    assert _findings(paths=[], model=model, store=store) == direct  # local processes
 
 
-def test_cli_ranks_option(fleet16, tmp_path):
-    out = tmp_path / "out"
+def test_cli_ranks_option_on_a_store(fleet16, tmp_path):
+    """Two TP groups over a store: the groups run in local processes (the default without --scheduler)."""
+    out, store = tmp_path / "out", tmp_path / "store"
+    ingest_store([fleet16], store)
     r = subprocess.run(
-        [sys.executable, "-m", "tracediag", "analyze", str(fleet16), "-m", str(fleet16 / "config.json"),
+        [sys.executable, "-m", "tracediag", "analyze", "--store", str(store), "-m", str(fleet16 / "config.json"),
          "--ranks", "0,9", "-o", str(out), "-q"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert json.loads((out / "findings.json").read_text())["ranks"]["analysed"] == [0, 9]
+    doc = json.loads((out / "findings.json").read_text())
+    assert doc["ranks"]["analysed"] == [0, 9] and len(doc["ranks"]["group_summaries"]) == 2
+    assert doc["ranks"]["group_summaries"][1]["deep_ranks"] == [9]
     r = subprocess.run(
         [sys.executable, "-m", "tracediag", "analyze", str(fleet16), "--ranks", "x", "-o", str(tmp_path / "o2")],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert r.returncode == 2 and "--ranks" in r.stderr
+
+
+def test_keep_going_records_a_failed_input(tmp_path):
+    bad = tmp_path / "rank1.pt.trace.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "cut off')  # a truncated trace
+    good = HEALTHY / "rank0.pt.trace.json.gz"
+    with pytest.raises(InputError):
+        ingest_store([good, bad], tmp_path / "s1")
+    res = ingest_store([good, bad], tmp_path / "s2", keep_going=True)
+    assert [f["path"] for f in res.failed] == [str(bad)]
+    r = analyze([], store=tmp_path / "s2").to_dict()["ranks"]
+    assert r["failed"][0]["path"] == str(bad) and r["failed"][0]["error"]
+    assert r["present"] == [0] and r["missing"] == [1]  # world size 2, rank 1's file failed

@@ -249,7 +249,8 @@ def evaluate(
         say("building the report")
         with restricted(con, plan.present, plan.deep):
             sections = build_sections(ctx, extra=extra_sections)
-    sections.append(ranks_section(plan))
+    if plan.present:
+        sections.append(ranks_section(plan))
     return Report(
         inputs=_input_rows(con),
         model=model,

@@ -76,10 +76,10 @@ def evaluate_group(
 
 
 def evaluate_group_task(task: GroupTask) -> GroupResult:
-    """One group on a worker: opens the store's views, evaluates, closes."""
+    """One group on a worker: opens views over its ranks' partitions of the store, evaluates, closes."""
     from tracediag.fleet import open_store_views
 
-    con = open_store_views(task.store)
+    con = open_store_views(task.store, ranks=task.group.ranks)
     try:
         return evaluate_group(
             con,
