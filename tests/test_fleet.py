@@ -3,6 +3,9 @@
 The cluster is a real LocalCluster: a scheduler and worker processes on 127.0.0.1, which import tracediag and
 write their ranks' partition files themselves. `analyze --store` on the result must give exactly the
 findings.json of the single-machine path.
+
+Many ranks (--ranks, per-TP-group evaluation, missing and failed ranks) are tested on 16 ranks replicated from the
+real 8-rank sample by tests/fleet_replicas.py (two TP groups; a synthetic builder, documented there).
 """
 
 from __future__ import annotations
