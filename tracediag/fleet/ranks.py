@@ -241,7 +241,6 @@ def make_plan(
 def default_deep_for_group(con: duckdb.DuckDBPyConnection, ctx_factory: Any, group: RankGroup) -> dict[int, str]:
     """The default deep ranks of one group: its lowest rank, and the straggler when COL005 finds one (COL005
     reads only the cheap tables, so it runs before the deep tables are chosen)."""
-    from tracediag.engine import severity_follows_impact  # noqa: F401  (keeps the engine's import order)
     from tracediag.rules import col005_rank_skew
 
     out = {group.ranks[0]: f"representative of {group.name} (its lowest rank)"}
