@@ -3,6 +3,9 @@
 The cluster is a real LocalCluster: a scheduler and worker processes on 127.0.0.1, which import tracediag and
 write their ranks' partition files themselves. `analyze --store` on the result must give exactly the
 findings.json of the single-machine path.
+
+Many ranks (--ranks, per-TP-group evaluation, missing and failed ranks) are tested on 16 ranks replicated from the
+real 8-rank sample by tests/fleet_replicas.py (two TP groups; a synthetic builder, documented there).
 """
 
 from __future__ import annotations
@@ -111,3 +114,117 @@ def test_cli_ingest_then_analyze_store(tmp_path):
     assert (out / "report.html").is_file() and doc["schema"] == "tracediag/findings-v1"
     r = run("analyze", "--store", tmp_path / "nope", "-o", tmp_path / "o2")
     assert r.returncode == 2 and "not a tracediag store" in r.stderr
+
+
+# --- many ranks: --ranks, per-TP-group evaluation, missing ranks ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fleet16(tmp_path_factory):
+    """16 ranks: two TP groups of 8 built from the real 8-rank sample (tests/fleet_replicas.py), the second
+    group 20 % slower, rank 13 left out."""
+    from fleet_replicas import replicate
+
+    out = tmp_path_factory.mktemp("fleet16")
+    replicate(out, 2, stretch=0.2, drop={13})
+    return out
+
+
+@pytest.fixture(scope="module")
+def tp8_statuses():
+    rep = analyze([TP8], model=TP8 / "config.json")
+    return {c.rule: c.status for c in rep.checks}
+
+
+def test_parse_ranks():
+    from tracediag.fleet.ranks import compact, parse_ranks
+
+    assert parse_ranks("0,3,8-15") == [0, 3, *range(8, 16)]
+    assert parse_ranks(" all ") == "all" and parse_ranks(None) is None
+    assert compact([0, 1, 2, 5, 8, 9]) == "0-2,5,8-9"
+    for bad in ("1-", "a", "5-3", "0,,1"):
+        with pytest.raises(UsageError, match="--ranks"):
+            parse_ranks(bad)
+
+
+def test_default_ranks_on_sixteen(fleet16, tp8_statuses):
+    rep = analyze([fleet16], model=fleet16 / "config.json")
+    r = rep.to_dict()["ranks"]
+    present = [x for x in range(16) if x != 13]
+    assert r["present"] == present and r["missing"] == [13] and r["expected"] == list(range(16))
+    assert r["analysed"] == [0, 8], "one per TP group (no straggler in this healthy run)"
+    assert r["not_deep_analysed"] == [x for x in present if x not in (0, 8)]
+    assert [g["ranks"] for g in r["groups"]] == [list(range(8)), [8, 9, 10, 11, 12, 14, 15]]
+    assert r["groups_source"].startswith("the TP process groups' ranks")
+    # the cross-group summary finds the slower group
+    cg = r["cross_group"]
+    assert cg["slowest_group"] == "TP group 1" and 0.15 < cg["dp_imbalance"] < 0.25
+    # each rule: the worst group's check, with every group's status; the same verdicts as one group alone
+    assert {c.rule: c.status for c in rep.checks} == tp8_statuses
+    col001 = next(c for c in rep.checks if c.rule == "COL001")
+    assert [g["group"] for g in col001.values["tp_groups"]] == ["TP group 0", "TP group 1"]
+    # the report says it
+    from tracediag.reports.html import render_html
+
+    html = render_html(rep)
+    assert "not deep-analysed" in html and "Missing: 13" in html
+
+
+def test_explicit_ranks_and_all(fleet16):
+    rep = analyze([fleet16], model=fleet16 / "config.json", ranks="0,3,8-15")
+    r = rep.to_dict()["ranks"]
+    assert r["analysed"] == [0, 3, 8, 9, 10, 11, 12, 14, 15] and r["selection"].startswith("--ranks 0,3,8-15")
+    assert "13" in r["selection"]  # named but not in the inputs
+    rep = analyze([fleet16], model=fleet16 / "config.json", ranks="all")
+    assert rep.to_dict()["ranks"]["not_deep_analysed"] == []
+    with pytest.raises(UsageError, match="none of these ranks"):
+        analyze([fleet16], model=fleet16 / "config.json", ranks="40-41")
+
+
+def test_group_evaluation_on_dask_equals_in_process(fleet16, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    store = tmp_path / "store"
+    ingest_store([fleet16], store)
+    model = fleet16 / "config.json"
+    direct = _findings(paths=[fleet16], model=model)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        on_dask = _findings(paths=[], model=model, store=store, scheduler=client)
+    assert on_dask == direct
+
+
+def test_cli_ranks_option_on_a_store(fleet16, tmp_path):
+    """Two TP groups over a store: the groups run in local processes (the default without --scheduler)."""
+    out, store = tmp_path / "out", tmp_path / "store"
+    ingest_store([fleet16], store)
+    r = subprocess.run(
+        [sys.executable, "-m", "tracediag", "analyze", "--store", str(store), "-m", str(fleet16 / "config.json"),
+         "--ranks", "0,9", "-o", str(out), "-q"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "findings.json").read_text())
+    assert doc["ranks"]["analysed"] == [0, 9] and len(doc["ranks"]["group_summaries"]) == 2
+    assert doc["ranks"]["group_summaries"][1]["deep_ranks"] == [9]
+    r = subprocess.run(
+        [sys.executable, "-m", "tracediag", "analyze", str(fleet16), "--ranks", "x", "-o", str(tmp_path / "o2")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 2 and "--ranks" in r.stderr
+
+
+def test_keep_going_records_a_failed_input(tmp_path):
+    bad = tmp_path / "rank1.pt.trace.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "cut off')  # a truncated trace
+    good = HEALTHY / "rank0.pt.trace.json.gz"
+    with pytest.raises(InputError):
+        ingest_store([good, bad], tmp_path / "s1")
+    res = ingest_store([good, bad], tmp_path / "s2", keep_going=True)
+    assert [f["path"] for f in res.failed] == [str(bad)]
+    r = analyze([], store=tmp_path / "s2").to_dict()["ranks"]
+    assert r["failed"][0]["path"] == str(bad) and r["failed"][0]["error"]
+    assert r["present"] == [0] and r["missing"] == [1]  # world size 2, rank 1's file failed

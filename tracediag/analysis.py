@@ -36,6 +36,7 @@ class Report:
     checks: list[Check]
     sections: list[Section] = field(default_factory=list)
     layout: Layout | None = None
+    ranks: dict[str, Any] | None = None  # which ranks were analysed, not deep-analysed, missing (fleet.ranks)
 
     @property
     def findings(self) -> list[Check]:
@@ -71,6 +72,7 @@ class Report:
             "model": self.model.to_dict() if self.model else None,
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
             "layout": self.layout.to_dict() if self.layout else None,
+            "ranks": self.ranks,
             "cost_model": self.cost_model,
             "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
@@ -133,6 +135,8 @@ def analyze(
     extra_sections: list[str] = (),
     store: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    ranks: str | list[int] | None = None,
+    scheduler: Any = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -142,8 +146,18 @@ def analyze(
     `store` is a Parquet store made by `tracediag ingest` (tracediag.fleet): its tables are read through views,
     nothing is parsed or derived again, and `paths`/`extra_inputs` must be empty.
     `progress(stage)` is called as each stage starts (the CLI shows it on a terminal).
+    `ranks` chooses the ranks that get the deep per-kernel analysis: None (default: every rank when there are at
+    most 8, else one per TP group plus the stragglers COL005 names), "all", a list of ranks, or text like
+    "0,3,8-15" (tracediag.fleet.ranks). With several TP groups the rules run per group and are merged; on a
+    store the groups run as local processes, or on the Dask cluster `scheduler` (an address or a Client).
     """
     say = progress or (lambda stage: None)
+    if isinstance(ranks, str):
+        from tracediag.fleet.ranks import parse_ranks
+
+        ranks = parse_ranks(ranks)
+    if scheduler is not None and store is None:
+        raise UsageError("--scheduler runs the rules over a Parquet store: give --store (made by `tracediag ingest`)")
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
     if store is not None:
         if paths or extra_inputs:
@@ -171,7 +185,19 @@ def analyze(
             del parsed
             say("deriving steps, collectives and kernel classes")
             build_all(con)
-        report = evaluate(con, model_cfg, tp, settings, extra_rules, extra_sections, progress=say)
+        report = evaluate(
+            con,
+            model_cfg,
+            tp,
+            settings,
+            extra_rules,
+            extra_sections,
+            progress=say,
+            ranks=ranks,
+            store=store,
+            scheduler=scheduler,
+            jobs=jobs,
+        )
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
         return report
@@ -187,21 +213,59 @@ def evaluate(
     extra_rules: list[str] = (),
     extra_sections: list[str] = (),
     progress: Callable[[str], None] | None = None,
+    ranks: str | list[int] | None = None,
+    store: str | Path | None = None,
+    scheduler: Any = None,
+    jobs: int | None = None,
 ) -> Report:
-    """Run the rules and build the report sections on a store that holds canonical and derived tables."""
+    """Run the rules and build the report sections on a store that holds canonical and derived tables.
+
+    One TP group with every rank deep-analysed (the usual incident): the rules run once on the whole store.
+    Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
+    from tracediag.fleet.groups import evaluate_groups
+    from tracediag.fleet.ranks import cross_group, make_plan, merge_group_checks, ranks_section, restricted
+
     say = progress or (lambda stage: None)
+    settings = settings or Settings()
     layout = detect_layout(con, tp)
     tpd = layout.tp
-    ctx = Context(con=con, model=model, tp=tpd, settings=settings or Settings(), layout=layout)
-    rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
-    say(f"running {len(rules)} rules")
-    checks = run_rules(ctx, rules)
-    say("building the report")
+    plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
+    ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
+    if len(plan.groups) <= 1 and plan.all_deep:
+        rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+        say(f"running {len(rules)} rules")
+        checks = run_rules(ctx, rules)
+        plan.why = plan.why or {r: "every rank" for r in plan.present}
+        say("building the report")
+        sections = build_sections(ctx, extra=extra_sections)
+    else:
+        say(f"running the rules on {len(plan.groups)} TP group(s)")
+        results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
+        checks = merge_group_checks([(r.group, r.checks) for r in results])
+        plan.deep = sorted({d for r in results for d in r.deep})
+        plan.why = {d: why for r in results for d, why in r.deep.items()}
+        plan.group_summaries = [r.summary for r in results]
+        plan.cross_group = cross_group(plan.group_summaries)
+        say("building the report")
+        with restricted(con, plan.present, plan.deep):
+            sections = build_sections(ctx, extra=extra_sections)
+    if plan.present:
+        sections.append(ranks_section(plan))
     return Report(
         inputs=_input_rows(con),
         model=model,
         tp=tpd,
         checks=checks,
-        sections=build_sections(ctx, extra=extra_sections),
+        sections=sections,
         layout=layout,
+        ranks=plan.to_dict(),
     )
+
+
+def _failed_inputs(con: duckdb.DuckDBPyConnection, store: str | Path | None) -> list[dict[str, Any]]:
+    """Inputs a store's ingest could not read (its manifest's `failed`), as {path, error}."""
+    if store is None:
+        return []
+    from tracediag.store.parquet import read_manifest
+
+    return list(read_manifest(Path(store)).doc.get("failed", []))

@@ -19,6 +19,8 @@ def analyze(
     model: opt.Model = None,
     tp: opt.Tp = None,
     store: opt.Store = None,
+    ranks: opt.Ranks = None,
+    scheduler: opt.Scheduler = None,
     out: Annotated[
         Path,
         typer.Option("--out", "-o", metavar="DIR", help="Output folder for report.html, findings.json, trace.duckdb."),
@@ -84,6 +86,8 @@ def analyze(
             extra_inputs=extra,
             store=store,
             progress=say,
+            ranks=ranks,
+            scheduler=scheduler,
         )
 
     def run():

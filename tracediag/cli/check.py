@@ -24,6 +24,8 @@ def check(
     model: opt.Model = None,
     tp: opt.Tp = None,
     store: opt.Store = None,
+    ranks: opt.Ranks = None,
+    scheduler: opt.Scheduler = None,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -128,6 +130,8 @@ def check(
                 keep_python=keep_python,
                 jobs=jobs,
                 progress=say,
+                ranks=ranks,
+                scheduler=scheduler,
             )
 
     result, warnings = _guard(run, debug)

@@ -35,6 +35,13 @@ def ingest(
         ),
     ] = None,
     jobs: opt.Jobs = None,
+    keep_going: Annotated[
+        bool,
+        typer.Option(
+            "--keep-going",
+            help="Record an input that cannot be read (the manifest and the report list it) and go on with the rest.",
+        ),
+    ] = False,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
@@ -70,6 +77,7 @@ def ingest(
             jobs=jobs,
             scheduler=scheduler,
             progress=say,
+            keep_going=keep_going,
         ),
         debug,
     )
@@ -81,3 +89,5 @@ def ingest(
             f"written to {result.store} in {result.elapsed_s:.1f} s ({result.backend}); "
             f"analyse it with: tracediag analyze --store {result.store}"
         )
+        for f in result.failed:
+            typer.echo(f"failed: {f['path']}: {f['error']}")

@@ -56,3 +56,21 @@ Store = Annotated[
         help="Read a Parquet store made by `tracediag ingest` instead of parsing traces (no inputs then).",
     ),
 ]
+Ranks = Annotated[
+    str | None,
+    typer.Option(
+        "--ranks",
+        metavar="RANKS",
+        help="Ranks that get the deep per-kernel analysis: 'all' or a list like 0,3,8-15 (default: every rank "
+        "when there are at most 8, else one per TP group plus the stragglers COL005 names).",
+    ),
+]
+Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="With --store: run the per-TP-group rule evaluation on this dask.distributed scheduler "
+        "(tcp://HOST:8786) instead of local processes.",
+    ),
+]

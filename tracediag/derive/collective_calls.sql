@@ -28,16 +28,43 @@ SELECT row_number() OVER (ORDER BY rank, ts_ns, src, name) AS cid, * FROM (
 
 CREATE OR REPLACE TEMP TABLE coll_outer AS
 -- outermost candidates per thread: sorted by start (longer first on ties, then cid), a candidate is
--- nested when an earlier one on the same thread ends at or after it ends.
-SELECT * EXCLUDE (enclosing_end_ns) FROM (
-    SELECT *, max(end_ns) OVER (
-        PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC, cid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS enclosing_end_ns
-    FROM coll_cand
-) WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < end_ns;
+-- nested when an earlier one on the same thread ends at or after it ends. Hence, on one thread, each
+-- outermost candidate starts strictly later and ends strictly later than the one before; `oi` numbers
+-- those with an end. The outermost candidates that hold an interval [lo, hi] of a thread are therefore
+-- consecutive: from the first that ends at or after hi to the last that starts at or before lo. Two ASOF
+-- joins find these bounds (O(n log n)); a range self-join is quadratic in the calls of one thread.
+SELECT *, CASE WHEN end_ns IS NOT NULL
+               THEN row_number() OVER (PARTITION BY rank, tid, end_ns IS NULL ORDER BY ts_ns) END AS oi
+FROM (
+    SELECT * EXCLUDE (enclosing_end_ns) FROM (
+        SELECT *, max(end_ns) OVER (
+            PARTITION BY rank, tid ORDER BY ts_ns, end_ns DESC, cid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+        ) AS enclosing_end_ns
+        FROM coll_cand
+    ) WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < end_ns
+);
+
+CREATE OR REPLACE TEMP TABLE coll_outer_bounds AS
+SELECT rank, tid, ts_ns, end_ns, oi FROM coll_outer WHERE oi IS NOT NULL AND tid IS NOT NULL;
+
+-- (1) each candidate and the outermost candidates of its thread that hold it (itself, when outermost)
+CREATE OR REPLACE TEMP TABLE coll_nesting AS
+WITH last_start AS (
+    SELECT i.cid, i.rank, i.tid, i.end_ns, o.oi AS last_oi
+    FROM (SELECT cid, rank, tid, ts_ns, end_ns FROM coll_cand WHERE end_ns IS NOT NULL AND tid IS NOT NULL) i
+    ASOF JOIN coll_outer_bounds o ON o.rank = i.rank AND o.tid = i.tid AND i.ts_ns >= o.ts_ns
+),
+span AS (
+    SELECT l.cid, l.rank, l.tid, o.oi AS first_oi, l.last_oi
+    FROM last_start l ASOF JOIN coll_outer_bounds o ON o.rank = l.rank AND o.tid = l.tid AND l.end_ns <= o.end_ns
+    WHERE o.oi <= l.last_oi
+)
+SELECT s.cid AS inner_cid, o.cid
+FROM (SELECT cid, rank, tid, unnest(range(first_oi, last_oi + 1)) AS oi FROM span) s
+JOIN coll_outer o ON o.rank = s.rank AND o.tid = s.tid AND o.oi = s.oi;
 
 CREATE OR REPLACE TEMP TABLE coll_meta AS
-SELECT c.cid,
+SELECT n.cid,
     max(i.collective_op) FILTER (WHERE i.collective_op IS NOT NULL AND i.collective_op <> 'unknown') AS op,
     max(i.coll_name) AS coll_name, max(i.in_nelems) AS in_nelems, max(i.out_nelems) AS out_nelems,
     max(i.group_size) AS group_size, max(i.dtype) AS dtype, max(i.pg_name) AS pg_name,
@@ -46,28 +73,44 @@ SELECT c.cid,
     max(i.input_dims) FILTER (WHERE i.name <> 'record_param_comms') AS input_dims,
     max(i.input_types) FILTER (WHERE i.name <> 'record_param_comms') AS input_types,
     bool_or(i.name = 'record_param_comms') AS has_param_comms
-FROM coll_outer c
-JOIN coll_cand i ON i.rank = c.rank AND i.tid = c.tid AND i.ts_ns >= c.ts_ns AND i.end_ns <= c.end_ns
-GROUP BY c.cid;
+FROM coll_nesting n JOIN coll_cand i ON i.cid = n.inner_cid
+GROUP BY n.cid;
 
 CREATE OR REPLACE TEMP TABLE coll_kern AS
-SELECT k.rank, k.name, k.ts_ns, k.dur_ns, k.correlation, k.collective_op, k.coll_name, k.in_nelems,
+SELECT row_number() OVER (ORDER BY k.rank, k.ts_ns, k.correlation, k.name) AS kid,
+       k.rank, k.name, k.ts_ns, k.dur_ns, k.correlation, k.collective_op, k.coll_name, k.in_nelems,
        k.out_nelems, k.group_size, k.dtype, k.pg_name, k.pg_desc, k.pg_ranks, k.seq,
        r.ts_ns AS launch_ts_ns, r.tid AS launch_tid
 FROM kernels k LEFT JOIN runtime r ON r.rank = k.rank AND r.correlation = k.correlation
 WHERE k.klass = 'collective';
 
+-- (2) each collective kernel and the outermost calls on its launching thread whose host range holds the launch
+CREATE OR REPLACE TEMP TABLE coll_kern_call AS
+WITH last_start AS (
+    SELECT k.kid, k.rank, k.launch_tid, k.launch_ts_ns, o.oi AS last_oi
+    FROM (SELECT kid, rank, launch_tid, launch_ts_ns FROM coll_kern
+          WHERE launch_tid IS NOT NULL AND launch_ts_ns IS NOT NULL) k
+    ASOF JOIN coll_outer_bounds o ON o.rank = k.rank AND o.tid = k.launch_tid AND k.launch_ts_ns >= o.ts_ns
+),
+span AS (
+    SELECT l.kid, l.rank, l.launch_tid, o.oi AS first_oi, l.last_oi
+    FROM last_start l
+    ASOF JOIN coll_outer_bounds o ON o.rank = l.rank AND o.tid = l.launch_tid AND l.launch_ts_ns <= o.end_ns
+    WHERE o.oi <= l.last_oi
+)
+SELECT s.kid, o.cid
+FROM (SELECT kid, rank, launch_tid, unnest(range(first_oi, last_oi + 1)) AS oi FROM span) s
+JOIN coll_outer o ON o.rank = s.rank AND o.tid = s.launch_tid AND o.oi = s.oi;
+
 CREATE OR REPLACE TEMP TABLE coll_gpu AS
-SELECT c.cid, min(k.ts_ns) AS gpu_ts_ns, max(k.ts_ns + k.dur_ns) - min(k.ts_ns) AS gpu_dur_ns,
+SELECT kc.cid, min(k.ts_ns) AS gpu_ts_ns, max(k.ts_ns + k.dur_ns) - min(k.ts_ns) AS gpu_dur_ns,
     count(*) AS kernel_count, min(k.name) AS kernel_name,
     max(k.collective_op) FILTER (WHERE k.collective_op <> 'unknown') AS k_op,
     max(k.coll_name) AS k_coll_name, max(k.in_nelems) AS k_in_nelems, max(k.out_nelems) AS k_out_nelems,
     max(k.group_size) AS k_group_size, max(k.dtype) AS k_dtype, max(k.pg_name) AS k_pg_name,
     max(k.seq) AS k_seq
-FROM coll_outer c
-JOIN coll_kern k ON k.rank = c.rank AND k.launch_tid = c.tid
-                AND k.launch_ts_ns >= c.ts_ns AND k.launch_ts_ns <= c.end_ns
-GROUP BY c.cid;
+FROM coll_kern_call kc JOIN coll_kern k USING (kid)
+GROUP BY kc.cid;
 
 -- (3) calls made on a thread (dispatcher ops) vs collective ranges on threads that made no call
 CREATE OR REPLACE TEMP TABLE coll_dispatch AS
@@ -117,7 +160,8 @@ SELECT k.rank, k.name, k.launch_tid, k.launch_ts_ns, NULL, k.collective_op, k.co
     k.out_nelems, k.group_size, k.dtype, k.pg_name, k.pg_desc, k.pg_ranks, k.seq, NULL, NULL, FALSE,
     k.ts_ns, k.dur_ns, 1, k.name, NULL, NULL, NULL, coalesce(k.launch_ts_ns, k.ts_ns), k.collective_op
 FROM coll_kern k
-WHERE NOT EXISTS (
-    SELECT 1 FROM coll_outer c
-    WHERE c.rank = k.rank AND c.tid = k.launch_tid AND k.launch_ts_ns >= c.ts_ns AND k.launch_ts_ns <= c.end_ns
-);
+WHERE k.kid NOT IN (SELECT kid FROM coll_kern_call);
+
+DROP TABLE coll_outer_bounds;
+DROP TABLE coll_nesting;
+DROP TABLE coll_kern_call;

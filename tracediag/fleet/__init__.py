@@ -46,6 +46,16 @@ def ingest_task(task: Task) -> dict[str, Any]:
     return meta
 
 
+def ingest_task_keep_going(task: Task) -> dict[str, Any]:
+    """`ingest_task`, but an input error becomes a record {failed: path, error} (`ingest --keep-going`)."""
+    from tracediag.errors import TracediagError
+
+    try:
+        return ingest_task(task)
+    except TracediagError as exc:
+        return {"failed": task[0], "error": str(exc), "input_id": task[2]}
+
+
 @dataclass
 class IngestResult:
     store: Path
@@ -56,20 +66,20 @@ class IngestResult:
     failed: list[dict[str, str]] = field(default_factory=list)
 
 
-def _run_local(tasks: list[Task], jobs: int | None) -> list[dict[str, Any]]:
+def _run_local(tasks: list[Task], jobs: int | None, fn: Callable = ingest_task) -> list[dict[str, Any]]:
     import multiprocessing as mp
     import sys
     from concurrent.futures import ProcessPoolExecutor
 
     jobs = jobs or min(len(tasks), os.cpu_count() or 1)
     if len(tasks) == 1 or jobs <= 1:
-        return [ingest_task(t) for t in tasks]
+        return [fn(t) for t in tasks]
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        return list(pool.map(ingest_task, tasks))
+        return list(pool.map(fn, tasks))
 
 
-def _run_dask(tasks: list[Task], scheduler: Any) -> list[dict[str, Any]]:
+def _run_dask(tasks: list[Task], scheduler: Any, fn: Callable = ingest_task) -> list[dict[str, Any]]:
     try:
         from distributed import Client
     except ImportError:
@@ -80,7 +90,7 @@ def _run_dask(tasks: list[Task], scheduler: Any) -> list[dict[str, Any]]:
     except OSError as exc:
         raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from None
     try:
-        futures = client.map(ingest_task, tasks, key=[f"tracediag-ingest-{t[2]}-{Path(t[0]).name}" for t in tasks])
+        futures = client.map(fn, tasks, key=[f"tracediag-ingest-{t[2]}-{Path(t[0]).name}" for t in tasks])
         return client.gather(futures)
     finally:
         if own:
@@ -115,8 +125,12 @@ def ingest_store(
     jobs: int | None = None,
     scheduler: Any = None,
     progress: Callable[[str], None] | None = None,
+    keep_going: bool = False,
 ) -> IngestResult:
-    """Parse `paths` (+ explicit-format inputs) into the Parquet store folder `store` (replaced atomically)."""
+    """Parse `paths` (+ explicit-format inputs) into the Parquet store folder `store` (replaced atomically).
+
+    `keep_going`: an input that cannot be read is recorded (manifest `failed`: path and error; the report lists
+    it) instead of stopping the ingest; at least one input must be read."""
     from tracediag.derive import build_all
     from tracediag.ingest import discover_inputs
     from tracediag.store import append_rows
@@ -139,8 +153,15 @@ def ingest_store(
         tasks: list[Task] = [(str(p), fmt, i, options, str(staging)) for i, (p, fmt) in enumerate(files)]
         backend = f"dask.distributed ({scheduler})" if scheduler is not None else "local processes"
         say(f"ingesting {len(tasks)} input(s) on {backend}")
-        metas = _run_dask(tasks, scheduler) if scheduler is not None else _run_local(tasks, jobs)
+        fn = ingest_task_keep_going if keep_going else ingest_task
+        metas = _run_dask(tasks, scheduler, fn) if scheduler is not None else _run_local(tasks, jobs, fn)
         metas.sort(key=lambda m: m["input_id"])
+        failed = [{"path": m["failed"], "error": m["error"]} for m in metas if "failed" in m]
+        metas = [m for m in metas if "failed" not in m]
+        if not metas:
+            raise InputError(failed[0]["path"], f"no input could be read ({failed[0]['error']})")
+        for f in failed:
+            say(f"failed: {f['error']}")
         _check_ranks(metas)
 
         say("deriving steps, collectives and kernel tables")
@@ -198,13 +219,13 @@ def ingest_store(
         ]
         for f in staging.glob("scratch*"):
             f.unlink()
-        pq.write_manifest(staging, inputs, tables, views=views, backend=backend)
+        pq.write_manifest(staging, inputs, tables, views=views, backend=backend, failed=failed)
         if store.exists():
             pq.clear_store(store)
         store.mkdir(parents=True, exist_ok=True)
         for entry in staging.iterdir():
             os.replace(entry, store / entry.name)
-        return IngestResult(store, inputs, tables, time.monotonic() - t0, backend)
+        return IngestResult(store, inputs, tables, time.monotonic() - t0, backend, failed)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -264,11 +285,14 @@ def _derived_views(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     }
 
 
-def open_store_views(store: str | Path, db_path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection (file `db_path` or in memory) with one view per table of the store."""
+def open_store_views(
+    store: str | Path, db_path: str | Path | None = None, ranks: Sequence[int] | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection (file `db_path` or in memory) with one view per table of the store; `ranks`: only
+    those ranks' partitions (a TP group's task reads its own files, not every rank's)."""
     manifest = pq.read_manifest(Path(store))
     con = duckdb.connect(str(db_path) if db_path else ":memory:")
-    pq.attach_views(con, manifest)
+    pq.attach_views(con, manifest, ranks)
     for _name, sql in manifest.doc.get("views", {}).items():
         con.execute(sql)
     return con

@@ -41,6 +41,8 @@ def run_check(
     keep_python: bool = False,
     jobs: int | None = None,
     progress=None,
+    ranks: str | None = None,
+    scheduler: str | None = None,
 ):
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
@@ -101,6 +103,8 @@ def run_check(
                 extra_inputs=list(extra_inputs),
                 store=store,
                 progress=progress,
+                ranks=ranks,
+                scheduler=scheduler,
             )
             report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
             doc = orjson.loads(findings_json(report))

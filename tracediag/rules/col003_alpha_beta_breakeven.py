@@ -40,7 +40,7 @@ from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
 from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
-from tracediag.rules.col005_rank_skew import matched_collectives
+from tracediag.rules.col005_rank_skew import matched_views
 
 RULE = RuleMeta(
     id="COL003",
@@ -67,16 +67,41 @@ def _bus_factor(op: str, exec_op: str | None, p: int) -> float:
     return (p - 1) / p
 
 
-def _full_bytes(c: dict, p: int) -> int | None:
-    """The full [T, H] side of a call: its input (all-reduce, reduce-scatter) or p × its input (all-gather)."""
-    if c["payload_bytes"] is None:
-        return None
-    return c["payload_bytes"] * (c["group_size"] or p) if c["op"] == "all_gather" else c["payload_bytes"]
-
-
-def _is_logits_gather(c: dict, model, p: int) -> bool:
-    w, v = c.get("in_width"), getattr(model, "vocab_size", None)
-    return c["op"] == "all_gather" and bool(w and v) and w != model.H and w * (c["group_size"] or p) == v
+# One fit sample per call: the call's group size g (p when unrecorded), its full [T, H] side S (the input of an
+# all-reduce or a reduce-scatter, g × the input of an all-gather) and its bus bytes V = S × 2(g−1)/g (an
+# all-reduce, or a reduce-scatter the backend ran as one) or S × (g−1)/g. Calls of another group size are
+# left out, and so are, in a sequence-parallel run, the logits all-gathers (input width V/g, not H).
+# `calls` is a subquery with the columns rank, step_id, ts_ns, call_name, work_event, op, exec_op, in_width,
+# group_size, payload_bytes, dur_ns and an `ord` to order by. Parameters: p, p, the subquery's, p, sp, vocab, H,
+# vocab.
+SAMPLES_SQL = """
+WITH x AS (
+    SELECT *, coalesce(nullif(group_size, 0), ?) AS g,
+           CASE WHEN op = 'all_gather' THEN payload_bytes * coalesce(nullif(group_size, 0), ?)
+                ELSE payload_bytes END AS full_bytes
+    FROM ({calls}) c
+)
+SELECT rank, step_id AS step, ts_ns, call_name AS name, work_event, op, g AS group_size,
+       full_bytes AS payload_bytes,
+       CASE WHEN op = 'all_reduce' OR exec_op = 'all_reduce' THEN 2 * (g - 1) / g ELSE (g - 1) / g END
+           * full_bytes AS bus_bytes,
+       dur_ns
+FROM x
+WHERE g = ?
+  AND NOT (? AND op = 'all_gather' AND coalesce(in_width, 0) <> 0 AND coalesce(?, 0) <> 0
+           AND in_width IS DISTINCT FROM ? AND in_width * g = ?)
+ORDER BY ord
+"""
+# The shortest call of each matched set (tracediag/derive/matched_collectives.sql) of the fitted ops whose
+# ranks agree on one payload; `ops` is bound as a list.
+MATCHED_CALLS_SQL = """
+SELECT short_rank AS rank, short_step_id AS step_id, short_ts_ns AS ts_ns, short_call_name AS call_name,
+       short_work_event AS work_event, short_op AS op, short_exec_op AS exec_op, short_in_width AS in_width,
+       short_group_size AS group_size, short_payload_bytes AS payload_bytes, min_dur_ns AS dur_ns,
+       set_no AS ord, calls
+FROM matched_sets
+WHERE list_contains(?::VARCHAR[], op) AND distinct_payloads = 1 AND NOT payload_missing
+"""
 
 
 def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple[list[dict], str]:
@@ -85,42 +110,26 @@ def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple
     arriver's, closest to the transfer itself; else each call's own time. Each sample carries its full
     payload S and its bus bytes V."""
     sp = scheme == SEQUENCE_PARALLEL
-    ops = ("reduce_scatter", "all_gather") if sp else ("all_reduce",)
+    ops = ["reduce_scatter", "all_gather"] if sp else ["all_reduce"]
     where = tp_sp_where() if sp else tp_allreduce_where()
-    sets = [
-        s for s in matched_collectives(ctx) if s["op"] in ops and len(s["payloads"]) == 1 and None not in s["payloads"]
-    ]
+    m = ctx.model
+    H, vocab = (m.H if m else None), (getattr(m, "vocab_size", None) if m else None)
 
-    def sample(c: dict) -> dict | None:
-        g = c["group_size"] or p
-        if (g != p and c["group_size"] is not None) or (sp and _is_logits_gather(c, ctx.model, p)):
-            return None
-        full = _full_bytes(c, p)
-        return {
-            "rank": c["rank"],
-            "step": c.get("step_id", c.get("step")),
-            "ts_ns": c["ts_ns"],
-            "name": c.get("call_name", c.get("name")),
-            "work_event": c["work_event"],
-            "op": c["op"],
-            "group_size": g,
-            "payload_bytes": full,
-            "bus_bytes": _bus_factor(c["op"], c.get("exec_op"), g) * full,
-            "dur_ns": c["dur_ns"],
-        }
+    def samples(calls: str, params: list) -> list[dict]:
+        return ctx.rows(SAMPLES_SQL.format(calls=calls), [p, p, *params, p, sp, vocab, H, vocab])
 
-    if sets:
-        out = [x for s in sets if (x := sample(min(s["calls"], key=lambda c: c["dur_ns"]))) is not None]
+    matched_views(ctx)
+    first_set = ctx.scalar(f"SELECT calls FROM ({MATCHED_CALLS_SQL}) ORDER BY ord LIMIT 1", [ops])
+    if first_set is not None:
+        out = samples(MATCHED_CALLS_SQL, [ops])
         if out:
-            return out, f"shortest rank's time of each call matched across {len(sets[0]['calls'])} ranks"
-    rows = ctx.rows(
-        f"SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
-        f"in_width, group_size, payload_bytes, dur_ns FROM collectives "
-        f"WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL ORDER BY rank, ts_ns",
-        [p],
+            return out, f"shortest rank's time of each call matched across {first_set} ranks"
+    own = (
+        "SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
+        "in_width, group_size, payload_bytes, dur_ns, row_number() OVER (ORDER BY rank, ts_ns) AS ord "
+        f"FROM collectives WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL"
     )
-    out = [x for r in rows if (x := sample(r)) is not None]
-    return out, "each call's own time (one rank: includes waiting for the other ranks)"
+    return samples(own, [p]), "each call's own time (one rank: includes waiting for the other ranks)"
 
 
 def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | None]:

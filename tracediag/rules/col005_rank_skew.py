@@ -23,11 +23,11 @@ compare its step composition with the other ranks'. Fix the straggler before tun
 
 from __future__ import annotations
 
-import statistics
-from collections import defaultdict
+import duckdb
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.store import run_sql_file
 
 RULE = RuleMeta(
     id="COL005",
@@ -40,104 +40,84 @@ WAITING_SHARE_FINDING = 0.5  # "the others' collective time is mostly waiting" (
 LAST_SHARE_MIN = 0.5  # the straggler must arrive last in at least this share of matched calls
 
 
-def matched_collectives(ctx: Context) -> list[dict]:
-    """Collective calls matched across ranks: one dict per call of a process group with its per-rank rows.
+def matched_views(ctx: Context) -> None:
+    """Build the temporary view `matched_keyed` and tables `matched_sets`, `matched_calls`, `matched_ranks` from the
+    store's collectives (tracediag/derive/matched_collectives.sql): every call matched across the ranks of
+    its process group, one row per matched set, one row per rank.
 
     Matching key: (process group, seq) when every call of the group carries the collective sequence
     number (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call
-    in host-call order on its rank). Only calls seen on at least two ranks are returned.
+    in host-call order on its rank). Only calls seen on at least two ranks are matched.
     """
-    rows = ctx.rows(
-        """
-        WITH c AS (
-            SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, seq,
-                   call_name, coalesce(kernel_name, exec_name) AS work_event,
-                   coalesce(cpu_ts_ns, ts_ns) AS order_ts,
-                   coalesce(pg_name, pg_ranks, '') AS pg
-            FROM collectives WHERE ts_ns IS NOT NULL AND dur_ns IS NOT NULL
-        ),
-        g AS (SELECT pg, bool_and(seq IS NOT NULL) AS by_seq FROM c GROUP BY pg),
-        k AS (
-            SELECT c.*, g.by_seq,
-                   row_number() OVER (PARTITION BY c.rank, c.pg, c.op ORDER BY c.order_ts, c.call_id) - 1 AS ordinal
-            FROM c JOIN g USING (pg)
-        )
-        SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, call_name,
-               work_event, pg,
-               CASE WHEN by_seq THEN 'sequence number' ELSE 'order within process group and op' END AS matched_by,
-               CASE WHEN by_seq THEN '' ELSE op END AS key_op,
-               CASE WHEN by_seq THEN seq ELSE ordinal END AS key
-        FROM k ORDER BY pg, key_op, key, rank
-        """
-    )
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in rows:
-        groups[(r["pg"], r["key_op"], r["key"])].append(r)
-    out = []
-    for (pg, _, key), calls in groups.items():
-        if len({c["rank"] for c in calls}) < 2:
-            continue
-        last_ts = max(c["ts_ns"] for c in calls)
-        first_ts = min(c["ts_ns"] for c in calls)
-        ends = [c["ts_ns"] + c["dur_ns"] for c in calls]
-        last = max(calls, key=lambda c: (c["ts_ns"], c["rank"]))
-        for c in calls:
-            c["waiting_ns"] = max(0, min(c["dur_ns"], last_ts - c["ts_ns"]))
-        out.append(
-            {
-                "pg": pg,
-                "key": key,
-                "op": calls[0]["op"],
-                "matched_by": calls[0]["matched_by"],
-                "calls": calls,
-                "ranks": len(calls),
-                "spread_ns": last_ts - first_ts,
-                "end_spread_ns": max(ends) - min(ends),
-                "last_rank": last["rank"],
-                "first_ts_ns": first_ts,
-                "min_dur_ns": min(c["dur_ns"] for c in calls),
-                "payloads": {c["payload_bytes"] for c in calls},
-            }
-        )
-    return out
+    # built once per content of `collectives` (the rules and the report sections all read them; a per-group
+    # evaluation restricts `collectives` to other ranks, which changes the fingerprint)
+    fingerprint = ctx.con.execute(
+        "SELECT count(*), sum(rank), min(ts_ns), max(ts_ns), sum(call_id), sum(dur_ns) FROM collectives"
+    ).fetchone()
+    key = "|".join(map(str, fingerprint))
+    try:
+        built = ctx.con.execute("SELECT key FROM temp.main.matched_fingerprint").fetchone()[0]
+    except duckdb.CatalogException:
+        built = None
+    if built == key:
+        return
+    run_sql_file(ctx.con, "tracediag.derive", "matched_collectives.sql")
+    ctx.con.execute("CREATE OR REPLACE TEMP TABLE matched_fingerprint AS SELECT ? AS key", [key])
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
+def matched_summary(ctx: Context) -> dict | None:
+    """How many call sets were matched and by what (None when none were): for the report's notes."""
+    matched_views(ctx)
+    row = ctx.rows(
+        "SELECT count(*) AS sets, first(matched_by ORDER BY set_no) AS matched_by, "
+        "max(calls) FILTER (WHERE set_no = 1) AS first_set_calls FROM matched_sets"
+    )[0]
+    return row if row["sets"] else None
 
 
-def _quantile(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def rank_table(sets: list[dict]) -> list[dict]:
+def rank_table(ctx: Context) -> list[dict]:
     """Per rank: arrivals last, lateness, collective time and waiting (the report's skew table)."""
-    per: dict[int, dict] = defaultdict(lambda: {"calls": 0, "last": 0, "late": [], "dur": 0, "wait": 0})
-    for s in sets:
-        for c in s["calls"]:
-            d = per[c["rank"]]
-            d["calls"] += 1
-            d["last"] += c["rank"] == s["last_rank"]
-            d["late"].append(c["ts_ns"] - s["first_ts_ns"])
-            d["dur"] += c["dur_ns"]
-            d["wait"] += c["waiting_ns"]
+    matched_views(ctx)
+    rows = ctx.rows("SELECT * FROM matched_ranks ORDER BY rank")
     return [
         {
-            "rank": r,
-            "matched_calls": d["calls"],
-            "arrived_last": d["last"],
-            "arrived_last_share": round(d["last"] / d["calls"], 3),
-            "median_lateness_ns": int(_median(d["late"])),
-            "p90_lateness_ns": int(_quantile(d["late"], 0.9)),
-            "collective_ns": d["dur"],
-            "waiting_ns": d["wait"],
-            "waiting_share": round(d["wait"] / d["dur"], 3) if d["dur"] else None,
+            "rank": r["rank"],
+            "matched_calls": r["matched_calls"],
+            "arrived_last": r["arrived_last"],
+            "arrived_last_share": round(r["arrived_last"] / r["matched_calls"], 3),
+            "median_lateness_ns": int(r["median_lateness_ns"]),
+            "p90_lateness_ns": int(r["p90_lateness_ns"]),
+            "collective_ns": int(r["collective_ns"]),
+            "waiting_ns": int(r["waiting_ns"]),
+            "waiting_share": round(r["waiting_ns"] / r["collective_ns"], 3) if r["collective_ns"] else None,
         }
-        for r, d in sorted(per.items())
+        for r in rows
     ]
+
+
+# The spread of the matched sets: overall, and by the phase of the straggler's step.
+SPREAD_SQL = """
+SELECT count(*) AS sets,
+       first(matched_by ORDER BY set_no) AS matched_by,
+       median(spread_ns) AS median_spread_ns,
+       list_sort(list(spread_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)]
+           AS p90_spread_ns,
+       max(spread_ns) AS max_spread_ns,
+       median(end_spread_ns) AS median_end_spread_ns,
+       count(*) FILTER (WHERE distinct_payloads > 1 AND op = 'all_reduce') AS mismatched
+FROM matched_sets
+"""
+SPREAD_BY_PHASE_SQL = """
+SELECT CASE WHEN s.step_id IS NULL THEN 'outside steps' ELSE coalesce(s.phase, 'unknown') END AS phase,
+       median(m.spread_ns) AS median_spread_ns
+FROM matched_sets m LEFT JOIN steps s ON s.rank = m.last_rank AND s.step_id = m.last_step_id
+GROUP BY ALL ORDER BY phase
+"""
+WORST_SETS_SQL = """
+SELECT last_rank AS rank, last_step_id AS step, last_ts_ns AS ts_ns, last_call_name AS name,
+       last_work_event AS work_event, op, key AS match_key, spread_ns, first_rank
+FROM matched_sets ORDER BY spread_ns DESC, set_no LIMIT ?
+"""
 
 
 def check(ctx: Context) -> Check:
@@ -148,10 +128,11 @@ def check(ctx: Context) -> Check:
             f"missing other ranks: the collectives come from rank {ranks[0] if ranks else '?'} only; skew needs "
             "the traces of at least two ranks of a process group",
         )
-    sets = matched_collectives(ctx)
-    if not sets:
+    matched_views(ctx)
+    spread = ctx.rows(SPREAD_SQL)[0]
+    if not spread["sets"]:
         return not_applicable(RULE, "missing matching collectives: no call was found on two ranks of one group")
-    table = rank_table(sets)
+    table = rank_table(ctx)
     by_rank = {t["rank"]: t for t in table}
     straggler = max(table, key=lambda t: (t["arrived_last_share"], t["median_lateness_ns"]))["rank"]
     s_row = by_rank[straggler]
@@ -159,36 +140,28 @@ def check(ctx: Context) -> Check:
     o_dur = sum(t["collective_ns"] for t in others)
     o_wait = sum(t["waiting_ns"] for t in others)
     waiting_share = o_wait / o_dur if o_dur else 0.0
-    spreads = [s["spread_ns"] for s in sets]
-    mismatched = sum(1 for s in sets if len(s["payloads"]) > 1 and s["op"] == "all_reduce")
+    mismatched = spread["mismatched"]
     step_ns = ctx.scalar(
         "SELECT sum(dur_ns) FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
         [straggler],
     )
     # where the late arrivals happen: spread by phase of the straggler's step
-    phase_of = {
-        (r["rank"], r["step_id"]): r["phase"]
-        for r in ctx.rows("SELECT rank, step_id, coalesce(phase, 'unknown') AS phase FROM steps")
-    }
-    by_phase: dict[str, list[int]] = defaultdict(list)
-    for s in sets:
-        c = next(c for c in s["calls"] if c["rank"] == s["last_rank"])
-        by_phase[phase_of.get((c["rank"], c["step_id"]), "outside steps")].append(s["spread_ns"])
+    by_phase = {r["phase"]: int(r["median_spread_ns"]) for r in ctx.rows(SPREAD_BY_PHASE_SQL)}
     values = {
-        "matched_by": sets[0]["matched_by"],
-        "matched_calls": len(sets),
+        "matched_by": spread["matched_by"],
+        "matched_calls": spread["sets"],
         "ranks": ranks,
-        "median_spread_ns": int(_median(spreads)),
-        "p90_spread_ns": int(_quantile(spreads, 0.9)),
-        "max_spread_ns": max(spreads),
-        "median_end_spread_ns": int(_median([s["end_spread_ns"] for s in sets])),
+        "median_spread_ns": int(spread["median_spread_ns"]),
+        "p90_spread_ns": int(spread["p90_spread_ns"]),
+        "max_spread_ns": spread["max_spread_ns"],
+        "median_end_spread_ns": int(spread["median_end_spread_ns"]),
         "straggler_rank": straggler,
         "straggler_last_share": s_row["arrived_last_share"],
         "straggler_median_lateness_ns": s_row["median_lateness_ns"],
         "others_collective_ns": o_dur,
         "others_waiting_ns": o_wait,
         "others_waiting_share": round(waiting_share, 4),
-        "median_spread_ns_by_phase": {k: int(_median(v)) for k, v in sorted(by_phase.items())},
+        "median_spread_ns_by_phase": dict(sorted(by_phase.items())),
         "calls_with_mismatched_payload": mismatched,
     }
     notes = []
@@ -209,27 +182,11 @@ def check(ctx: Context) -> Check:
         "spread = max_r start_r − min_r start_r; waiting share = Σ_{r≠s} min(dur_r, max start − start_r) / Σ dur_r"
     )
     substituted = (
-        f"{len(sets)} matched calls: median spread {values['median_spread_ns'] / 1e3:.1f} µs; rank {straggler} "
+        f"{spread['sets']} matched calls: median spread {values['median_spread_ns'] / 1e3:.1f} µs; rank {straggler} "
         f"arrives last in {s_row['arrived_last']}/{s_row['matched_calls']}; others wait "
         f"{o_wait / 1e6:.2f} of {o_dur / 1e6:.2f} ms in collectives = {waiting_share:.0%}"
     )
-    worst = sorted(sets, key=lambda s: -s["spread_ns"])[: ctx.settings.max_evidence]
-    evidence = []
-    for s in worst:
-        c = next(c for c in s["calls"] if c["rank"] == s["last_rank"])
-        evidence.append(
-            {
-                "rank": c["rank"],
-                "step": c["step_id"],
-                "ts_ns": c["ts_ns"],
-                "name": c["call_name"],
-                "work_event": c["work_event"],
-                "op": s["op"],
-                "match_key": s["key"],
-                "spread_ns": s["spread_ns"],
-                "first_rank": min(s["calls"], key=lambda x: x["ts_ns"])["rank"],
-            }
-        )
+    evidence = ctx.rows(WORST_SETS_SQL, [ctx.settings.max_evidence])
     is_finding = waiting_share >= WAITING_SHARE_FINDING and s_row["arrived_last_share"] >= max(
         LAST_SHARE_MIN, 1.2 / len(ranks)
     )

@@ -194,8 +194,9 @@ def read_manifest(store: Path) -> StoreManifest:
     return StoreManifest(store, doc)
 
 
-def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> None:
-    """One view per stored table, with the columns and types it had when written (empty tables included)."""
+def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
+    """One view per stored table, with the columns and types it had when written (empty tables included).
+    `ranks`: only these ranks' partitions of the rank-partitioned tables are read (one TP group's task)."""
     for table, info in manifest.tables.items():
         cols: list[list[str]] = info["columns"]
         con.execute(f"DROP TABLE IF EXISTS {table}")
@@ -208,9 +209,20 @@ def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> Non
             continue
         partitioned = any(c == RANK for c, _ in cols) and any(p.name.startswith("rank=") for p in target.iterdir())
         rank_type = dict(map(tuple, cols)).get(RANK, "INTEGER")
+        files = f"'{_sql_path(target)}/**/*.parquet'"
+        if partitioned and ranks is not None:
+            # and the rows without a rank (telemetry inputs), which every group reads
+            parts = [target / f"{RANK}={int(r)}" for r in sorted(set(ranks))] + [
+                target / f"{RANK}=__HIVE_DEFAULT_PARTITION__"
+            ]
+            parts = [d for d in parts if any(d.glob("*.parquet"))]
+            if not parts:
+                empty = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols)
+                con.execute(f"CREATE VIEW {table} AS SELECT {empty} WHERE false")
+                continue
+            files = "[" + ", ".join(f"'{_sql_path(d)}/*.parquet'" for d in parts) + "]"
         src = (
-            f"read_parquet('{_sql_path(target)}/**/*.parquet', hive_partitioning=true, "
-            f"hive_types={{'rank': {rank_type}}}, union_by_name=true)"
+            f"read_parquet({files}, hive_partitioning=true, hive_types={{'rank': {rank_type}}}, union_by_name=true)"
             if partitioned
             else f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
         )

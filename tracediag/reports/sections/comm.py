@@ -65,7 +65,7 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
 
 
 def build(ctx) -> Section | None:
-    from tracediag.rules.col005_rank_skew import matched_collectives, rank_table
+    from tracediag.rules.col005_rank_skew import matched_summary, rank_table
 
     tables: dict[str, list[dict]] = {}
     charts: list[str] = []
@@ -80,10 +80,10 @@ def build(ctx) -> Section | None:
         ctx.scalar("SELECT count(DISTINCT rank) FROM collectives")
         and ctx.scalar("SELECT count(DISTINCT rank) FROM collectives") > 1
     ):
-        sets = matched_collectives(ctx)
-        if sets:
-            tables["rank skew: arrivals at matched collectives"] = rank_table(sets)
-            notes.append(f"Collectives matched across ranks by {sets[0]['matched_by']} ({len(sets)} calls).")
+        matched = matched_summary(ctx)
+        if matched:
+            tables["rank skew: arrivals at matched collectives"] = rank_table(ctx)
+            notes.append(f"Collectives matched across ranks by {matched['matched_by']} ({matched['sets']} calls).")
     bench = ctx.rows(
         "SELECT source_path, op, nranks, dtype, size_bytes, time_ns, algbw_gbs, busbw_gbs FROM nccl_tests "
         "WHERE placement = 'out-of-place' ORDER BY source_path, size_bytes"

@@ -118,21 +118,21 @@ def _timeline(rows: list[dict[str, Any]], t0: int) -> list[str]:
 
 
 def _waiting(ctx) -> tuple[str | None, list[dict[str, Any]]]:
-    from tracediag.rules.col005_rank_skew import matched_collectives, rank_table
+    from tracediag.rules.col005_rank_skew import matched_summary, rank_table
 
     if (ctx.scalar("SELECT count(DISTINCT rank) FROM collectives") or 0) < 2:
         return None, []
-    sets = matched_collectives(ctx)
-    if not sets:
+    matched = matched_summary(ctx)
+    if not matched:
         return None, []
-    table = rank_table(sets)
+    table = rank_table(ctx)
     rows = [
         (f"rank {t['rank']}", [("waiting for the last rank", t["waiting_ns"]),
                                ("rest of the call", max(0, t["collective_ns"] - t["waiting_ns"]))])
         for t in table
     ]  # fmt: skip
     chart = svg.stacked_bars(
-        f"Collective time per rank ({len(sets)} calls matched across ranks)",
+        f"Collective time per rank ({matched['sets']} calls matched across ranks)",
         rows,
         total_fmt=units.duration,
         unit_note="share of each rank's collective time; the total at the end of each bar",
