@@ -94,6 +94,13 @@ def ms(ns: float | None) -> str:
     return f"{ns / 1e9:.3g} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
+def dur(ns: float | None) -> str:
+    """A duration in the unit a reader expects, 3 significant digits: "850 µs", "3.13 ms", "1.24 s"."""
+    if ns is None:
+        return "?"
+    return f"{ns / 1e3:.3g} µs" if abs(ns) < 1e6 else ms(ns)
+
+
 def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 

@@ -27,6 +27,7 @@ import duckdb
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.rules._kernels import dur
 from tracediag.store import run_sql_file
 
 RULE = RuleMeta(
@@ -195,7 +196,7 @@ def check(ctx: Context) -> Check:
             RULE,
             confidence="medium" if reliable else "low",
             title=(
-                f"No dominant straggler: median start spread {values['median_spread_ns'] / 1e3:.0f} µs, other "
+                f"No dominant straggler: median start spread {dur(values['median_spread_ns'])}, other "
                 f"ranks wait {waiting_share:.0%} of their collective time"
             ),
             formula=formula,
@@ -211,7 +212,7 @@ def check(ctx: Context) -> Check:
         impact=min(1.0, o_wait / step_ns) if step_ns else waiting_share,
         title=(
             f"Rank {straggler} is the straggler: it arrives last at {s_row['arrived_last_share']:.0%} of the "
-            f"collectives (median {s_row['median_lateness_ns'] / 1e3:.0f} µs late); the other ranks spend "
+            f"collectives (median {dur(s_row['median_lateness_ns'])} late); the other ranks spend "
             f"{waiting_share:.0%} of their collective time waiting"
         ),
         formula=formula,
