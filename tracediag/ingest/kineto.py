@@ -197,8 +197,21 @@ def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
         e.ts_ns = _exact_ts_ns(r.ts)
 
 
+_get_ts = operator.attrgetter("ts")
+_get_ts_ns = operator.attrgetter("ts_ns")
+_get_dur = operator.attrgetter("dur")
+_get_name = operator.attrgetter("name")
+_get_pid = operator.attrgetter("pid")
+_get_tid = operator.attrgetter("tid")
+_get_cat = operator.attrgetter("cat")
+_get_args = operator.attrgetter("args")
+
+
 def _needs_exact_ts(events: list[_Event]) -> bool:
     limit = _FLOAT_NS_EXACT_LIMIT_US
+    with np.errstate(invalid="ignore"):
+        if not (np.abs(val._floats(list(map(_get_ts, events)))) >= limit).any():  # no value that large at all
+            return False
     return any(isinstance(e.ts, float) and (e.ts >= limit or e.ts <= -limit) for e in events)
 
 
@@ -336,14 +349,6 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple
     return list(itertools.compress(evs, ok.tolist())), ts[ok], dur[ok]
 
 
-_get_ts = operator.attrgetter("ts")
-_get_ts_ns = operator.attrgetter("ts_ns")
-_get_dur = operator.attrgetter("dur")
-_get_name = operator.attrgetter("name")
-_get_pid = operator.attrgetter("pid")
-_get_tid = operator.attrgetter("tid")
-_get_cat = operator.attrgetter("cat")
-_get_args = operator.attrgetter("args")
 _NO_ARGS = _Args()
 
 
