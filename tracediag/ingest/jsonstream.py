@@ -23,7 +23,8 @@ from typing import IO, Generic, TypeVar
 T = TypeVar("T")
 
 DEFAULT_CHUNK_BYTES = 32 << 20
-_READ = 8 << 20
+_READ = 16 << 20  # bytes read at a time: a quarter of the chunk, within these bounds
+_MIN_READ = 64 << 10
 _WS = b" \t\r\n"
 _MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a pathological item)
 _MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
@@ -37,7 +38,8 @@ class ArrayChunks(Generic[T]):
     """Iterate `decode(b"[" + items + b"]")` over chunks of the array stored under `key`.
 
     `decode` must raise `errors` (e.g. msgspec.DecodeError) on a syntactically invalid chunk; any
-    other exception propagates. After iteration, `rest` is the document without the array's items
+    other exception propagates. It is given a memoryview of the reading buffer, valid only during the call
+    (the chunk is decoded in place, without a copy); values that keep pointing into it (msgspec.Raw) are fine. After iteration, `rest` is the document without the array's items
     (`{"key": [], ...}`), or None when the document was a bare array; `items_bytes` counts the bytes of
     the array's items.
     """
@@ -62,7 +64,7 @@ class ArrayChunks(Generic[T]):
     def _read(self, buf: bytearray) -> bool:
         if self._eof:
             return False
-        data = self._f.read(max(_READ, self._chunk // 4))
+        data = self._f.read(max(_MIN_READ, min(_READ, self._chunk // 4)))
         if not data:
             self._eof = True
             return False

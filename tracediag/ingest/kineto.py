@@ -296,20 +296,23 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
     stream, raw = _open_stream(p)
     b = _Builder(p, opts.keep_python, exact=exact)
 
-    def decode(chunk: bytes) -> tuple[list[_Event], bytes]:
-        return _EVENTS.decode(chunk), chunk
+    def decode(chunk: memoryview) -> tuple[list[_Event], list[_RawTs] | None]:
+        # `chunk` is valid only during this call (jsonstream decodes in place): the raw `ts` text is read now
+        events = _EVENTS.decode(chunk)
+        raws = _RAW_TS.decode(chunk) if b.exact or _needs_exact_ts(events) else None
+        return events, raws
 
     try:
         chunks = ArrayChunks(stream, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
-        for events, chunk in chunks:
-            if not b.exact and _needs_exact_ts(events):
+        for events, raws in chunks:
+            if raws is not None and not b.exact:
                 if b.chunks:
                     raise _NeedsExact
                 b.exact = True
             if b.exact:
-                for e, r in zip(events, _RAW_TS.decode(chunk), strict=True):
+                for e, r in zip(events, raws, strict=True):
                     e.ts_ns = _exact_ts_ns(r.ts)
-            del chunk
+            del raws
             b.add(events)
             del events
         top = _TOP.decode(chunks.rest) if chunks.rest is not None else None
