@@ -4,7 +4,7 @@ memory limit and spill folder.
 One number, `--memory-limit` (default DEFAULT_MEMORY_LIMIT), bounds what a parser holds besides the columnar
 tables it builds: the chunk of JSON text it decodes and the decoded events of that chunk, which take about
 CHUNK_FACTOR times the chunk's bytes (msgspec structs, the strings they point to, the per-chunk columns).
-DuckDB gets the same number as its `memory_limit`, and spills to a temporary folder beyond it.
+DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it.
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ def chunk_bytes(limit: int | None = None) -> int:
     return max(1 << 20, memory_limit(limit) // CHUNK_FACTOR)
 
 
+# DuckDB's limit is a multiple of the parser budget: its joins and window functions over a rank's tables need
+# working memory that not every operator can spill (a 512 MiB limit fails on a 4 GB rank: "failed to pin block")
+DUCKDB_FACTOR = 4
+
+
 def duckdb_settings(limit: int | None = None) -> dict[str, str]:
-    """DuckDB `memory_limit` for the budget (it spills to its temp_directory beyond it)."""
-    return {"memory_limit": f"{max(memory_limit(limit), MIN_MEMORY_LIMIT) >> 20}MiB"}
+    """DuckDB `memory_limit` for the budget (DUCKDB_FACTOR × it; DuckDB spills to its temp_directory beyond)."""
+    return {"memory_limit": f"{DUCKDB_FACTOR * max(memory_limit(limit), MIN_MEMORY_LIMIT) >> 20}MiB"}
