@@ -39,9 +39,9 @@ class ArrayChunks(Generic[T]):
 
     `decode` must raise `errors` (e.g. msgspec.DecodeError) on a syntactically invalid chunk; any
     other exception propagates. It is given a memoryview of the reading buffer, valid only during the call
-    (the chunk is decoded in place, without a copy); values that keep pointing into it (msgspec.Raw) are fine. After iteration, `rest` is the document without the array's items
-    (`{"key": [], ...}`), or None when the document was a bare array; `items_bytes` counts the bytes of
-    the array's items.
+    (the chunk is decoded in place, without a copy); values that keep pointing into it (msgspec.Raw) are fine.
+    After iteration, `rest` is the document without the array's items (`{"key": [], ...}`), or None when the
+    document was a bare array; `items_bytes` counts the bytes of the array's items.
     """
 
     def __init__(
