@@ -167,10 +167,12 @@ def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
 _SAME_KIND = {"vllm-log": ("sglang-log",), "vllm-bench": ("sglang-bench",)}
 
 
-def _parse_job(args: tuple[str, str | None, int, IngestOptions, str | None]) -> Parsed:
-    """One parse; in a parser process (`spill` set) its tables are written as Arrow IPC files into `spill`
-    and `Parsed.tables` holds their paths: the parent maps them instead of unpickling copies."""
-    path, fmt, order, options, spill = args
+def _parse_job(args: tuple) -> Parsed:
+    """One parse of (path, format, order, options[, spill]); in a parser process (`spill` set) its tables are
+    written as Arrow IPC files into `spill` and `Parsed.tables` holds their paths: the parent maps them instead
+    of unpickling copies."""
+    path, fmt, order, options, *rest = args
+    spill = rest[0] if rest else None
     parsed = parse_one(Path(path), fmt, order, options)
     if spill is not None:
         parsed.tables = _write_ipc(parsed.tables, Path(spill) / f"{order}")
