@@ -102,6 +102,54 @@ print("MARK" + json.dumps({
 }), flush=True)
 """
 
+CHILD_TD_CLI = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from tracediag.cli import app
+t1 = time.perf_counter()
+args = ["analyze", sys.argv[1], "-o", sys.argv[2] + ".out", "-q"] + (["-m", sys.argv[3]] if sys.argv[3] else [])
+try:
+    app(args, standalone_mode=False)
+    rc = 0
+except SystemExit as exc:
+    rc = exc.code or 0
+t2 = time.perf_counter()
+import tracediag
+if rc:
+    sys.exit(rc)
+print("MARK" + json.dumps({
+    "snapshot": not tracediag.__file__.startswith(sys.argv[4]),
+    "import_s": t1 - t0, "load_s": t2 - t1,
+    "maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+}), flush=True)
+"""
+
+# The GC-free parse floor: what parsing the same JSON costs at the least in Python (issue 15): gunzip (for
+# .gz) and orjson.loads of every file, one after the other, with the cyclic GC disabled.
+CHILD_FLOOR = """
+import gc, gzip, json, os, resource, sys, time
+t0 = time.perf_counter()
+import orjson
+t1 = time.perf_counter()
+gc.disable()
+n = 0
+for f in sorted(os.listdir(sys.argv[1])):
+    with open(os.path.join(sys.argv[1], f), "rb") as fh:
+        raw = fh.read()
+    if raw[:2] == b"\\x1f\\x8b":
+        raw = gzip.decompress(raw)
+    doc = orjson.loads(raw)
+    n += len(doc["traceEvents"] if isinstance(doc, dict) else doc)
+    del doc, raw
+t2 = time.perf_counter()
+print("MARK" + json.dumps({
+    "import_s": t1 - t0, "load_s": t2 - t1, "rows": {"events": n},
+    "maxrss_self_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "maxrss_children_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+}), flush=True)
+"""
+
 CHILD_HTA = """
 import json, resource, sys, time
 t0 = time.perf_counter()
@@ -354,7 +402,8 @@ def git_commit() -> str | None:
 def fmt_table(rows: list[dict]) -> str:
     head = (
         "| tool | form | files | MB on disk (JSON) | load wall s | process wall s | CPU s "
-        "| peak tree RSS MB | HTA/tool load wall | HTA/tool process wall | HTA/tool CPU | tool/HTA peak RSS |"
+        "| peak tree RSS MB | HTA/tool load wall | HTA/tool process wall | HTA/tool CPU | tool/HTA peak RSS "
+        "| tool/floor process wall | tool/floor CPU |"
     )
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -367,7 +416,8 @@ def fmt_table(rows: list[dict]) -> str:
             f"| {f(r['load_s'])} | {f(r['process_s'])} | {f(r['cpu_s'], '.1f')} "
             f"| {f(r['peak_rss_mb'], '.0f')} "
             f"| {f(r.get('hta_over_tool_load'), unit='×')} | {f(r.get('hta_over_tool_process'), unit='×')} "
-            f"| {f(r.get('hta_over_tool_cpu'), unit='×')} | {f(r.get('tool_over_hta_rss'))} |"
+            f"| {f(r.get('hta_over_tool_cpu'), unit='×')} | {f(r.get('tool_over_hta_rss'))} "
+            f"| {f(r.get('tool_over_floor_process'), unit='×')} | {f(r.get('tool_over_floor_cpu'), unit='×')} |"
         )
     return "\n".join(out)
 
@@ -385,7 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--td-python", default=str(REPO / ".venv/bin/python"))
     ap.add_argument("--hta-python", default=str(REPO / ".venv-hta/bin/python"))
-    ap.add_argument("--tools", default="td-ingest,td-analyze,hta")
+    ap.add_argument(
+        "--tools",
+        default="td-ingest,td-analyze,hta",
+        help="comma list, run interleaved in this order: td-ingest, td-analyze (library, in-memory store), "
+        "td-cli (the full `tracediag analyze` command: report, findings, trace.duckdb), floor, hta",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument(
         "--cache",
@@ -412,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--results", default=str(REPO / "benchmarks/results"), help="folder for <date>-<host>-<cores>c.json; '' to skip"
     )
+    ap.add_argument("--name", default="", help="suffix of the results file name (e.g. pair, real-rank)")
     args = ap.parse_args(argv)
 
     data = Path(args.data).resolve()
@@ -422,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
         "td-ingest": ("tracediag ingest", args.td_python, CHILD_TD_INGEST),
         "td-analyze": ("tracediag analyze", args.td_python, CHILD_TD_ANALYZE),
         "hta": ("HTA TraceAnalysis", args.hta_python, CHILD_HTA),
+        "td-cli": ("tracediag analyze (CLI)", args.td_python, CHILD_TD_CLI),
+        "floor": ("parse floor (gunzip + orjson, no GC)", args.td_python, CHILD_FLOOR),
     }
     chosen = [t.strip() for t in args.tools.split(",") if t.strip()]
     snap_dir = Path(tempfile.mkdtemp(prefix="bench-ingest-src-"))
@@ -513,8 +571,12 @@ def main(argv: list[str] | None = None) -> int:
                     row[key] = statistics.median(r[key] for r in ok)
             form_rows[t] = row
         hta = form_rows.get("hta")
+        floor = form_rows.get("floor")
         for row in form_rows.values():
-            if hta and row is not hta and hta["load_s"] and row["load_s"]:
+            if floor and row is not floor and floor["process_s"] and row["process_s"]:
+                row["tool_over_floor_process"] = row["process_s"] / floor["process_s"]
+                row["tool_over_floor_cpu"] = row["cpu_s"] / floor["cpu_s"]
+            if hta and row is not hta and row is not floor and hta["load_s"] and row["load_s"]:
                 row["hta_over_tool_load"] = hta["load_s"] / row["load_s"]
                 row["hta_over_tool_process"] = hta["process_s"] / row["process_s"]
                 row["tool_over_hta_rss"] = row["peak_rss_mb"] / hta["peak_rss_mb"]
@@ -534,13 +596,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['tool_over_hta_rss']:.2f}× HTA's peak RSS "
                 f"({'meets' if mem_ok else 'MISSES'} <= 1×)"
             )
+    for r in rows:
+        if r["tool"].startswith("tracediag analyze (CLI)") and r.get("tool_over_floor_process") is not None:
+            verdicts.append(
+                f"{r['form']}: full analyze {r['tool_over_floor_process']:.2f}× the parse floor's wall "
+                f"({r['tool_over_floor_cpu']:.2f}× its CPU)"
+                + (
+                    f", {r['hta_over_tool_process']:.1f}× faster than HTA's load (process wall), "
+                    f"{r['tool_over_hta_rss']:.2f}× HTA's peak tree RSS"
+                    if r.get("hta_over_tool_process")
+                    else ""
+                )
+            )
     for v in verdicts:
         print("goal", v)
 
     if args.results:
         m = machine()
         stamp = dt.datetime.now().strftime("%Y-%m-%d")
-        out = Path(args.results) / f"{stamp}-{m['host']}-{m['cores']}c.json"
+        suffix = f"-{args.name}" if args.name else ""
+        out = Path(args.results) / f"{stamp}-{m['host']}-{m['cores']}c{suffix}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
             "date": dt.datetime.now().isoformat(timespec="seconds"),
@@ -557,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
                 "HolisticTraceAnalysis": pkg_version(args.hta_python, "HolisticTraceAnalysis"),
                 "pandas_hta": pkg_version(args.hta_python, "pandas"),
             },
+            "command": " ".join([Path(sys.executable).name, *sys.argv]).replace(str(REPO) + "/", ""),
+            "load_average_at_end": list(os.getloadavg()),
             "settings": {
                 "repeats": args.repeats,
                 "cache": args.cache,

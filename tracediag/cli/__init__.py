@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from tracediag import __version__
-from tracediag.errors import TracediagError
+from tracediag.errors import TracediagError, UsageError
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -102,6 +102,16 @@ def one_line(text: str) -> str:
     """An error message as the one line the exit contract promises."""
     line = " / ".join(part.strip() for part in str(text).splitlines() if part.strip())
     return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 1] + "…"
+
+
+def use_memory_limit(text: str | None) -> None:
+    """Apply --memory-limit (or the default when not given) to this run's parsers and DuckDB."""
+    from tracediag.ingest.memory import parse_size, set_memory_limit
+
+    try:
+        set_memory_limit(parse_size(text) if text else None)
+    except ValueError as exc:
+        raise UsageError(f"--memory-limit: {exc}") from None
 
 
 def _guard(fn, debug: bool):

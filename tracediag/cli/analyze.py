@@ -27,6 +27,7 @@ def analyze(
     ] = Path("tracediag-out"),
     keep_python: opt.KeepPython = False,
     jobs: opt.Jobs = None,
+    memory_limit: opt.MemoryLimit = None,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
@@ -60,7 +61,7 @@ def analyze(
       tracediag analyze --log server.log --metrics metrics.prom --bench result.json --slo ttft=500,tpot=50
     """
     from tracediag.analysis import analyze as run_analysis
-    from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.cli.progress import progress
     from tracediag.engine import Settings, parse_slo
     from tracediag.output import staged_outputs
@@ -91,6 +92,7 @@ def analyze(
         )
 
     def run():
+        use_memory_limit(memory_limit)
         with progress(enabled=not quiet) as say:
             report = staged_outputs(out, lambda staging: produce(staging, say))
             say("writing report.html and findings.json")

@@ -93,6 +93,7 @@ def check(
     topology: opt.Topology = None,
     keep_python: opt.KeepPython = False,
     jobs: opt.Jobs = None,
+    memory_limit: opt.MemoryLimit = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
     debug: opt.Debug = False,
 ) -> None:
@@ -105,13 +106,14 @@ def check(
       tracediag check traces/ -m config.json --rules 'COL*,SHP001' --annotated-trace marked.json
       tracediag check traces/ -m config.json --require 'SHP*,COL*'
     """
-    from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.cli.progress import progress
     from tracediag.gate.run import run_check
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
     def run():
+        use_memory_limit(memory_limit)
         with progress(enabled=not quiet) as say:
             return run_check(
                 inputs or [],

@@ -42,6 +42,7 @@ def ingest(
             help="Record an input that cannot be read (the manifest and the report list it) and go on with the rest.",
         ),
     ] = False,
+    memory_limit: opt.MemoryLimit = None,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
@@ -59,7 +60,7 @@ def ingest(
       tracediag analyze --store incident-123.store -m config.json -o report/
       tracediag ingest /shared/run42/rank*.json.gz --store /shared/run42.store --scheduler tcp://10.0.0.5:8786
     """
-    from tracediag.cli import _guard, extra_inputs_from
+    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.fleet import ingest_store
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
@@ -68,8 +69,9 @@ def ingest(
         if not quiet:
             typer.echo(f"tracediag ingest: {msg}", err=True)
 
-    result = _guard(
-        lambda: ingest_store(
+    def run():
+        use_memory_limit(memory_limit)
+        return ingest_store(
             inputs or [],
             store,
             extra_inputs=extra,
@@ -78,9 +80,9 @@ def ingest(
             scheduler=scheduler,
             progress=say,
             keep_going=keep_going,
-        ),
-        debug,
-    )
+        )
+
+    result = _guard(run, debug)
     if not quiet:
         ranks = sorted({r for i in result.inputs for r in i["ranks"]})
         rows = sum(t["rows"] for t in result.tables.values())

@@ -36,6 +36,15 @@ Jobs = Annotated[
         help="Parallel parser processes (default: one per rank file, up to the cores).",
     ),
 ]
+MemoryLimit = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-limit",
+        metavar="SIZE",
+        help="Memory budget of each parser process and of DuckDB, e.g. 512MiB, 2GiB (default 512MiB); "
+        "traces are decoded in chunks within it, DuckDB spills to disk beyond it.",
+    ),
+]
 Metrics = Annotated[
     list[Path] | None, typer.Option("--metrics", metavar="FILE", help="vLLM /metrics scrapes (Prometheus text).")
 ]

@@ -11,25 +11,28 @@ import contextlib
 import ctypes
 import gzip
 import importlib
-import multiprocessing as mp
+import importlib.abc
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
-
-import duckdb
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.store import append_arrow, append_rows
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+    import duckdb
 
 # format -> (module, function). Profiler traces first: they hold ranks.
 FORMATS: dict[str, tuple[str, str]] = {
@@ -164,13 +167,72 @@ def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
 _SAME_KIND = {"vllm-log": ("sglang-log",), "vllm-bench": ("sglang-bench",)}
 
 
-def _parse_job(args: tuple[str, str | None, int, IngestOptions]) -> Parsed:
-    path, fmt, order, options = args
-    return parse_one(Path(path), fmt, order, options)
+def _parse_job(args: tuple) -> Parsed:
+    """One parse of (path, format, order, options[, spill]); in a parser process (`spill` set) its tables are
+    written as Arrow IPC files into `spill` and `Parsed.tables` holds their paths: the parent maps them instead
+    of unpickling copies."""
+    path, fmt, order, options, *rest = args
+    spill = rest[0] if rest else None
+    parsed = parse_one(Path(path), fmt, order, options)
+    if spill is not None:
+        parsed.tables = _write_ipc(parsed.tables, Path(spill) / f"{order}")
+    return parsed
+
+
+def _write_ipc(tables: dict, base: Path) -> dict[str, str]:
+    import pyarrow as pa
+
+    out = {}
+    for name, t in tables.items():
+        path = f"{base}.{name}.arrow"
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as writer:
+            writer.write_table(t)
+        out[name] = path
+    return out
+
+
+def _read_ipc(tables: dict) -> dict:
+    """Map the IPC files a parser process wrote (zero copy) and unlink them: the mapping outlives the name."""
+    import pyarrow as pa
+
+    out = {}
+    for name, path in tables.items():
+        out[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return out
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not imported while parsing", name=name)
+        return None
+
+
+@contextlib.contextmanager
+def _without_pandas() -> Iterator[None]:
+    """No pandas import while parsing: `pyarrow.array(list)` asks whether pandas is installed (importing it:
+    ~0.5 s) to see if the list is a Series. A later `to_pandas()` imports it as usual."""
+    if "pandas" in sys.modules:
+        yield
+        return
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(finder)
 
 
 def parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> Parsed:
     """Parse one input file (format detected from content when `fmt` is None, refined within one kind)."""
+    with _without_pandas():
+        return _parse_one(p, fmt, order, options)
+
+
+def _parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> Parsed:
     if fmt in _SAME_KIND:
         detected = detect_format(p)
         fmt = detected if detected in _SAME_KIND[fmt] else fmt
@@ -218,13 +280,35 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def _result(future: Future, path: str) -> Parsed:
+    from concurrent.futures.process import BrokenProcessPool
+
     try:
-        return future.result()
+        parsed = future.result()
     except BrokenProcessPool:
         raise InputError(
             path,
             "the parser process reading this file was killed (out of memory?); pass fewer files at once or --jobs 1",
         ) from None
+    parsed.tables = _read_ipc(parsed.tables)
+    return parsed
+
+
+# Below this many bytes of (decompressed) input in all, the files are parsed in this process: starting parser
+# processes and passing their tables back costs more than parsing a few MB.
+_SERIAL_BYTES = 48 << 20
+_GZIP_RATIO = 12  # a Kineto JSON compresses 8-15x
+
+
+def _input_bytes(files: list[tuple[Path, str | None]]) -> int:
+    total = 0
+    for p, _ in files:
+        try:
+            with open(p, "rb") as f:
+                gz = f.read(2) == b"\x1f\x8b"
+                total += os.fstat(f.fileno()).st_size * (_GZIP_RATIO if gz else 1)
+        except OSError:
+            pass
+    return total
 
 
 def parse_all(
@@ -232,18 +316,28 @@ def parse_all(
     keep_python: bool = False,
     jobs: int | None = None,
     options: IngestOptions | None = None,
+    spill_dir: str | Path | None = None,
 ) -> list[Parsed]:
-    """Parse inputs, one process per file when there are several (bounded by the cores).
+    """Parse inputs, one process per file when there are several (bounded by the cores; by default in this
+    process when all the inputs together are small).
+
+    Parser processes hand their tables back as Arrow IPC files in a temporary folder (under `spill_dir`, default
+    the system's temporary folder) that this process maps without copying.
 
     `files` holds paths (format detected) or (path, format) pairs. The parser processes die with this one
     (`_worker_init`) and are killed when it is interrupted or fails.
     """
     options = options or IngestOptions(keep_python=keep_python)
     pairs = [f if isinstance(f, tuple) else (f, None) for f in files]
-    work = [(str(p), fmt, i, options) for i, (p, fmt) in enumerate(pairs)]
-    jobs = jobs or min(len(work), os.cpu_count() or 1)
-    if len(work) == 1 or jobs <= 1:
-        return [_parse_job(w) for w in work]
+    if jobs is None:
+        jobs = 1 if _input_bytes(pairs) < _SERIAL_BYTES else min(len(pairs), os.cpu_count() or 1)
+    if len(pairs) == 1 or jobs <= 1:
+        return [_parse_job((str(p), fmt, i, options, None)) for i, (p, fmt) in enumerate(pairs)]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    spill = tempfile.mkdtemp(prefix="tracediag-parse-", dir=spill_dir)
+    work = [(str(p), fmt, i, options, spill) for i, (p, fmt) in enumerate(pairs)]
     # fork: workers inherit the imported modules (no re-import cost); nothing here holds threads yet.
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
@@ -255,10 +349,13 @@ def parse_all(
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(spill, ignore_errors=True)  # the parent's maps of the files stay valid
 
 
 def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
     """Write parsed inputs into the store; two trace files claiming the same rank is an input error."""
+    from tracediag.store import append_arrow, append_rows
+
     seen: dict[int, str] = {}
     rows = []
     for input_id, pt in enumerate(parsed):
@@ -273,10 +370,14 @@ def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
         rows += [{**r, "input_id": input_id, "path": pt.path, "format": pt.format} for r in pt.inputs_rows]
     append_rows(con, "inputs", rows)
     append_rows(con, "process_groups", [pg for pt in parsed for pg in pt.process_groups])
-    by_table: dict[str, list[pa.Table]] = {}
+    by_table: dict[str, list] = {}
     for pt in parsed:
         for name, table in pt.tables.items():
             by_table.setdefault(name, []).append(table)
     for name, tables in by_table.items():
+        if len(tables) > 1 and all(t.schema == tables[0].schema for t in tables):
+            import pyarrow as pa
+
+            tables = [pa.concat_tables(tables)]  # one insert per table (no copy: the chunks are kept)
         for t in tables:
             append_arrow(con, name, t)

@@ -17,6 +17,7 @@ from tracediag.errors import InputError
 @dataclass(frozen=True)
 class IngestOptions:
     keep_python: bool = False  # Kineto: also store python_function events
+    memory_limit: int | None = None  # bytes one parser may use besides its tables (None: memory.memory_limit())
 
 
 @dataclass

@@ -23,7 +23,8 @@ from typing import IO, Generic, TypeVar
 T = TypeVar("T")
 
 DEFAULT_CHUNK_BYTES = 32 << 20
-_READ = 8 << 20
+_READ = 16 << 20  # bytes read at a time: a quarter of the chunk, within these bounds
+_MIN_READ = 64 << 10
 _WS = b" \t\r\n"
 _MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a pathological item)
 _MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
@@ -37,9 +38,10 @@ class ArrayChunks(Generic[T]):
     """Iterate `decode(b"[" + items + b"]")` over chunks of the array stored under `key`.
 
     `decode` must raise `errors` (e.g. msgspec.DecodeError) on a syntactically invalid chunk; any
-    other exception propagates. After iteration, `rest` is the document without the array's items
-    (`{"key": [], ...}`), or None when the document was a bare array; `items_bytes` counts the bytes of
-    the array's items.
+    other exception propagates. It is given a memoryview of the reading buffer, valid only during the call
+    (the chunk is decoded in place, without a copy); values that keep pointing into it (msgspec.Raw) are fine.
+    After iteration, `rest` is the document without the array's items (`{"key": [], ...}`), or None when the
+    document was a bare array; `items_bytes` counts the bytes of the array's items.
     """
 
     def __init__(
@@ -62,11 +64,14 @@ class ArrayChunks(Generic[T]):
     def _read(self, buf: bytearray) -> bool:
         if self._eof:
             return False
-        data = self._f.read(max(_READ, self._chunk // 4))
+        data = self._f.read(max(_MIN_READ, min(_READ, self._chunk // 4)))
         if not data:
             self._eof = True
             return False
-        buf += data
+        try:
+            buf += data
+        except BufferError:  # the caller still holds values that point into the buffer: grow a new one
+            self._buf = buf = self._buf + data
         return True
 
     def _find_array(self, buf: bytearray) -> tuple[bytes, int]:
@@ -103,6 +108,19 @@ class ArrayChunks(Generic[T]):
             if i <= lo:
                 return
 
+    def _try_span(self, buf: bytearray, start: int, end: int) -> tuple[bool, T | None]:
+        """Decode buf[start:end] as an array without copying it: the separator bytes either side of the span
+        (buf[start - 1], buf[end]: the array's '[' or whitespace or ',') are set to '[' and ']' for the decode
+        and put back after it."""
+        before, after = buf[start - 1], buf[end]
+        buf[start - 1], buf[end] = 0x5B, 0x5D
+        try:
+            return True, self._decode(memoryview(buf)[start - 1 : end + 1])
+        except self._errors:
+            return False, None
+        finally:
+            buf[start - 1], buf[end] = before, after
+
     def _try(self, items: bytes) -> tuple[bool, T | None]:
         try:
             return True, self._decode(b"[" + items + b"]")
@@ -110,26 +128,31 @@ class ArrayChunks(Generic[T]):
             return False, None
 
     def __iter__(self) -> Iterator[T]:
-        buf = bytearray()
-        self._read(buf)
-        prefix, pos = self._find_array(buf)
-        start = pos  # buf[start:] is not consumed yet; compacted when the consumed part grows large
+        self._buf = bytearray()
+        self._read(self._buf)
+        prefix, pos = self._find_array(self._buf)
+        start = pos  # buf[start:] is not consumed yet (buf[start - 1] is a separator or the '[')
         while True:
-            while len(buf) - start < self._chunk and self._read(buf):
+            while len(self._buf) - start < self._chunk and self._read(self._buf):
                 pass
             if self._eof:
                 break
-            value, nxt = self._first_chunk(buf, start)
+            value, nxt = self._first_chunk(self._buf, start)
             if nxt is not None:
                 start = nxt
-                if start > len(buf) // 2:
-                    del buf[:start]
-                    start = 0
                 yield value
-            elif not self._read(buf):  # no cut decodes yet: an item runs on; read more and retry
+                value = None  # the consumer is done with it: it must not pin the buffer
+                if start > len(self._buf) // 2:  # drop what is consumed, keeping the separator before `start`
+                    try:
+                        del self._buf[: start - 1]
+                    except BufferError:
+                        self._buf = self._buf[start - 1 :]
+                    start = 1
+            elif not self._read(self._buf):  # no cut decodes yet: an item runs on; read more and retry
                 break
-        del buf[:start]
-        yield from self._tail(prefix, buf)
+        body = bytes(self._buf[start:])
+        self._buf = bytearray()
+        yield from self._tail(prefix, bytearray(body))
 
     def _first_chunk(self, buf: bytearray, start: int) -> tuple[T | None, int | None]:
         """Decode the longest run of whole items from `start` that ends at a candidate cut (None: none does)."""
@@ -137,7 +160,7 @@ class ArrayChunks(Generic[T]):
         for tries, (end, nxt) in enumerate(self._cuts(buf, start, hi)):
             if tries >= _MAX_TRIES:
                 break
-            ok, value = self._try(bytes(buf[start:end]))
+            ok, value = self._try_span(buf, start, end)
             if ok:
                 self.items_bytes += end - start
                 return value, nxt
@@ -145,7 +168,7 @@ class ArrayChunks(Generic[T]):
             for tries, (end, nxt) in enumerate(self._cuts(buf, start, len(buf))):
                 if tries >= _MAX_TRIES:
                     break
-                ok, value = self._try(bytes(buf[start:end]))
+                ok, value = self._try_span(buf, start, end)
                 if ok:
                     self.items_bytes += end - start
                     return value, nxt

@@ -18,8 +18,11 @@ rank, is an InputError naming `distributedInfo.rank`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
+import itertools
 import mmap
+import operator
 import os
 import re
 import zlib
@@ -37,12 +40,14 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed, names_classified_by_prefix
+from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
+from tracediag.ingest.memory import chunk_bytes
 from tracediag.ingest.validate import BadRecords
 
 _EMPTY = msgspec.Raw(b"")
 
 
-class _Args(msgspec.Struct, omit_defaults=True):
+class _Args(msgspec.Struct, omit_defaults=True, gc=False):
     # Kineto writes some of these as numbers in one version and strings in another: Any keeps the
     # decoder from rejecting a real trace over a type it does not need to interpret.
     external_id: Any = msgspec.field(name="External id", default=None)
@@ -68,7 +73,7 @@ class _Args(msgspec.Struct, omit_defaults=True):
     seq: Any = msgspec.field(name="Seq", default=None)
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: Any = ""
     name: Any = ""
@@ -85,7 +90,7 @@ class _Event(msgspec.Struct):
     dur_ns: Any = 0
 
 
-class _RawTs(msgspec.Struct):
+class _RawTs(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _EMPTY
 
 
@@ -192,13 +197,137 @@ def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
         e.ts_ns = _exact_ts_ns(r.ts)
 
 
+_get_ts = operator.attrgetter("ts")
+_get_ts_ns = operator.attrgetter("ts_ns")
+_get_dur = operator.attrgetter("dur")
+_get_name = operator.attrgetter("name")
+_get_pid = operator.attrgetter("pid")
+_get_tid = operator.attrgetter("tid")
+_get_cat = operator.attrgetter("cat")
+_get_args = operator.attrgetter("args")
+
+
 def _needs_exact_ts(events: list[_Event]) -> bool:
     limit = _FLOAT_NS_EXACT_LIMIT_US
+    with np.errstate(invalid="ignore"):
+        if not (np.abs(val._floats(list(map(_get_ts, events)))) >= limit).any():  # no value that large at all
+            return False
     return any(isinstance(e.ts, float) and (e.ts >= limit or e.ts <= -limit) for e in events)
 
 
-def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> list[_Event]:
-    """The events whose `ts` and `dur` are usable, with both stored in ns on the event (`ts_ns`, `dur_ns`);
+class _NeedsExact(Exception):
+    """A later chunk holds timestamps float64 cannot resolve: the file is parsed again, all exact."""
+
+
+class _ChunkFailed(Exception):
+    """The chunked decode could not split the file: it is decoded whole, which names the problem."""
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic GC while hundreds of thousands of acyclic objects are made: each collection would walk them
+    all (the structs are untracked, gc=False, but their lists, tuples and strings' containers are not)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def parse_kineto(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
+    """Parse one Kineto trace file. Raises InputError naming the file on any problem.
+
+    The `traceEvents` array is decoded in chunks of `chunk_bytes(options.memory_limit)` bytes
+    (`tracediag.ingest.jsonstream`), each chunk turned into columns before the next is decoded, so memory
+    stays within the budget plus the columnar tables whatever the file size. A file the chunker cannot
+    split (malformed JSON, a value of the wrong type) is decoded whole, which names the problem exactly.
+    """
+    p = Path(path)
+    opts = options or IngestOptions()
+    with _gc_paused():
+        try:
+            return _parse_chunked(p, order, opts, exact=False)
+        except _NeedsExact:
+            return _parse_chunked(p, order, opts, exact=True)
+        except _ChunkFailed:
+            return _parse_whole(p, order, opts)
+
+
+def _parse_whole(p: Path, order: int, opts: IngestOptions) -> Parsed:
+    data = read_bytes(p)
+    try:
+        events, top = _decode(p, data)
+        b = _Builder(p, opts.keep_python, exact=_needs_exact_ts(events))
+        if b.exact:
+            _attach_exact_ts(data, events)
+        b.add(events)
+        del events
+        return b.finish(order, top)
+    finally:
+        if isinstance(data, mmap.mmap):
+            # msgspec.Raw values point into the map; they were converted to str in _build.
+            with contextlib.suppress(BufferError):
+                data.close()
+
+
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_RAW_TS = msgspec.json.Decoder(list[_RawTs])
+_TOP = msgspec.json.Decoder(_Trace)
+
+
+def _open_stream(p: Path):
+    try:
+        f = open(p, "rb")  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise InputError(p, f"cannot read file ({exc.strerror or exc})") from None
+    head = f.read(2)
+    f.seek(0)
+    if head == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f, mode="rb"), f
+    if not head:
+        f.close()
+        raise InputError(p, "file is empty")
+    return f, f
+
+
+def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Parsed:
+    stream, raw = _open_stream(p)
+    b = _Builder(p, opts.keep_python, exact=exact)
+
+    def decode(chunk: memoryview) -> tuple[list[_Event], list[_RawTs] | None]:
+        # `chunk` is valid only during this call (jsonstream decodes in place): the raw `ts` text is read now
+        events = _EVENTS.decode(chunk)
+        raws = _RAW_TS.decode(chunk) if b.exact or _needs_exact_ts(events) else None
+        return events, raws
+
+    try:
+        chunks = ArrayChunks(stream, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
+        for events, raws in chunks:
+            if raws is not None and not b.exact:
+                if b.chunks:
+                    raise _NeedsExact
+                b.exact = True
+            if b.exact:
+                for e, r in zip(events, raws, strict=True):
+                    e.ts_ns = _exact_ts_ns(r.ts)
+            del raws
+            b.add(events)
+            del events
+        top = _TOP.decode(chunks.rest) if chunks.rest is not None else None
+    except (NotAnArray, msgspec.DecodeError, OSError, EOFError, zlib.error, RecursionError, ValueError):
+        raise _ChunkFailed from None
+    finally:
+        stream.close()
+        raw.close()
+    if top is None:
+        return b.finish(order, {})
+    return b.finish(order, {"distributedInfo": top.distributedInfo, "deviceProperties": top.deviceProperties})
+
+
+def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple[list[_Event], np.ndarray, np.ndarray]:
+    """The events whose `ts` and `dur` are usable, with both in ns (int64 arrays aligned with the events);
     the others are dropped and counted as bad records of `table`.
 
     Kineto writes µs with a fractional part down to ns; `validate.us_to_ns` converts the integer part apart
@@ -206,32 +335,40 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> list[
     holds the value parsed from the JSON text (_attach_exact_ts) and is only range-checked.
     """
     if not evs:
-        return evs
+        return evs, np.zeros(0, np.int64), np.zeros(0, np.int64)
     if exact:
         lim = val.TS_NS_MAX
-        ts_list = [e.ts_ns for e in evs]
+        ts_list = list(map(_get_ts_ns, evs))
         ts_ok = np.fromiter((type(t) is int and -lim <= t <= lim for t in ts_list), dtype=bool, count=len(evs))
         ts = np.array([t if ok else 0 for t, ok in zip(ts_list, ts_ok)], dtype=np.int64)
     else:
-        ts, ts_ok = val.us_to_ns([e.ts for e in evs])
-    dur, dur_ok = val.dur_us_to_ns([e.dur for e in evs])
+        ts, ts_ok = val.us_to_ns(list(map(_get_ts, evs)))
+    dur, dur_ok = val.dur_us_to_ns(list(map(_get_dur, evs)))
     ok = ts_ok & dur_ok
-    for e, t, d in zip(evs, ts.tolist(), dur.tolist()):
-        e.ts_ns = t
-        e.dur_ns = d
     if ok.all():
-        return evs
+        return evs, ts, dur
     bad.dropped(table, "ts", [e.ts for e, good in zip(evs, ts_ok) if not good])
     bad.dropped(table, "dur", [e.dur for e, t, d in zip(evs, ts_ok, dur_ok) if t and not d])
-    return [e for e, good in zip(evs, ok) if good]
+    return list(itertools.compress(evs, ok.tolist())), ts[ok], dur[ok]
 
 
-def _ns_of(evs: list[_Event]) -> np.ndarray:
-    return np.fromiter((e.ts_ns for e in evs), dtype=np.int64, count=len(evs))
+_NO_ARGS = _Args()
 
 
-def _dur_of(evs: list[_Event]) -> np.ndarray:
-    return np.fromiter((e.dur_ns for e in evs), dtype=np.int64, count=len(evs))
+def _int64(a: np.ndarray) -> pa.Array:
+    """numpy int64/int32 -> Arrow without a copy (and without pyarrow's pandas shim, which `pa.array(ndarray)`
+    imports: ~0.4 s per process)."""
+    a = np.ascontiguousarray(a)
+    typ = pa.int32() if a.dtype == np.int32 else pa.int64()
+    return pa.Array.from_buffers(typ, len(a), [None, pa.py_buffer(a)])
+
+
+def _args_of(evs: list[_Event]) -> list[_Args]:
+    """The events' args, an empty _Args where an event has none (so attribute getters need no None test)."""
+    args = list(map(_get_args, evs))
+    if None in args:
+        args = [a if a is not None else _NO_ARGS for a in args]
+    return args
 
 
 def _pick_rank(path: Path, dist: Any, order: int) -> tuple[int, str]:
@@ -248,22 +385,10 @@ def _pick_rank(path: Path, dist: Any, order: int) -> tuple[int, str]:
     return order, "input order"
 
 
-def _has_comm(a: _Args) -> bool:
-    # spelled out: this runs once per CPU op (hundreds of thousands), a getattr loop costs 10x more
-    return (
-        a.coll_name is not None
-        or a.in_nelems is not None
-        or a.in_size_old is not None
-        or a.dtype is not None
-        or a.group_size is not None
-        or a.pg_name is not None
-        or a.pg_id_old is not None
-        or a.seq is not None
-        or a.out_nelems is not None
-        or a.out_size_old is not None
-        or a.pg_desc is not None
-        or a.pg_ranks is not None
-    )
+_COMM_FIELDS = ("coll_name", "in_nelems", "in_size_old", "dtype", "group_size", "pg_name", "pg_id_old", "seq",
+                "out_nelems", "out_size_old", "pg_desc", "pg_ranks")  # fmt: skip
+_get_comm = operator.attrgetter(*_COMM_FIELDS)
+_NO_COMM = (None,) * len(_COMM_FIELDS)
 
 
 def _pg_ranks(x: Any) -> Any:
@@ -273,10 +398,16 @@ def _pg_ranks(x: Any) -> Any:
     return x
 
 
-def _comm_columns(args: list[_Args | None], chk: val.Checker) -> dict[str, pa.Array]:
+_COMM_TYPES = {"coll_name": pa.string(), "in_nelems": pa.int64(), "out_nelems": pa.int64(), "group_size": pa.int32(),
+               "dtype": pa.string(), "pg_name": pa.string(), "pg_desc": pa.string(), "pg_ranks": pa.string(),
+               "seq": pa.int64()}  # fmt: skip
+
+
+def _comm_columns(args: list[_Args], chk: val.Checker) -> dict[str, pa.Array]:
     """Collective metadata columns; only the few events that carry any of it are visited per field."""
     n = len(args)
-    idx = [i for i, a in enumerate(args) if a is not None and _has_comm(a)]
+    # one C-level pass: the comm fields of every event as a tuple, compared with all-None
+    idx = list(itertools.compress(range(n), map(_NO_COMM.__ne__, map(_get_comm, args))))
 
     def raw(getter) -> list[Any]:
         values = [None] * n
@@ -285,10 +416,7 @@ def _comm_columns(args: list[_Args | None], chk: val.Checker) -> dict[str, pa.Ar
         return values
 
     if not idx:
-        types = {"coll_name": pa.string(), "in_nelems": pa.int64(), "out_nelems": pa.int64(), "group_size": pa.int32(),
-                 "dtype": pa.string(), "pg_name": pa.string(), "pg_desc": pa.string(), "pg_ranks": pa.string(),
-                 "seq": pa.int64()}  # fmt: skip
-        return {k: pa.nulls(n, t) for k, t in types.items()}
+        return {k: pa.nulls(n, t) for k, t in _COMM_TYPES.items()}
     elems = (0, val.COUNT_MAX)
     return {
         "coll_name": chk.strs("args.Collective name", raw(lambda a: a.coll_name)),
@@ -315,229 +443,319 @@ def _comm_columns(args: list[_Args | None], chk: val.Checker) -> dict[str, pa.Ar
     }
 
 
-def _raw_column(raws: list[msgspec.Raw | None], name: str, chk: val.Checker) -> pa.Array:
-    """Verbatim JSON fragments (Input Dims, Input type) -> string column; invalid UTF-8 is NULL and counted."""
-    return chk.raw_text(name, [bytes(r) if r is not None and len(r) else None for r in raws])
+def _raw_column(raws: list[msgspec.Raw], name: str, chk: val.Checker) -> pa.Array:
+    """Verbatim JSON fragments (Input Dims, Input type) -> string column (empty: NULL); invalid UTF-8 is NULL
+    and counted. Built from one joined buffer and an offsets array (no bytes object per event)."""
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int32 if lengths.sum() < 2**31 else np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    present = lengths > 0
+    validity = None if present.all() else pa.array(present).buffers()[1]
+    typ = pa.binary() if offsets.dtype == np.int32 else pa.large_binary()
+    arr = pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        return chk.raw_text(name, [bytes(r) if len(r) else None for r in raws])
 
 
-def _classified(names: list[str], classify) -> dict[str, pa.Array]:
-    # Classify each distinct name once; traces repeat a few thousand names hundreds of thousands of times.
-    table = {n: classify(n) for n in set(names)}
+class _Classes:
+    """Name -> catalog class, each distinct name classified once per file (traces repeat a few thousand
+    names hundreds of thousands of times), applied to a column with Arrow `index_in` + `take`."""
+
+    def __init__(self, classify) -> None:
+        self.classify = classify
+        self.cache: dict[str, Any] = {}
+
+    def columns(self, names: pa.Array) -> dict[str, pa.Array]:
+        uniq = pc.unique(names)
+        keys = uniq.to_pylist()
+        cache, classify = self.cache, self.classify
+        cls = [cache[k] if k in cache else cache.setdefault(k, classify(k)) for k in keys]
+        at = pc.index_in(names, value_set=uniq)
+        return {
+            "klass": pc.take(pa.array([c.klass for c in cls], pa.string()), at),
+            "family": pc.take(pa.array([c.family for c in cls], pa.string()), at),
+            "collective_op": pc.take(pa.array([c.collective_op for c in cls], pa.string()), at),
+        }
+
+
+def _base(evs: list[_Event], ts: np.ndarray, dur: np.ndarray, chk: val.Checker) -> dict[str, Any]:
+    """name, ts_ns, dur_ns of events that went through _timed (rank is added once the file is read)."""
     return {
-        "klass": pa.array([table[n].klass for n in names], pa.string()),
-        "family": pa.array([table[n].family for n in names], pa.string()),
-        "collective_op": pa.array([table[n].collective_op for n in names], pa.string()),
+        "name": pc.fill_null(chk.strs("name", list(map(_get_name, evs))), ""),
+        "ts_ns": _int64(ts),
+        "dur_ns": _int64(dur),
     }
 
 
-def _base(evs: list[_Event], rank: int, chk: val.Checker) -> dict[str, Any]:
-    """rank, name, ts_ns, dur_ns of events that went through _timed."""
-    return {
-        "rank": pa.array(np.full(len(evs), rank, dtype=np.int32)),
-        "name": pc.fill_null(chk.strs("name", [e.name if e.name is not None else "" for e in evs]), ""),
-        "ts_ns": pa.array(_ns_of(evs)),
-        "dur_ns": pa.array(_dur_of(evs)),
-    }
-
-
-def _gpu_columns(evs: list[_Event], chk: val.Checker) -> dict[str, pa.Array]:
-    args = [e.args for e in evs]
+def _gpu_columns(evs: list[_Event], args: list[_Args], chk: val.Checker) -> dict[str, pa.Array]:
     i32 = (-(2**31), val.INT32_MAX)
     # args.device / args.stream when the event has them, else Kineto's pid (device) and tid (stream)
-    dev = chk.int_values("args.device", [a.device if a else None for a in args], *i32)
-    stream = chk.int_values("args.stream", [a.stream if a else None for a in args], -val.ID_MAX - 1, val.ID_MAX)
+    dev_raw = [a.device for a in args]
+    stream_raw = [a.stream for a in args]
+    dev = chk.int_values("args.device", dev_raw, *i32)
+    stream = chk.int_values("args.stream", stream_raw, -val.ID_MAX - 1, val.ID_MAX)
     return {
         "device": pa.array(
-            [d if a and a.device is not None else val.int_or_none(e.pid, *i32) for d, e, a in zip(dev, evs, args)],
+            [d if r is not None else val.int_or_none(e.pid, *i32) for d, r, e in zip(dev, dev_raw, evs)],
             pa.int32(),
         ),
         "stream": pa.array(
-            [s if a and a.stream is not None else val.int_or_none(e.tid) for s, e, a in zip(stream, evs, args)],
+            [s if r is not None else val.int_or_none(e.tid) for s, r, e in zip(stream, stream_raw, evs)],
             pa.int64(),
         ),
-        "correlation": chk.ints("args.correlation", [a.correlation if a else None for a in args], pa.int64()),
-        "external_id": chk.ints("args.External id", [a.external_id if a else None for a in args], pa.int64()),
+        "correlation": chk.ints("args.correlation", [a.correlation for a in args], pa.int64()),
+        "external_id": chk.ints("args.External id", [a.external_id for a in args], pa.int64()),
     }
 
 
 def _host_columns(evs: list[_Event], chk: val.Checker) -> dict[str, pa.Array]:
     return {
-        "pid": chk.strs("pid", [e.pid for e in evs]),
-        "tid": chk.strs("tid", [e.tid for e in evs]),
+        "pid": chk.strs("pid", list(map(_get_pid, evs))),
+        "tid": chk.strs("tid", list(map(_get_tid, evs))),
     }
-
-
-def parse_kineto(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
-    """Parse one Kineto trace file. Raises InputError naming the file on any problem."""
-    p = Path(path)
-    keep_python = (options or IngestOptions()).keep_python
-    data = read_bytes(p)
-    try:
-        events, top = _decode(p, data)
-        exact = _needs_exact_ts(events)
-        if exact:
-            _attach_exact_ts(data, events)
-        return _build(p, order, events, top, keep_python, exact)
-    finally:
-        if isinstance(data, mmap.mmap):
-            # msgspec.Raw values point into the map; they were converted to str in _build.
-            with contextlib.suppress(BufferError):
-                data.close()
 
 
 # event category -> the table its events go to (events of other categories are not stored, so not checked)
 _TABLE_OF = {"kernel": "kernels", "gpu_memcpy": "memops", "gpu_memset": "memops", "cuda_runtime": "runtime",
              "cuda_driver": "runtime", "cpu_op": "cpu_ops", "python_function": "cpu_ops",
              "user_annotation": "annotations", "gpu_user_annotation": "annotations",
-             "python_step_marker": "annotations"}  # fmt: skip
+             "python_step_marker": "annotations", "flows": "flows"}  # fmt: skip
+# table -> its sources in row order (a table's rows are those of its first source, then its second...)
+_SOURCES = {"kernels": ("kernel",), "memops": ("gpu_memcpy", "gpu_memset"),
+            "runtime": ("cuda_runtime", "cuda_driver"), "cpu_ops": ("cpu_op", "python_function"),
+            "annotations": ("user_annotation", "gpu_user_annotation", "python_step_marker"),
+            "flows": ("flows",)}  # fmt: skip
+_SOURCE_VALUE = {"gpu_memcpy": "memcpy", "gpu_memset": "memset", "python_step_marker": "python_function"}
+_ROW_KEY = 1 << 48  # bad-record row keys: source number × 2**48 + row number within the source (unique per table)
 
 
-def _build(
-    p: Path, order: int, events: list[_Event], top: dict[str, Any], keep_python: bool, exact: bool = False
-) -> Parsed:
-    if not events:
-        raise InputError(p, "trace has no events (empty traceEvents)")
-    by_cat: dict[str, list[_Event]] = {}
-    flows: list[_Event] = []
-    py_skipped = 0
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat if isinstance(e.cat, str) else ""
-            if cat == "python_function" and not keep_python:
-                if isinstance(e.name, str) and _PY_STEP_MARKER.search(e.name):
-                    by_cat.setdefault("python_step_marker", []).append(e)
-                else:
-                    py_skipped += 1
+class _Builder:
+    """Columns of one rank file, built chunk by chunk of decoded events; `finish` assembles the tables.
+
+    Rows keep the whole-file order: a table's rows are all rows of its first source category, then of the next
+    (memops: every memcpy, then every memset), each source's rows in file order. Bad records are counted per
+    chunk and merged with row keys that are unique per table row, so the counts are those of a whole-file parse.
+    """
+
+    def __init__(self, p: Path, keep_python: bool, exact: bool) -> None:
+        self.p = p
+        self.keep_python = keep_python
+        self.exact = exact
+        self.chunks = 0
+        self.events_total = 0
+        self.py_skipped = 0
+        self.durations = 0  # duration (X) events of any category, stored or not
+        self.bad = BadRecords()
+        self.rows = {src: 0 for srcs in _SOURCES.values() for src in srcs}  # rows kept so far per source
+        self.parts: dict[str, list[pa.Table]] = {src: [] for src in self.rows}
+        self.kernel_classes = _Classes(classify_kernel)
+        self.op_classes = _Classes(classify_cpu_op)
+
+    def add(self, events: list[_Event]) -> None:
+        self.chunks += 1
+        self.events_total += len(events)
+        by_cat: dict[str, list[_Event]] = {}
+        flows: list[_Event] = []
+        keep_python = self.keep_python
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                cat = e.cat if type(e.cat) is str else ""
+                if cat == "python_function" and not keep_python:
+                    if type(e.name) is str and _PY_STEP_MARKER.search(e.name):
+                        cat = "python_step_marker"
+                    else:
+                        self.py_skipped += 1
+                        continue
+                lst = by_cat.get(cat)
+                if lst is None:
+                    by_cat[cat] = lst = []
+                lst.append(e)
+            elif ph in ("s", "f"):
+                flows.append(e)
+        self.durations += sum(map(len, by_cat.values()))
+        if flows:
+            by_cat["flows"] = flows
+        bad = BadRecords()
+        timed = {cat: _timed(evs, _TABLE_OF[cat], self.exact, bad) for cat, evs in by_cat.items() if cat in _TABLE_OF}
+        self._build(timed, bad)
+        self._merge(bad, {cat: len(t[0]) for cat, t in timed.items()})
+        for cat, (evs, _, _) in timed.items():
+            self.rows[cat] += len(evs)
+
+    def _merge(self, bad: BadRecords, counts: dict[str, int]) -> None:
+        """Fold a chunk's bad records in, its row indices (within the chunk's rows of a table) made into row keys."""
+        for name, f in bad.fields.items():
+            self.bad.note(name, f.action, [], f.count)
+            g = self.bad.fields[name]
+            g.examples.extend(f.examples[: val.MAX_EXAMPLES - len(g.examples)])
+        self.bad._dropped += bad._dropped
+        self.bad._extra += bad._extra
+        for table, idx in bad._nulled.items():
+            srcs = _SOURCES.get(table)
+            if srcs is None:  # not a per-row table of ours
+                self.bad._nulled.setdefault(table, set()).update(idx)
                 continue
-            by_cat.setdefault(cat, []).append(e)
-        elif ph in ("s", "f"):
-            flows.append(e)
-    if not any(by_cat.values()):
-        if py_skipped:
+            bounds, lo = [], 0
+            for s_no, src in enumerate(srcs):
+                n = counts.get(src, 0)
+                bounds.append((lo, lo + n, s_no * _ROW_KEY + self.rows[src] - lo))
+                lo += n
+            keys = self.bad._nulled.setdefault(table, set())
+            for i in idx:
+                for a, b, shift in bounds:
+                    if a <= i < b:
+                        keys.add(i + shift)
+                        break
+
+    def _build(self, timed: dict[str, tuple[list[_Event], np.ndarray, np.ndarray]], bad: BadRecords) -> None:
+        def srcs(table: str) -> list[tuple[str, list[_Event], np.ndarray, np.ndarray]]:
+            return [(s, *timed[s]) for s in _SOURCES[table] if s in timed and len(timed[s][0])]
+
+        def joined(parts):
+            evs = parts[0][1] if len(parts) == 1 else [e for part in parts for e in part[1]]
+            ts = np.concatenate([part[2] for part in parts])
+            dur = np.concatenate([part[3] for part in parts])
+            return evs, ts, dur
+
+        def store(parts, table: pa.Table) -> None:
+            lo = 0
+            for src, evs, _, _ in parts:
+                self.parts[src].append(table.slice(lo, len(evs)))
+                lo += len(evs)
+
+        parts = srcs("kernels")
+        if parts:
+            chk = val.Checker(bad, "kernels")
+            evs, ts, dur = joined(parts)
+            args = _args_of(evs)
+            cols = _base(evs, ts, dur, chk) | _gpu_columns(evs, args, chk)
+            cols["grid"] = chk.int_lists("args.grid", [a.grid for a in args])
+            cols["block"] = chk.int_lists("args.block", [a.block for a in args])
+            cols |= self.kernel_classes.columns(cols["name"]) | _comm_columns(args, chk)
+            store(parts, pa.table(cols))
+
+        parts = srcs("memops")
+        if parts:
+            chk = val.Checker(bad, "memops")
+            evs, ts, dur = joined(parts)
+            args = _args_of(evs)
+            cols = _base(evs, ts, dur, chk) | _gpu_columns(evs, args, chk)
+            cols["kind"] = pa.array([_SOURCE_VALUE[s] for s, e, _, _ in parts for _ in e], pa.string())
+            cols["bytes"] = chk.ints("args.bytes", [a.bytes for a in args], pa.int64(), 0, val.COUNT_MAX)
+            store(parts, pa.table(cols))
+
+        parts = srcs("runtime")
+        if parts:
+            chk = val.Checker(bad, "runtime")
+            evs, ts, dur = joined(parts)
+            args = _args_of(evs)
+            cols = _base(evs, ts, dur, chk) | _host_columns(evs, chk)
+            cols["cat"] = pa.array([s for s, e, _, _ in parts for _ in e], pa.string())
+            cols["correlation"] = chk.ints("args.correlation", [a.correlation for a in args], pa.int64())
+            cols["external_id"] = chk.ints("args.External id", [a.external_id for a in args], pa.int64())
+            store(parts, pa.table(cols))
+
+        parts = srcs("cpu_ops")
+        if not self.keep_python:
+            parts = [x for x in parts if x[0] != "python_function"]
+        if parts:
+            chk = val.Checker(bad, "cpu_ops")
+            evs, ts, dur = joined(parts)
+            args = _args_of(evs)
+            cols = _base(evs, ts, dur, chk) | _host_columns(evs, chk)
+            cols["external_id"] = chk.ints("args.External id", [a.external_id for a in args], pa.int64())
+            cols["input_dims"] = _raw_column([a.input_dims for a in args], "args.Input Dims", chk)
+            cols["input_types"] = _raw_column([a.input_types for a in args], "args.Input type", chk)
+            cols |= self.op_classes.columns(cols["name"]) | _comm_columns(args, chk)
+            store(parts, pa.table(cols))
+
+        parts = srcs("annotations")
+        if parts:
+            chk = val.Checker(bad, "annotations")
+            evs, ts, dur = joined(parts)
+            args = _args_of(evs)
+            cols = _base(evs, ts, dur, chk) | _host_columns(evs, chk)
+            cols["source"] = pa.array([_SOURCE_VALUE.get(s, s) for s, e, _, _ in parts for _ in e], pa.string())
+            cols["external_id"] = chk.ints("args.External id", [a.external_id for a in args], pa.int64())
+            cols["input_dims"] = _raw_column([a.input_dims for a in args], "args.Input Dims", chk)
+            cols["input_types"] = _raw_column([a.input_types for a in args], "args.Input type", chk)
+            cls = self.op_classes.columns(cols["name"])
+            cols["klass"] = cls["klass"]
+            cols["collective_op"] = cls["collective_op"]
+            store(parts, pa.table(cols))
+
+        parts = srcs("flows")
+        if parts:
+            chk = val.Checker(bad, "flows")
+            evs, ts, _ = joined(parts)
+            cols = {
+                "flow_id": chk.ints("id", [e.id for e in evs], pa.int64()),
+                "cat": chk.strs("cat", list(map(_get_cat, evs))),
+                "phase": pa.array([e.ph for e in evs], pa.string()),
+                "ts_ns": _int64(ts),
+                "pid": chk.strs("pid", list(map(_get_pid, evs))),
+                "tid": chk.strs("tid", list(map(_get_tid, evs))),
+            }
+            store(parts, pa.table(cols))
+
+    def finish(self, order: int, top: dict[str, Any]) -> Parsed:
+        p, bad = self.p, self.bad
+        if not self.events_total:
+            raise InputError(p, "trace has no events (empty traceEvents)")
+        stored = [s for s in self.rows if s != "flows"]
+        if not self.durations:
+            if self.py_skipped:
+                raise InputError(
+                    p,
+                    f"trace has no duration events besides {self.py_skipped} python_function events "
+                    "(pass --keep-python to store those)",
+                )
+            raise InputError(p, f"trace has no duration events (only {self.events_total} metadata/instant events)")
+        if bad and not any(self.rows[s] for s in stored):
+            first = next(iter(bad.fields))
             raise InputError(
                 p,
-                f"trace has no duration events besides {py_skipped} python_function events "
-                "(pass --keep-python to store those)",
+                f"no event has a usable ts and dur ({bad.records} dropped; e.g. {first} = "
+                f"{bad.fields[first].examples[0]})",
             )
-        raise InputError(p, f"trace has no duration events (only {len(events)} metadata/instant events)")
+        dist = top.get("distributedInfo")
+        rank, rank_source = _pick_rank(p, dist, order)
+        tables: dict[str, pa.Table] = {}
+        for table, srcs in _SOURCES.items():
+            pieces = [t for s in srcs for t in self.parts[s]]
+            if not pieces:
+                continue
+            t = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+            tables[table] = t.add_column(0, "rank", _int64(np.full(t.num_rows, rank, dtype=np.int32)))
+            for s in srcs:
+                self.parts[s] = []
 
-    dist = top.get("distributedInfo")
-    rank, rank_source = _pick_rank(p, dist, order)
-    bad = BadRecords()
-    by_cat = {cat: _timed(evs, _TABLE_OF[cat], exact, bad) if cat in _TABLE_OF else evs for cat, evs in by_cat.items()}
-    flows = _timed(flows, "flows", exact, bad)
-    if bad and not any(evs for cat, evs in by_cat.items() if cat in _TABLE_OF):
-        first = next(iter(bad.fields))
-        raise InputError(
-            p,
-            f"no event has a usable ts and dur ({bad.records} dropped; e.g. {first} = {bad.fields[first].examples[0]})",
-        )
-    tables: dict[str, pa.Table] = {}
+        starts, ends = [], []
+        for name in ("kernels", "memops", "runtime", "cpu_ops", "annotations"):
+            t = tables.get(name)
+            if t is not None and t.num_rows:
+                ts = t.column("ts_ns").to_numpy()
+                starts.append(ts.min())
+                ends.append((ts + t.column("dur_ns").to_numpy()).max())
 
-    kern = by_cat.get("kernel", [])
-    if kern:
-        chk = val.Checker(bad, "kernels")
-        cols = _base(kern, rank, chk) | _gpu_columns(kern, chk)
-        args = [e.args for e in kern]
-        cols["grid"] = chk.int_lists("args.grid", [a.grid if a else None for a in args])
-        cols["block"] = chk.int_lists("args.block", [a.block if a else None for a in args])
-        names = cols["name"].to_pylist()
-        cols |= _classified(names, classify_kernel) | _comm_columns(args, chk)
-        tables["kernels"] = pa.table(cols)
-
-    mem = [("memcpy", e) for e in by_cat.get("gpu_memcpy", [])] + [("memset", e) for e in by_cat.get("gpu_memset", [])]
-    if mem:
-        chk = val.Checker(bad, "memops")
-        evs = [e for _, e in mem]
-        cols = _base(evs, rank, chk) | _gpu_columns(evs, chk)
-        cols["kind"] = pa.array([k for k, _ in mem], pa.string())
-        cols["bytes"] = chk.ints(
-            "args.bytes", [e.args.bytes if e.args else None for e in evs], pa.int64(), 0, val.COUNT_MAX
-        )
-        tables["memops"] = pa.table(cols)
-
-    rt = [(c, e) for c in ("cuda_runtime", "cuda_driver") for e in by_cat.get(c, [])]
-    if rt:
-        chk = val.Checker(bad, "runtime")
-        evs = [e for _, e in rt]
-        cols = _base(evs, rank, chk) | _host_columns(evs, chk)
-        cols["cat"] = pa.array([c for c, _ in rt], pa.string())
-        cols["correlation"] = chk.ints(
-            "args.correlation", [e.args.correlation if e.args else None for e in evs], pa.int64()
-        )
-        cols["external_id"] = chk.ints(
-            "args.External id", [e.args.external_id if e.args else None for e in evs], pa.int64()
-        )
-        tables["runtime"] = pa.table(cols)
-
-    ops = by_cat.get("cpu_op", []) + (by_cat.get("python_function", []) if keep_python else [])
-    if ops:
-        chk = val.Checker(bad, "cpu_ops")
-        cols = _base(ops, rank, chk) | _host_columns(ops, chk)
-        args = [e.args for e in ops]
-        cols["external_id"] = chk.ints("args.External id", [a.external_id if a else None for a in args], pa.int64())
-        cols["input_dims"] = _raw_column([a.input_dims if a else None for a in args], "args.Input Dims", chk)
-        cols["input_types"] = _raw_column([a.input_types if a else None for a in args], "args.Input type", chk)
-        cols |= _classified(cols["name"].to_pylist(), classify_cpu_op) | _comm_columns(args, chk)
-        tables["cpu_ops"] = pa.table(cols)
-
-    ann = [
-        (src, e)
-        for src in ("user_annotation", "gpu_user_annotation", "python_step_marker")
-        for e in by_cat.get(src, [])
-    ]
-    if ann:
-        chk = val.Checker(bad, "annotations")
-        evs = [e for _, e in ann]
-        cols = _base(evs, rank, chk) | _host_columns(evs, chk)
-        cols["source"] = pa.array(["python_function" if s == "python_step_marker" else s for s, _ in ann], pa.string())
-        cols["external_id"] = chk.ints(
-            "args.External id", [e.args.external_id if e.args else None for e in evs], pa.int64()
-        )
-        cols["input_dims"] = _raw_column([e.args.input_dims if e.args else None for e in evs], "args.Input Dims", chk)
-        cols["input_types"] = _raw_column([e.args.input_types if e.args else None for e in evs], "args.Input type", chk)
-        cls = _classified(cols["name"].to_pylist(), classify_cpu_op)
-        cols["klass"] = cls["klass"]
-        cols["collective_op"] = cls["collective_op"]
-        tables["annotations"] = pa.table(cols)
-
-    if flows:
-        chk = val.Checker(bad, "flows")
-        tables["flows"] = pa.table(
-            {
-                "rank": pa.array(np.full(len(flows), rank, dtype=np.int32)),
-                "flow_id": chk.ints("id", [e.id for e in flows], pa.int64()),
-                "cat": chk.strs("cat", [e.cat for e in flows]),
-                "phase": pa.array([e.ph for e in flows], pa.string()),
-                "ts_ns": pa.array(_ns_of(flows)),
-                "pid": chk.strs("pid", [e.pid for e in flows]),
-                "tid": chk.strs("tid", [e.tid for e in flows]),
-            }
-        )
-
-    starts, ends = [], []
-    for name in ("kernels", "memops", "runtime", "cpu_ops", "annotations"):
-        t = tables.get(name)
-        if t is not None and t.num_rows:
-            ts = t.column("ts_ns").to_numpy()
-            starts.append(ts.min())
-            ends.append((ts + t.column("dur_ns").to_numpy()).max())
-
-    meta = _meta(p, order, rank, rank_source, dist, top.get("deviceProperties"), tables, bad)
-    pgs = _pg_config(dist, rank, bad)
-    long_names = names_classified_by_prefix(tables)
-    meta |= {
-        "trace_start_ns": int(min(starts)) if starts else None,
-        "trace_end_ns": int(max(ends)) if ends else None,
-        "events_total": len(events),
-        "events_python_skipped": py_skipped,
-    }
-    facts = {"names_classified_by_prefix": long_names} if long_names else {}
-    if bad:
-        facts["bad_records"] = bad.to_meta()
-    meta |= {"bad_records": bad.records, "meta_json": orjson.dumps(facts).decode() if facts else None}
-    return Parsed(path=str(p), format="kineto", inputs_rows=[meta], tables=tables, process_groups=pgs)
+        meta = _meta(p, order, rank, rank_source, dist, top.get("deviceProperties"), tables, bad)
+        pgs = _pg_config(dist, rank, bad)
+        long_names = names_classified_by_prefix(tables)
+        meta |= {
+            "trace_start_ns": int(min(starts)) if starts else None,
+            "trace_end_ns": int(max(ends)) if ends else None,
+            "events_total": self.events_total,
+            "events_python_skipped": self.py_skipped,
+        }
+        facts = {"names_classified_by_prefix": long_names} if long_names else {}
+        if bad:
+            facts["bad_records"] = bad.to_meta()
+        meta |= {"bad_records": bad.records, "meta_json": orjson.dumps(facts).decode() if facts else None}
+        return Parsed(path=str(p), format="kineto", inputs_rows=[meta], tables=tables, process_groups=pgs)
 
 
 def _pg_config(dist: Any, rank: int, bad: BadRecords) -> list[dict[str, Any]]:

@@ -30,9 +30,24 @@ def schema_files() -> list[str]:
     return sorted(names, key=lambda n: n != "schema.sql")
 
 
-def open_store(path: str | Path | None = None) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection within the memory budget (`tracediag.ingest.memory`): `memory_limit` set from it,
+    spilling beyond it to `<file>.tmp` beside a file store (DuckDB's default) or, in memory, to a folder in
+    the system's temporary folder."""
+    import os
+    import tempfile
+
+    from tracediag.ingest.memory import duckdb_settings
+
+    config = duckdb_settings(memory_limit)
+    if not path:
+        config["temp_directory"] = os.path.join(tempfile.gettempdir(), f"tracediag-duckdb-{os.getpid()}")
+    return duckdb.connect(str(path) if path else ":memory:", config=config)
+
+
+def open_store(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """Open a new store (file or in-memory) with the canonical schema created."""
-    con = duckdb.connect(str(path) if path else ":memory:")
+    con = connect(path, memory_limit)
     for name in schema_files():
         con.execute(_sql("tracediag.store", name))
     return con

@@ -1,0 +1,71 @@
+"""The memory budget of one analysis: how big a chunk of events one parser decodes at a time, and DuckDB's
+memory limit and spill folder.
+
+One number, `--memory-limit` (default DEFAULT_MEMORY_LIMIT), bounds what a parser holds besides the columnar
+tables it builds: the chunk of JSON text it decodes and the decoded events of that chunk, which take about
+CHUNK_FACTOR times the chunk's bytes (msgspec structs, the strings they point to, the per-chunk columns).
+DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+DEFAULT_MEMORY_LIMIT = 512 << 20
+MIN_MEMORY_LIMIT = 64 << 20
+# peak bytes of one decoded chunk per byte of its JSON (measured on the 222 MB generated rank and the real
+# GPU traces in tests/data/external: 4-6; 8 leaves room for the chunk's text and columns)
+CHUNK_FACTOR = 8
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
+
+_limit: int | None = None
+
+
+def parse_size(text: str) -> int:
+    """'512MiB', '2G', '300m', '1073741824' -> bytes (binary units; 'MB' is read as MiB). ValueError otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (examples: 512MiB, 2GiB)")
+    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n < MIN_MEMORY_LIMIT:
+        raise ValueError(f"memory limit {text!r} is below the minimum of {MIN_MEMORY_LIMIT >> 20} MiB")
+    return n
+
+
+def set_memory_limit(limit: int | None) -> None:
+    """The budget of this process and the parser processes it starts (None: the default)."""
+    global _limit
+    _limit = limit
+    if limit is None:
+        os.environ.pop("TRACEDIAG_MEMORY_LIMIT", None)
+    else:
+        os.environ["TRACEDIAG_MEMORY_LIMIT"] = str(limit)  # for workers started by spawn or on other hosts
+
+
+def memory_limit(limit: int | None = None) -> int:
+    """The budget in bytes: `limit` when given, else the one set for this process, else DEFAULT_MEMORY_LIMIT."""
+    if limit is not None:
+        return limit
+    if _limit is not None:
+        return _limit
+    env = os.environ.get("TRACEDIAG_MEMORY_LIMIT")
+    if env and env.isdigit():
+        return int(env)
+    return DEFAULT_MEMORY_LIMIT
+
+
+def chunk_bytes(limit: int | None = None) -> int:
+    """Bytes of JSON text a parser decodes at a time within the budget."""
+    return max(1 << 20, memory_limit(limit) // CHUNK_FACTOR)
+
+
+# DuckDB's limit is a multiple of the parser budget: its joins and window functions over a rank's tables need
+# working memory that not every operator can spill (a 512 MiB limit fails on a 4 GB rank: "failed to pin block")
+DUCKDB_FACTOR = 4
+
+
+def duckdb_settings(limit: int | None = None) -> dict[str, str]:
+    """DuckDB `memory_limit` for the budget (DUCKDB_FACTOR × it; DuckDB spills to its temp_directory beyond)."""
+    return {"memory_limit": f"{DUCKDB_FACTOR * max(memory_limit(limit), MIN_MEMORY_LIMIT) >> 20}MiB"}
