@@ -264,12 +264,30 @@ def _worker_init(parent: int) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent handles it
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # forked with them blocked (parse_all): now they are handled as above
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent,), name="tracediag-parent-watch", daemon=True).start()
+
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _submit_all(pool: ProcessPoolExecutor, work: list) -> list[Future]:
+    """Submit every job with Ctrl-C and SIGTERM held back: a worker forked now starts with them blocked, so one
+    that arrives before its initializer ignores it cannot kill it half-started (a traceback, a pool left waiting);
+    the parent receives the held signal as soon as the jobs are submitted."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return [pool.submit(_parse_job, w) for w in work]
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        return [pool.submit(_parse_job, w) for w in work]
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
@@ -342,7 +360,7 @@ def parse_all(
     ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(_parse_job, w) for w in work]
+        futures = _submit_all(pool, work)
         return [_result(f, w[0]) for f, w in zip(futures, work)]
     except BaseException:
         _kill_workers(pool)
