@@ -52,15 +52,20 @@ COLLECTIVES_SCHEMA = pa.schema(
 )
 
 
-def _first_tensor_elements(dims_json: str | None) -> int | None:
-    """Elements of the first tensor (or tensor list) argument in Kineto 'Input Dims'."""
+def _dims_args(dims_json: str | None) -> list:
+    """The arguments of a Kineto 'Input Dims' value; [] when there is none or it is not a JSON list."""
     if not dims_json:
-        return None
+        return []
     try:
         dims = orjson.loads(dims_json)
     except orjson.JSONDecodeError:
-        return None
-    for arg in dims if isinstance(dims, list) else []:
+        return []
+    return dims if isinstance(dims, list) else []
+
+
+def _first_tensor_elements(dims_json: str | None) -> int | None:
+    """Elements of the first tensor (or tensor list) argument in Kineto 'Input Dims'."""
+    for arg in _dims_args(dims_json):
         if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
             return math.prod(arg)
         if isinstance(arg, list) and arg and all(isinstance(x, list) for x in arg):  # TensorList
@@ -72,13 +77,7 @@ def _first_tensor_elements(dims_json: str | None) -> int | None:
 
 def _first_tensor_width(dims_json: str | None) -> int | None:
     """Last dimension of the first tensor argument in Kineto 'Input Dims' (first tensor of a TensorList)."""
-    if not dims_json:
-        return None
-    try:
-        dims = orjson.loads(dims_json)
-    except orjson.JSONDecodeError:
-        return None
-    for arg in dims if isinstance(dims, list) else []:
+    for arg in _dims_args(dims_json):
         if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
             return arg[-1]
         if (

@@ -80,6 +80,12 @@ def _run_local(tasks: list[Task], jobs: int | None, fn: Callable = ingest_task) 
 
 
 def _run_dask(tasks: list[Task], scheduler: Any, fn: Callable = ingest_task) -> list[dict[str, Any]]:
+    return run_on_dask(fn, tasks, [f"tracediag-ingest-{t[2]}-{Path(t[0]).name}" for t in tasks], scheduler)
+
+
+def run_on_dask(fn: Callable, tasks: Sequence, keys: list[str], scheduler: Any) -> list:
+    """`fn` over `tasks` on a dask.distributed cluster (an address, or a Client the caller owns), results in task
+    order; a missing dask or an unreachable scheduler is a usage error."""
     try:
         from distributed import Client
     except ImportError:
@@ -90,8 +96,7 @@ def _run_dask(tasks: list[Task], scheduler: Any, fn: Callable = ingest_task) -> 
     except OSError as exc:
         raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from None
     try:
-        futures = client.map(fn, tasks, key=[f"tracediag-ingest-{t[2]}-{Path(t[0]).name}" for t in tasks])
-        return client.gather(futures)
+        return client.gather(client.map(fn, tasks, key=keys))
     finally:
         if own:
             client.close()

@@ -138,22 +138,7 @@ def _run_local(tasks: list[GroupTask], jobs: int | None) -> list[GroupResult]:
 
 
 def _run_dask(tasks: list[GroupTask], scheduler: Any) -> list[GroupResult]:
-    from tracediag.errors import UsageError
+    from tracediag.fleet import run_on_dask
 
-    try:
-        from distributed import Client
-    except ImportError:
-        raise UsageError("--scheduler needs dask.distributed: pip install 'tracediag[fleet]'") from None
-    own = not isinstance(scheduler, Client)
-    try:
-        client = Client(scheduler, timeout="30s") if own else scheduler
-    except OSError as exc:
-        raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({exc})") from None
-    try:
-        futures = client.map(
-            evaluate_group_task, tasks, key=[f"tracediag-group-{i}-{t.group.name}" for i, t in enumerate(tasks)]
-        )
-        return client.gather(futures)
-    finally:
-        if own:
-            client.close()
+    keys = [f"tracediag-group-{i}-{t.group.name}" for i, t in enumerate(tasks)]
+    return run_on_dask(evaluate_group_task, tasks, keys, scheduler)
