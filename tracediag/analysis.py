@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from tracediag.engine import Context, Settings, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
-from tracediag.ingest import discover_inputs, load, parse_all
+from tracediag.ingest import discover_inputs, load, parse_all, parts_folder
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
@@ -176,13 +177,21 @@ def analyze(
                 raise InputError(p, "no such file or directory")
         size = sum(p.stat().st_size for p, _ in files if p.is_file())
         say(f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({size / 2**20:,.1f} MiB)")
-        parsed = parse_all(files, keep_python=keep_python, jobs=jobs)
-        con = open_store(db_path)
+        # a rank too large to hold is written as Parquet parts beside the store file, then streamed into it
+        parts = contextlib.ExitStack()
+        parts_dir = parts.enter_context(parts_folder(db_path))
+        try:
+            parsed = parse_all(files, keep_python=keep_python, jobs=jobs, parts_dir=parts_dir)
+            con = open_store(db_path)
+        except BaseException:
+            parts.close()
+            raise
     try:
         if store is None:
-            say("loading the store")
-            load(con, parsed)
-            del parsed
+            with parts:
+                say("loading the store")
+                load(con, parsed)
+                del parsed
             say("deriving steps, collectives and kernel classes")
             build_all(con)
         report = evaluate(

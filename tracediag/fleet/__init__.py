@@ -13,6 +13,7 @@ file system every worker can reach.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -39,8 +40,15 @@ def ingest_task(task: Task) -> dict[str, Any]:
 
     path, fmt, order, options, store = task
     t0 = time.monotonic()
-    parsed = parse_one(Path(path), fmt, order, options)
-    meta = pq.write_parsed(Path(store), parsed, order)
+    # a rank too large to hold is parsed into Parquet parts on the store's disk, then moved into its partitions
+    parts = Path(store) / f".parts-input-{order}"
+    shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir(parents=True)
+    try:
+        parsed = parse_one(Path(path), fmt, order, dataclasses.replace(options, spill_dir=str(parts)))
+        meta = pq.write_parsed(Path(store), parsed, order)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
     meta["parse_write_s"] = round(time.monotonic() - t0, 3)
     meta["worker_pid"] = os.getpid()
     return meta

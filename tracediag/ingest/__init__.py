@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import gzip
 import importlib
 import importlib.abc
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracediag.errors import InputError, UsageError
-from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -184,6 +185,9 @@ def _write_ipc(tables: dict, base: Path) -> dict[str, str]:
 
     out = {}
     for name, t in tables.items():
+        if isinstance(t, SpilledTable):  # already on disk, in the folder the parent reads
+            out[name] = t
+            continue
         path = f"{base}.{name}.arrow"
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as writer:
             writer.write_table(t)
@@ -197,6 +201,9 @@ def _read_ipc(tables: dict) -> dict:
 
     out = {}
     for name, path in tables.items():
+        if isinstance(path, SpilledTable):
+            out[name] = path
+            continue
         out[name] = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -335,6 +342,7 @@ def parse_all(
     jobs: int | None = None,
     options: IngestOptions | None = None,
     spill_dir: str | Path | None = None,
+    parts_dir: str | Path | None = None,
 ) -> list[Parsed]:
     """Parse inputs, one process per file when there are several (bounded by the cores; by default in this
     process when all the inputs together are small).
@@ -342,10 +350,16 @@ def parse_all(
     Parser processes hand their tables back as Arrow IPC files in a temporary folder (under `spill_dir`, default
     the system's temporary folder) that this process maps without copying.
 
+    With `parts_dir` (a folder the caller removes after `load`), a parser whose tables outgrow its memory budget
+    writes them there as Parquet parts (`SpilledTable`), which `load` streams into the store: a multi-GB rank is
+    never held whole. Without it every table is held in memory.
+
     `files` holds paths (format detected) or (path, format) pairs. The parser processes die with this one
     (`_worker_init`) and are killed when it is interrupted or fails.
     """
     options = options or IngestOptions(keep_python=keep_python)
+    if parts_dir is not None:
+        options = dataclasses.replace(options, spill_dir=str(parts_dir))
     pairs = [f if isinstance(f, tuple) else (f, None) for f in files]
     if jobs is None:
         jobs = 1 if _input_bytes(pairs) < _SERIAL_BYTES else min(len(pairs), os.cpu_count() or 1)
@@ -370,6 +384,31 @@ def parse_all(
         shutil.rmtree(spill, ignore_errors=True)  # the parent's maps of the files stay valid
 
 
+@contextlib.contextmanager
+def parts_folder(beside: str | Path | None = None) -> Iterator[Path]:
+    """A folder for parsers' Parquet parts (parse_all `parts_dir`): `<beside>.parts` next to a store file (the
+    same disk as the output, as DuckDB's own spill folder), else in the system's temporary folder; removed after."""
+    if beside is not None:
+        folder = Path(f"{beside}.parts")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="tracediag-parts-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _insert_parts(con: duckdb.DuckDBPyConnection, table: str, spilled: SpilledTable) -> None:
+    """Stream a spilled table's Parquet parts into the store (DuckDB reads them a row group at a time)."""
+    files = ", ".join("'" + f.replace("'", "''") + "'" for f in spilled.files)  # paths we made, quoted
+    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{files}])")
+    for f in spilled.files:
+        with contextlib.suppress(OSError):
+            os.unlink(f)
+
+
 def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
     """Write parsed inputs into the store; two trace files claiming the same rank is an input error."""
     from tracediag.store import append_arrow, append_rows
@@ -391,7 +430,10 @@ def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
     by_table: dict[str, list] = {}
     for pt in parsed:
         for name, table in pt.tables.items():
-            by_table.setdefault(name, []).append(table)
+            if isinstance(table, SpilledTable):
+                _insert_parts(con, name, table)
+            else:
+                by_table.setdefault(name, []).append(table)
     for name, tables in by_table.items():
         if len(tables) > 1 and all(t.schema == tables[0].schema for t in tables):
             import pyarrow as pa

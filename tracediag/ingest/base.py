@@ -18,6 +18,18 @@ from tracediag.errors import InputError
 class IngestOptions:
     keep_python: bool = False  # Kineto: also store python_function events
     memory_limit: int | None = None  # bytes one parser may use besides its tables (None: memory.memory_limit())
+    # a folder where a parser may write the tables of a large file as Parquet parts instead of holding them
+    # (SpilledTable); None: tables are held in memory. The caller removes the folder once it has loaded them.
+    spill_dir: str | None = None
+
+
+@dataclass
+class SpilledTable:
+    """A table a parser wrote to Parquet files (in its IngestOptions.spill_dir) instead of holding it: the files
+    have the store's columns, rank included, so the loader streams them into the store with bounded memory."""
+
+    files: list[str]
+    num_rows: int
 
 
 @dataclass
@@ -32,7 +44,7 @@ class Parsed:
     path: str
     format: str
     inputs_rows: list[dict[str, Any]]
-    tables: dict[str, pa.Table] = field(default_factory=dict)
+    tables: dict[str, pa.Table | SpilledTable] = field(default_factory=dict)
     process_groups: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -54,14 +66,23 @@ def read_gunzipped(path: Path, what: str) -> bytes:
     return raw
 
 
+NAMED_TABLES = ("kernels", "cpu_ops", "annotations")
+
+
+def long_names(table: pa.Table) -> set[str]:
+    """The distinct names of a kernels/cpu_ops/annotations table longer than the catalog matches."""
+    lengths = pc.utf8_length(table.column("name"))
+    if (pc.max(lengths).as_py() or 0) <= CLASSIFY_MAX_CHARS:
+        return set()
+    return set(pc.unique(pc.filter(table.column("name"), pc.greater(lengths, CLASSIFY_MAX_CHARS))).to_pylist())
+
+
 def names_classified_by_prefix(tables: dict[str, pa.Table]) -> int:
     """Distinct kernel/op/annotation names longer than the catalog matches (only their first
     CLASSIFY_MAX_CHARS characters were classified); recorded in the input's meta when not 0."""
     n = 0
-    for name in ("kernels", "cpu_ops", "annotations"):
+    for name in NAMED_TABLES:
         t = tables.get(name)
         if t is not None and t.num_rows:
-            lengths = pc.utf8_length(t.column("name"))
-            if (pc.max(lengths).as_py() or 0) > CLASSIFY_MAX_CHARS:
-                n += len(pc.unique(pc.filter(t.column("name"), pc.greater(lengths, CLASSIFY_MAX_CHARS))))
+            n += len(long_names(t))
     return n

@@ -40,6 +40,7 @@ class ArrayChunks(Generic[T]):
     `decode` must raise `errors` (e.g. msgspec.DecodeError) on a syntactically invalid chunk; any
     other exception propagates. It is given a memoryview of the reading buffer, valid only during the call
     (the chunk is decoded in place, without a copy); values that keep pointing into it (msgspec.Raw) are fine.
+    `prefix` is the document before the array's items, set before the first chunk is decoded.
     After iteration, `rest` is the document without the array's items (`{"key": [], ...}`), or None when the
     document was a bare array; `items_bytes` counts the bytes of the array's items.
     """
@@ -58,6 +59,7 @@ class ArrayChunks(Generic[T]):
         self._key = re.compile(rb'"' + re.escape(key) + rb'"\s*:\s*\[')
         self._chunk = max(1, chunk_bytes)
         self.rest: bytes | None = None
+        self.prefix = b""  # the document up to and including the array's '[' (b"" for a bare array), once found
         self.items_bytes = 0
         self._eof = False
 
@@ -131,6 +133,7 @@ class ArrayChunks(Generic[T]):
         self._buf = bytearray()
         self._read(self._buf)
         prefix, pos = self._find_array(self._buf)
+        self.prefix = prefix
         start = pos  # buf[start:] is not consumed yet (buf[start - 1] is a separator or the '[')
         while True:
             while len(self._buf) - start < self._chunk and self._read(self._buf):

@@ -39,9 +39,9 @@ import pyarrow.compute as pc
 from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
-from tracediag.ingest.base import IngestOptions, Parsed, names_classified_by_prefix
+from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
 from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
-from tracediag.ingest.memory import chunk_bytes
+from tracediag.ingest.memory import chunk_bytes, spill_bytes
 from tracediag.ingest.validate import BadRecords
 
 _EMPTY = msgspec.Raw(b"")
@@ -189,12 +189,48 @@ def _exact_ts_ns(raw: msgspec.Raw) -> int | None:
         return None
 
 
+_TS_TEXT_MAX = 64  # characters: beyond any clock (as _exact_ts_ns)
+_US6 = pc.CastOptions(target_type=pa.decimal128(38, 6), allow_decimal_truncate=True)
+
+
+def _exact_ts_many(raws: list[msgspec.Raw]) -> list[int | None]:
+    """`_exact_ts_ns` of every raw `ts` text at once: the texts as one Arrow string column, cast to decimal µs,
+    rounded half away from zero to whole ns, whose unscaled decimal digits are the ns. Digits beyond the 6th
+    decimal are cut first, which cannot move a value across the half-ns boundary (0.0005 µs). Any text Arrow
+    cannot read as a number ('null', a string) sends the whole chunk through the exact per-value parse."""
+    n = len(raws)
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    keep = (lengths > 0) & (lengths <= _TS_TEXT_MAX)
+    if not n or not keep.all():
+        return [_exact_ts_ns(r) for r in raws]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    text = pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))])
+    try:
+        ns = pc.round(pc.cast(text, options=_US6), ndigits=3, round_mode="half_towards_infinity")
+        ns = ns.cast(pa.decimal128(38, 3))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return [_exact_ts_ns(r) for r in raws]
+    # decimal128 values are 16-byte little-endian two's complement: the unscaled value (ns) fits int64 when the
+    # high word is the low word's sign extension
+    words = np.frombuffer(ns.buffers()[1], dtype=np.int64)[2 * ns.offset : 2 * (ns.offset + n)].reshape(n, 2)
+    lo, hi = words[:, 0], words[:, 1]
+    values = lo.tolist()
+    fits = hi == (lo >> 63)
+    if not fits.all():
+        for i in np.flatnonzero(~fits).tolist():
+            values[i] = None
+    return values
+
+
 def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
     """Second, narrow decode of only `ts` as raw text, for traces whose clock float64 cannot resolve."""
     doc = msgspec.json.decode(data, type=_RawTsTrace | list[_RawTs])
     raws = doc if isinstance(doc, list) else (doc.traceEvents or [])
-    for e, r in zip(events, raws, strict=True):
-        e.ts_ns = _exact_ts_ns(r.ts)
+    if len(raws) != len(events):
+        raise ValueError("the events and their raw timestamps differ in number")
+    for e, ns in zip(events, _exact_ts_many([r.ts for r in raws])):
+        e.ts_ns = ns
 
 
 _get_ts = operator.attrgetter("ts")
@@ -259,12 +295,12 @@ def _parse_whole(p: Path, order: int, opts: IngestOptions) -> Parsed:
     data = read_bytes(p)
     try:
         events, top = _decode(p, data)
-        b = _Builder(p, opts.keep_python, exact=_needs_exact_ts(events))
+        b = _Builder(p, order, opts, exact=_needs_exact_ts(events))
         if b.exact:
             _attach_exact_ts(data, events)
         b.add(events)
         del events
-        return b.finish(order, top)
+        return b.finish(top)
     finally:
         if isinstance(data, mmap.mmap):
             # msgspec.Raw values point into the map; they were converted to str in _build.
@@ -294,7 +330,7 @@ def _open_stream(p: Path):
 
 def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Parsed:
     stream, raw = _open_stream(p)
-    b = _Builder(p, opts.keep_python, exact=exact)
+    b = _Builder(p, order, opts, exact=exact)
 
     def decode(chunk: memoryview) -> tuple[list[_Event], list[_RawTs] | None]:
         # `chunk` is valid only during this call (jsonstream decodes in place): the raw `ts` text is read now
@@ -310,9 +346,13 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
                     raise _NeedsExact
                 b.exact = True
             if b.exact:
-                for e, r in zip(events, raws, strict=True):
-                    e.ts_ns = _exact_ts_ns(r.ts)
+                if len(raws) != len(events):
+                    raise ValueError("the events and their raw timestamps differ in number")
+                for e, ns in zip(events, _exact_ts_many([r.ts for r in raws])):
+                    e.ts_ns = ns
             del raws
+            if b.head is None:
+                b.head = _head_facts(chunks.prefix)
             b.add(events)
             del events
         top = _TOP.decode(chunks.rest) if chunks.rest is not None else None
@@ -322,8 +362,21 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
         stream.close()
         raw.close()
     if top is None:
-        return b.finish(order, {})
-    return b.finish(order, {"distributedInfo": top.distributedInfo, "deviceProperties": top.deviceProperties})
+        return b.finish({})
+    return b.finish({"distributedInfo": top.distributedInfo, "deviceProperties": top.deviceProperties})
+
+
+def _head_facts(prefix: bytes) -> dict[str, Any]:
+    """The keys written before the events array (Kineto writes distributedInfo and deviceProperties there), read
+    before the events so a parser that spills its tables knows the rank; {} when there are none or they do not
+    decode (the whole document is decoded at the end anyway)."""
+    if not prefix:
+        return {}
+    try:
+        top = _TOP.decode(prefix + b"]}")
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return {"distributedInfo": top.distributedInfo}
 
 
 def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple[list[_Event], np.ndarray, np.ndarray]:
@@ -540,10 +593,20 @@ class _Builder:
     chunk and merged with row keys that are unique per table row, so the counts are those of a whole-file parse.
     """
 
-    def __init__(self, p: Path, keep_python: bool, exact: bool) -> None:
+    def __init__(self, p: Path, order: int, opts: IngestOptions, exact: bool) -> None:
         self.p = p
-        self.keep_python = keep_python
+        self.order = order
+        self.keep_python = opts.keep_python
         self.exact = exact
+        # spilling: tables beyond `spill_at` bytes are written to Parquet parts in `spill_dir` (see _spill)
+        self.spill_dir = Path(opts.spill_dir) if opts.spill_dir else None
+        self.spill_at = spill_bytes(opts.memory_limit)
+        self.held = 0  # bytes of the tables in self.parts
+        self.head: dict[str, Any] | None = None  # the document's keys before the events (_head_facts)
+        self.spilled: dict[str, list[str]] = {}  # table -> its Parquet parts
+        self.spilled_rows: dict[str, int] = {}
+        self.spill_rank: tuple[int, str] | None = None  # the rank written into the parts
+        self.stats = _TableStats()
         self.chunks = 0
         self.events_total = 0
         self.py_skipped = 0
@@ -585,6 +648,38 @@ class _Builder:
         self._merge(bad, {cat: len(t[0]) for cat, t in timed.items()})
         for cat, (evs, _, _) in timed.items():
             self.rows[cat] += len(evs)
+        if self.spill_dir is not None and self.held > self.spill_at:
+            self._spill()
+
+    def _assembled(self) -> dict[str, pa.Table]:
+        """The tables held so far (each source's rows in order), without the rank column; the parts are released."""
+        tables = {}
+        for table, srcs in _SOURCES.items():
+            pieces = [t for s in srcs for t in self.parts[s]]
+            for s in srcs:
+                self.parts[s] = []
+            if pieces:
+                tables[table] = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+        self.held = 0
+        return tables
+
+    def _spill(self) -> None:
+        """Write the tables held so far as one Parquet part each, in the store's columns (rank included), and
+        release them. The rank is the one the document's head gives (Kineto writes distributedInfo before the
+        events); `finish` rewrites the parts in the rare file whose rank is only given after them."""
+        from tracediag.store.parquet import conform
+
+        if self.spill_rank is None:
+            self.spill_rank = _pick_rank(self.p, (self.head or {}).get("distributedInfo"), self.order)
+        rank = self.spill_rank[0]
+        for table, t in self._assembled().items():
+            self.stats.add(table, t)
+            t = conform(table, _with_rank(t, rank))
+            files = self.spilled.setdefault(table, [])
+            path = self.spill_dir / f"input-{self.order}.{table}.{len(files)}.parquet"
+            _write_parquet(t, path)
+            files.append(str(path))
+            self.spilled_rows[table] = self.spilled_rows.get(table, 0) + t.num_rows
 
     def _merge(self, bad: BadRecords, counts: dict[str, int]) -> None:
         """Fold a chunk's bad records in, its row indices (within the chunk's rows of a table) made into row keys."""
@@ -622,6 +717,7 @@ class _Builder:
             return evs, ts, dur
 
         def store(parts, table: pa.Table) -> None:
+            self.held += table.nbytes
             lo = 0
             for src, evs, _, _ in parts:
                 self.parts[src].append(table.slice(lo, len(evs)))
@@ -702,8 +798,8 @@ class _Builder:
             }
             store(parts, pa.table(cols))
 
-    def finish(self, order: int, top: dict[str, Any]) -> Parsed:
-        p, bad = self.p, self.bad
+    def finish(self, top: dict[str, Any]) -> Parsed:
+        p, bad, order = self.p, self.bad, self.order
         if not self.events_total:
             raise InputError(p, "trace has no events (empty traceEvents)")
         stored = [s for s in self.rows if s != "flows"]
@@ -724,38 +820,82 @@ class _Builder:
             )
         dist = top.get("distributedInfo")
         rank, rank_source = _pick_rank(p, dist, order)
-        tables: dict[str, pa.Table] = {}
-        for table, srcs in _SOURCES.items():
-            pieces = [t for s in srcs for t in self.parts[s]]
-            if not pieces:
-                continue
-            t = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
-            tables[table] = t.add_column(0, "rank", _int64(np.full(t.num_rows, rank, dtype=np.int32)))
-            for s in srcs:
-                self.parts[s] = []
+        tables: dict[str, pa.Table | SpilledTable] = {}
+        if self.spilled:
+            self._spill()  # the rest too: a table is all in parts or all in memory
+            if self.spill_rank != (rank, rank_source):
+                self._relabel(rank)
+            tables = {t: SpilledTable(files, self.spilled_rows[t]) for t, files in self.spilled.items()}
+        else:
+            for table, t in self._assembled().items():
+                self.stats.add(table, t)
+                tables[table] = _with_rank(t, rank)
 
-        starts, ends = [], []
-        for name in ("kernels", "memops", "runtime", "cpu_ops", "annotations"):
-            t = tables.get(name)
-            if t is not None and t.num_rows:
-                ts = t.column("ts_ns").to_numpy()
-                starts.append(ts.min())
-                ends.append((ts + t.column("dur_ns").to_numpy()).max())
-
-        meta = _meta(p, order, rank, rank_source, dist, top.get("deviceProperties"), tables, bad)
+        meta = _meta(p, order, rank, rank_source, dist, top.get("deviceProperties"), self.stats.device(), bad)
         pgs = _pg_config(dist, rank, bad)
-        long_names = names_classified_by_prefix(tables)
+        long_named = len(self.stats.long_names)
         meta |= {
-            "trace_start_ns": int(min(starts)) if starts else None,
-            "trace_end_ns": int(max(ends)) if ends else None,
+            "trace_start_ns": self.stats.start,
+            "trace_end_ns": self.stats.end,
             "events_total": self.events_total,
             "events_python_skipped": self.py_skipped,
         }
-        facts = {"names_classified_by_prefix": long_names} if long_names else {}
+        facts = {"names_classified_by_prefix": long_named} if long_named else {}
         if bad:
             facts["bad_records"] = bad.to_meta()
         meta |= {"bad_records": bad.records, "meta_json": orjson.dumps(facts).decode() if facts else None}
         return Parsed(path=str(p), format="kineto", inputs_rows=[meta], tables=tables, process_groups=pgs)
+
+    def _relabel(self, rank: int) -> None:
+        """Rewrite the parts with the file's rank, given only after its events (one part in memory at a time)."""
+        import pyarrow.parquet as pq
+
+        for files in self.spilled.values():
+            for f in files:
+                t = pq.read_table(f)
+                i = t.schema.get_field_index("rank")
+                _write_parquet(t.set_column(i, t.schema.field(i), pa.array(np.full(t.num_rows, rank), pa.int32())), f)
+
+
+def _with_rank(t: pa.Table, rank: int) -> pa.Table:
+    return t.add_column(0, "rank", _int64(np.full(t.num_rows, rank, dtype=np.int32)))
+
+
+def _write_parquet(t: pa.Table, path: Path | str) -> None:
+    import pyarrow.parquet as pq
+
+    # written once and read once by DuckDB, right after: fast compression, one row group per ~1M rows
+    pq.write_table(t, str(path), compression="lz4", row_group_size=1 << 20)
+
+
+class _TableStats:
+    """What `finish` reports about the tables, gathered from each part as it is made (held or spilled): the
+    trace's start and end, the kernels' devices, the long names the catalog classified by prefix."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+        self.end: int | None = None
+        self.devices: dict[int, int] = {}
+        self.long_names: set[tuple[str, str]] = set()
+
+    def add(self, table: str, t: pa.Table) -> None:
+        if not t.num_rows:
+            return
+        if table != "flows":
+            ts = t.column("ts_ns").to_numpy()
+            lo, hi = int(ts.min()), int((ts + t.column("dur_ns").to_numpy()).max())
+            self.start = lo if self.start is None else min(self.start, lo)
+            self.end = hi if self.end is None else max(self.end, hi)
+        if table == "kernels":
+            counts = pc.value_counts(pc.drop_null(t.column("device")))
+            for d, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+                self.devices[d] = self.devices.get(d, 0) + n
+        if table in NAMED_TABLES:
+            self.long_names |= {(table, n) for n in long_names(t)}
+
+    def device(self) -> int | None:
+        """The device most kernels ran on (the first such in order of appearance on a tie)."""
+        return max(self.devices, key=self.devices.__getitem__) if self.devices else None
 
 
 def _pg_config(dist: Any, rank: int, bad: BadRecords) -> list[dict[str, Any]]:
@@ -792,17 +932,10 @@ def _meta(
     rank_source: str,
     dist: Any,
     props: Any,
-    tables: dict[str, pa.Table],
+    device: int | None,
     bad: BadRecords,
 ) -> dict[str, Any]:
     dist = dist if isinstance(dist, dict) else {}
-    device = None
-    if "kernels" in tables and tables["kernels"].num_rows:
-        devs = pc.drop_null(tables["kernels"].column("device"))
-        if len(devs):
-            counts = pc.value_counts(devs)
-            device = counts.field("values")[pc.index(counts.field("counts"), pc.max(counts.field("counts"))).as_py()]
-            device = device.as_py()
     prop = None
     if isinstance(props, list):
         cands = [d for d in props if isinstance(d, dict)]

@@ -4,6 +4,8 @@ memory limit and spill folder.
 One number, `--memory-limit` (default DEFAULT_MEMORY_LIMIT), bounds what a parser holds besides the columnar
 tables it builds: the chunk of JSON text it decodes and the decoded events of that chunk, which take about
 CHUNK_FACTOR times the chunk's bytes (msgspec structs, the strings they point to, the per-chunk columns).
+A parser allowed to spill (IngestOptions.spill_dir) also writes its columnar tables out as Parquet parts
+whenever they exceed `spill_bytes` (half the budget), so a file of any size is parsed within about 1.5× it.
 DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it.
 """
 
@@ -59,6 +61,12 @@ def memory_limit(limit: int | None = None) -> int:
 def chunk_bytes(limit: int | None = None) -> int:
     """Bytes of JSON text a parser decodes at a time within the budget."""
     return max(1 << 20, memory_limit(limit) // CHUNK_FACTOR)
+
+
+def spill_bytes(limit: int | None = None) -> int:
+    """Bytes of columnar tables a parser holds before it writes them out as Parquet parts (when it may spill):
+    half the budget, so a rank of a few hundred MB never spills and a multi-GB rank is held a part at a time."""
+    return max(MIN_MEMORY_LIMIT, memory_limit(limit)) // 2
 
 
 # DuckDB's limit is a multiple of the parser budget: its joins and window functions over a rank's tables need

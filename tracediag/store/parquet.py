@@ -105,10 +105,18 @@ def conform(table: str, data: pa.Table) -> pa.Table:
 
 
 def write_parsed(store: Path, parsed: Any, input_id: int) -> dict[str, Any]:
-    """Write a parser's tables into the store; return what the coordinator needs (no table data)."""
-    counts = {
-        name: write_arrow(store, name, conform(name, t), f"input-{input_id}") for name, t in parsed.tables.items()
-    }
+    """Write a parser's tables into the store; return what the coordinator needs (no table data).
+
+    A table the parser spilled (ingest.base.SpilledTable: Parquet parts already in the store's columns) is
+    moved in a part at a time, so a multi-GB rank is never held whole."""
+    from tracediag.ingest.base import SpilledTable
+
+    counts = {}
+    for name, t in parsed.tables.items():
+        if isinstance(t, SpilledTable):
+            counts[name] = sum(_move_part(store, name, f, f"input-{input_id}-{i}") for i, f in enumerate(t.files))
+        else:
+            counts[name] = write_arrow(store, name, conform(name, t), f"input-{input_id}")
     return {
         "input_id": input_id,
         "path": parsed.path,
@@ -117,6 +125,14 @@ def write_parsed(store: Path, parsed: Any, input_id: int) -> dict[str, Any]:
         "process_groups": parsed.process_groups,
         "rows": {k: v for k, v in counts.items() if v},
     }
+
+
+def _move_part(store: Path, table: str, part: str, name: str) -> int:
+    import pyarrow.parquet as papq
+
+    n = write_arrow(store, table, papq.read_table(part), name)
+    os.unlink(part)
+    return n
 
 
 def copy_table(con: duckdb.DuckDBPyConnection, store: Path, table: str) -> int:
