@@ -62,14 +62,20 @@ class ArrayChunks(Generic[T]):
         self.prefix = b""  # the document up to and including the array's '[' (b"" for a bare array), once found
         self.items_bytes = 0
         self._eof = False
+        self._scratch: bytearray | None = None
 
     def _read(self, buf: bytearray) -> bool:
         if self._eof:
             return False
-        data = self._f.read(max(_MIN_READ, min(_READ, self._chunk // 4)))
-        if not data:
+        n = max(_MIN_READ, min(_READ, self._chunk // 4))
+        if self._scratch is None or len(self._scratch) != n:
+            self._scratch = bytearray(n)
+        # read into one reused buffer: a fresh 16 MiB bytes object per read costs its page faults every time
+        got = self._f.readinto(self._scratch)
+        if not got:
             self._eof = True
             return False
+        data = memoryview(self._scratch)[:got]
         try:
             buf += data
         except BufferError:  # the caller still holds values that point into the buffer: grow a new one

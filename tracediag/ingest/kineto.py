@@ -659,7 +659,8 @@ class _Builder:
             for s in srcs:
                 self.parts[s] = []
             if pieces:
-                tables[table] = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
+                # chunked, not combined: DuckDB and the IPC writer take chunks as they are (combining copies all)
+                tables[table] = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         self.held = 0
         return tables
 

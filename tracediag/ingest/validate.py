@@ -270,9 +270,12 @@ def _escaped(s: str) -> bool:
     return all("\udc80" <= c <= "\udcff" for c in s if "\ud800" <= c <= "\udfff")
 
 
+_NUMBER_TYPES = frozenset({float, int})
+
+
 def _floats(values: list[Any]) -> np.ndarray:
     """Numbers -> float64 (NaN for anything else — text, lists, true — and for integers no float can hold)."""
-    if all(type(v) is float or type(v) is int for v in values):  # numpy alone would also parse "12" and [1, 2]
+    if set(map(type, values)) <= _NUMBER_TYPES:  # numpy alone would also parse "12" and [1, 2] (and True)
         try:
             return np.array(values, dtype=np.float64)
         except OverflowError:
