@@ -18,7 +18,7 @@ from conftest import EXTERNAL
 from tracediag.analysis import analyze
 from tracediag.derive import build_all
 from tracediag.errors import InputError
-from tracediag.ingest import _parse_job, detect_format, load
+from tracediag.ingest import detect_format, load, parse_one
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nsys import parse_nsys_rep, parse_nsys_sqlite
 from tracediag.ingest.nsys_nvtx import SchemaEntry, decode_payload, innermost_open, parse_torch_range, split_blob
@@ -285,7 +285,7 @@ def test_sqlite_that_is_not_an_nsys_export_is_refused(tmp_path):
     con.close()
     assert detect_format(p) == "nsys-sqlite"
     with pytest.raises(InputError, match="SQLite database, but not an Nsight Systems export") as exc:
-        _parse_job((str(p), None, 0, IngestOptions()))
+        parse_one(p, None, 0, IngestOptions())
     assert "notes" in str(exc.value)
 
 
@@ -327,7 +327,7 @@ def test_nsys_rep_without_nsys_names_the_command(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     assert detect_format(rep) == "nsys-rep"
     with pytest.raises(InputError) as exc:
-        _parse_job((str(rep), None, 0, IngestOptions()))
+        parse_one(rep, None, 0, IngestOptions())
     msg = str(exc.value)
     assert "nsys export --type=sqlite --include-blobs=true --output='profile run.sqlite' 'profile run.nsys-rep'" in msg
     assert "not on the PATH" in msg and "\n" not in msg
