@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from tracediag.engine import Context, Settings, load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
-from tracediag.ingest import discover_inputs, load, parse_all, parts_folder
+from tracediag.ingest import discover_inputs, load, parse_all, parts_folder, without_pandas
 from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
@@ -123,6 +124,18 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return out
 
 
+def _without_pandas(fn: Callable) -> Callable:
+    """Run `fn` with no pandas import on the way (ingest.without_pandas: ~0.4 s of every run otherwise)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with without_pandas():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@_without_pandas
 def analyze(
     paths: list[str | Path],
     model: str | Path | ModelConfig | None = None,
