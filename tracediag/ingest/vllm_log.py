@@ -335,50 +335,54 @@ class BadValue(ValueError):
 
 
 class Columns:
-    """Rows of one Arrow schema kept as columns (a million stats lines must not become a million dicts)."""
+    """Rows of one Arrow schema, turned into Arrow batches every FLUSH rows (a million stats lines must not stay a
+    million dicts). A row is the dict the parser made (one append per line; missing columns are NULL)."""
 
     FLUSH = 50_000  # rows kept as Python objects before they become an Arrow batch (bounded memory)
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
-        self.cols: dict[str, list[Any]] = {f.name: [] for f in schema}
+        self.rows: list[dict[str, Any]] = []
         self.batches: list[pa.RecordBatch] = []
         self.n = 0
         self.kinds: dict[str, int] = {}  # counts of the 'kind' column (events), kept across flushes
 
     def add(self, values: dict[str, Any]) -> None:
-        for name, col in self.cols.items():
-            col.append(values.get(name))
+        self.rows.append(values)
         self.n += 1
         if "kind" in values:
             self.kinds[values["kind"]] = self.kinds.get(values["kind"], 0) + 1
-        if len(self.cols["input_id"]) >= self.FLUSH:
-            self.batches.append(pa.RecordBatch.from_pydict(self.cols, schema=self.schema))
-            self.cols = {f.name: [] for f in self.schema}
+        if len(self.rows) >= self.FLUSH:
+            self.batches.append(self._batch())
+            self.rows = []
+
+    def _batch(self) -> pa.RecordBatch:
+        names = self.schema.names
+        return pa.RecordBatch.from_arrays(
+            [pa.array([r.get(n) for r in self.rows], f.type) for n, f in zip(names, self.schema)], schema=self.schema
+        )
 
     def last(self, name: str) -> Any:
-        col = self.cols[name]
-        return col[-1] if col else None
+        return self.rows[-1].get(name) if self.rows else None
 
     def set_last(self, name: str, value: Any) -> None:
-        if self.cols[name]:
-            self.cols[name][-1] = value
+        if self.rows:
+            self.rows[-1][name] = value
 
     def column(self, name: str) -> list[Any]:
         """All values of a column (small tables: startup facts, events kinds)."""
-        return [v for b in self.batches for v in b.column(name).to_pylist()] + self.cols[name]
+        return [v for b in self.batches for v in b.column(name).to_pylist()] + [r.get(name) for r in self.rows]
 
     def unique(self, name: str) -> set[Any]:
         import pyarrow.compute as pc
 
-        out = set(self.cols[name])
+        out = {r.get(name) for r in self.rows}
         for b in self.batches:
             out |= set(pc.unique(b.column(name)).to_pylist())
         return out
 
     def table(self) -> pa.Table:
-        tail = pa.RecordBatch.from_pydict(self.cols, schema=self.schema)
-        return pa.Table.from_batches([*self.batches, tail], schema=self.schema)
+        return pa.Table.from_batches([*self.batches, self._batch()], schema=self.schema)
 
 
 def open_log(path: Path) -> BinaryIO:
