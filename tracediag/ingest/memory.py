@@ -75,5 +75,12 @@ DUCKDB_FACTOR = 4
 
 
 def duckdb_settings(limit: int | None = None) -> dict[str, str]:
-    """DuckDB `memory_limit` for the budget (DUCKDB_FACTOR × it; DuckDB spills to its temp_directory beyond)."""
-    return {"memory_limit": f"{DUCKDB_FACTOR * max(memory_limit(limit), MIN_MEMORY_LIMIT) >> 20}MiB"}
+    """DuckDB settings for the budget: `memory_limit` DUCKDB_FACTOR × it (DuckDB spills to its temp_directory
+    beyond), and insertion order not kept."""
+    return {
+        "memory_limit": f"{DUCKDB_FACTOR * max(memory_limit(limit), MIN_MEMORY_LIMIT) >> 20}MiB",
+        # rows in no particular order (every query of ours that needs an order says ORDER BY): DuckDB then
+        # inserts and builds tables in parallel, writing a file store's blocks as it goes instead of in one
+        # checkpoint at the end (~1.4 s of the 2 x 222 MB pair), and needs less memory for it
+        "preserve_insertion_order": "false",
+    }
