@@ -26,7 +26,8 @@ def _store_rows(parsed) -> dict[str, list]:
     con = open_store()
     load(con, [parsed])
     tables = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()]
-    out = {t: con.execute(f'SELECT * FROM "{t}"').fetchall() for t in sorted(tables)}
+    # the store keeps no insertion order (store.connect): rows are compared as sorted lists
+    out = {t: con.execute(f'SELECT * FROM "{t}" ORDER BY ALL').fetchall() for t in sorted(tables)}
     con.close()
     return out
 

@@ -27,6 +27,8 @@ _READ = 16 << 20  # bytes read at a time: a quarter of the chunk, within these b
 _MIN_READ = 64 << 10
 _WS = b" \t\r\n"
 _MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a pathological item)
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_FAILED = object()
 _MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
 
 
@@ -74,6 +76,7 @@ class ArrayChunks(Generic[T]):
         got = self._f.readinto(self._scratch)
         if not got:
             self._eof = True
+            self._scratch = None  # the last chunk is decoded after this: not beside it
             return False
         data = memoryview(self._scratch)[:got]
         try:
@@ -129,12 +132,6 @@ class ArrayChunks(Generic[T]):
         finally:
             buf[start - 1], buf[end] = before, after
 
-    def _try(self, items: bytes) -> tuple[bool, T | None]:
-        try:
-            return True, self._decode(b"[" + items + b"]")
-        except self._errors:
-            return False, None
-
     def __iter__(self) -> Iterator[T]:
         self._buf = bytearray()
         self._read(self._buf)
@@ -159,9 +156,9 @@ class ArrayChunks(Generic[T]):
                     start = 1
             elif not self._read(self._buf):  # no cut decodes yet: an item runs on; read more and retry
                 break
-        body = bytes(self._buf[start:])
+        body = bytearray(b"[") + memoryview(self._buf)[start:]  # the one copy of the last items
         self._buf = bytearray()
-        yield from self._tail(prefix, bytearray(body))
+        yield from self._tail(prefix, body)
 
     def _first_chunk(self, buf: bytearray, start: int) -> tuple[T | None, int | None]:
         """Decode the longest run of whole items from `start` that ends at a candidate cut (None: none does)."""
@@ -183,32 +180,39 @@ class ArrayChunks(Generic[T]):
                     return value, nxt
         return None, None
 
-    def _tail(self, prefix: bytes, buf: bytearray) -> Iterator[T]:
-        """The last items, the array's closing ']' and what follows it (the rest of the document)."""
-        body = bytes(buf)
+    def _tail(self, prefix: bytes, body: bytearray) -> Iterator[T]:
+        """The last items, the array's closing ']' and what follows it (the rest of the document).
+
+        `body` is '[' followed by the unconsumed bytes: the items up to a candidate ']' are decoded in place,
+        '[' + items + ']' (whitespace included), without copying them."""
         j = len(body)
         for _ in range(_MAX_TAIL_TRIES):
-            j = body.rfind(b"]", 0, j)
+            j = body.rfind(b"]", 1, j)
             if j < 0:
                 raise NotAnArray("the array is not closed (truncated file?)")
-            items = body[:j].rstrip(_WS)
-            suffix = body[j + 1 :]
+            suffix = bytes(body[j + 1 :])
             if prefix:
                 doc_rest = prefix + b"]" + suffix
                 ok_rest, _ = self._try_rest(doc_rest)
             else:
                 doc_rest, ok_rest = None, not suffix.strip(_WS)
             if ok_rest:
-                if not items:
+                if not _NON_WS.search(body, 1, j):
                     self.rest = doc_rest
                     return
-                ok, value = self._try(items)
-                if ok:
-                    self.items_bytes += len(items)
+                try:
+                    value = self._decode(memoryview(body)[: j + 1])
+                except self._errors:
+                    value = _FAILED
+                if value is not _FAILED:
+                    k = j - 1
+                    while body[k] in _WS:  # the items' bytes, without the whitespace before the ']'
+                        k -= 1
+                    self.items_bytes += k
                     self.rest = doc_rest
                     yield value
                     return
-            if j == 0:
+            if j <= 1:
                 break
         raise NotAnArray("the array is not closed (truncated file?)")
 
