@@ -1,5 +1,6 @@
 """Byte accounting in one place: weights per module group at their real format, KV bytes per token and per
-sequence, and the weights a decode step reads — used by SHP004, KRN003, KRN004, KRN005 and SCH005.
+sequence, the weights a decode step reads and the projection FLOPs a token costs — used by SHP004, KRN003,
+KRN004, KRN005, SCH005 and COL003.
 
 Weights. Parameters per group from the architecture (tracediag.model.config), bytes = parameters × bits per
 weight of the group's format / 8 (tracediag.model.quant: scales and zero points included). Per rank at
@@ -14,6 +15,10 @@ embedding matrix), except MoE experts, of which a batch touches an expected
 an *estimate*: exact only for uniform routing independent across tokens; real routers are skewed, so the true
 number is lower (fewer bytes, a lower floor). Norm weights ((2L+1)·H) and the T embedding rows gathered are
 left out: negligible.
+
+Projection FLOPs. F_proj per token (COL003) is 2 × the weights a token multiplies with in the decoder layers, from
+the same groups: every attention projection, the dense layers' MLPs, and per MoE layer the router, the shared
+experts and k of the E routed experts (active_share); the lm_head is kept apart.
 
 KV. Full-attention layers cache 2·ceil(H_kv/p)·D elements per token; MLA caches one latent of kv_lora_rank +
 qk_rope_head_dim per token and layer (not split by TP); sliding-window layers keep at most `sliding_window`
