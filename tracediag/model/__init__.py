@@ -3,7 +3,8 @@
 - `config`: reading a Hugging Face `config.json` into the RULEBOOK's symbols (L, H, I, h, H_kv, D, ...) and the
   architecture (MoE, MLA, sliding windows);
 - `quant`: the quantization format of each module group (attention, dense MLP, experts, router, ...);
-- `accounting`: weight and KV bytes per group, per rank and per decode step (MoE experts touched);
+- `accounting`: weight and KV bytes per group, per rank and per decode step (MoE experts touched), and the
+  projection FLOPs per token (dense or MoE-active);
 - `kernel_formats`: the weight / activation format a GEMM kernel reads, from its name;
 - `dtypes`: element types as profilers spell them, and their sizes;
 - `tpmath`: tensor-parallel collective cost model (α–β, break-even T*, projection FLOPs);

@@ -1,5 +1,6 @@
 """Byte accounting in one place: weights per module group at their real format, KV bytes per token and per
-sequence, and the weights a decode step reads — used by SHP004, KRN003, KRN004, KRN005 and SCH005.
+sequence, the weights a decode step reads and the projection FLOPs a token costs — used by SHP004, KRN003,
+KRN004, KRN005, SCH005 and COL003.
 
 Weights. Parameters per group from the architecture (tracediag.model.config), bytes = parameters × bits per
 weight of the group's format / 8 (tracediag.model.quant: scales and zero points included). Per rank at
@@ -14,6 +15,10 @@ embedding matrix), except MoE experts, of which a batch touches an expected
 an *estimate*: exact only for uniform routing independent across tokens; real routers are skewed, so the true
 number is lower (fewer bytes, a lower floor). Norm weights ((2L+1)·H) and the T embedding rows gathered are
 left out: negligible.
+
+Projection FLOPs. F_proj per token (COL003) is 2 × the weights a token multiplies with in the decoder layers, from
+the same groups: every attention projection, the dense layers' MLPs, and per MoE layer the router, the shared
+experts and k of the E routed experts (active_share); the lm_head is kept apart.
 
 KV. Full-attention layers cache 2·ceil(H_kv/p)·D elements per token; MLA caches one latent of kv_lora_rank +
 qk_rope_head_dim per token and layer (not split by TP); sliding-window layers keep at most `sliding_window`
@@ -215,16 +220,137 @@ def decode_reads(m: ModelConfig, p: int, T: float, fmts: dict[str, Format] | Non
     return StepReads(T, rows, touched)
 
 
+def active_share(m: ModelConfig, group: str) -> float:
+    """Share of a group's weights one token multiplies with: k/E of the routed experts, none of the embeddings
+    (a row gather) and norms (elementwise), all of every other group."""
+    if group in ("embeddings", "norms"):
+        return 0.0
+    if group == "experts" and m.moe:
+        return m.moe.top_k / m.moe.experts
+    return 1.0
+
+
 def active_params_per_token(m: ModelConfig, p: int = 1) -> float:
     """Parameters one token multiplies with on one rank: dense groups, k experts per MoE layer, lm_head."""
-    total = 0.0
-    for g, (_, r, _) in group_params(m, p).items():
-        if g in ("embeddings", "norms"):
-            continue
-        if g == "experts" and m.moe:
-            r *= m.moe.top_k / m.moe.experts
-        total += r
-    return total
+    return sum(r * active_share(m, g) for g, (_, r, _) in group_params(m, p).items())
+
+
+# ------------------------------------------------------------------ projection FLOPs per token (COL003)
+
+# The groups of the decoder layers' projections, in the order F_proj lists them; the lm_head is kept apart (the
+# RULEBOOK's F_proj is per layer × L), embeddings and norms do no multiply-adds.
+PROJECTION_GROUPS = ("attention", "dense_mlp", "shared_experts", "router", "experts")
+
+
+@dataclass(frozen=True)
+class ProjectionFlops:
+    """FLOPs one token costs in the projections, 2 per multiply-add with a weight it uses (group_params × the
+    active share): at TP=1 the whole model's, at TP=p one rank's. Attention scores (Q·Kᵀ, P·V over the context),
+    norms, sampling are not projections and are left out."""
+
+    p: int
+    kind: str  # "dense" or "MoE-active"
+    by_group: dict[str, float]  # FLOPs per token, one rank at TP degree p, of the decoder layers
+    lm_head: float  # FLOPs per token of the lm_head (2·V·H at TP=1), kept apart
+    terms: dict[str, str]  # group -> its closed form at TP=1 with the config's values plugged in
+    inputs: dict[str, Any]  # the config values the terms use
+
+    @property
+    def layers(self) -> float:
+        """F_proj/T: all decoder layers, without the lm_head."""
+        return sum(self.by_group.values())
+
+    @property
+    def formula(self) -> str:
+        if self.kind == "dense":
+            return (
+                "F_proj/T = 2 FLOPs × the weights a token multiplies with in the L layers: attention projections "
+                "+ MLP = L·(4(H·h·D + H·H_kv·D) + 2·m·H·I), m = 3 gated (2 plain) MLP matrices — the RULEBOOK's "
+                "4(H² + H·H_KV) + 6H·I per layer when h·D = H"
+            )
+        return (
+            "F_proj/T = 2 FLOPs × the weights a token multiplies with (MoE-active): attention projections of all "
+            "L layers + the dense MLPs of the L − L_moe dense layers + per MoE layer the router (H·E), the shared "
+            "experts and k of the E routed experts (3·H·I_e each)"
+        )
+
+    @property
+    def substituted(self) -> str:
+        parts = [f"{g} {self.terms[g]} = {self.by_group[g]:.4g}" for g in self.by_group]
+        return "F_proj/T = " + " + ".join(parts) + f" = {self.layers:.4g} FLOP per token"
+
+
+def _projection_terms(m: ModelConfig) -> tuple[dict[str, str], dict[str, Any]]:
+    """Closed form of each projection group's FLOPs per token at TP=1 (what group_params counts, × 2 × the
+    active share), with the values plugged in; and those values."""
+    a, H, L = m.attention, m.H, m.L
+    terms: dict[str, str] = {}
+    inputs: dict[str, Any] = {"L": L, "H": H, "attention": a.kind if a else None}
+    if a is not None and a.kind == "MLA":
+        qr, kr, rope = a.q_lora_rank, a.kv_lora_rank or 0, a.qk_rope_head_dim or 0
+        nope, v = a.qk_nope_head_dim or 0, a.v_head_dim or 0
+        inputs |= {"h": m.h, "q_lora_rank": qr, "kv_lora_rank": kr, "qk_nope_head_dim": nope,
+                   "qk_rope_head_dim": rope, "v_head_dim": v}  # fmt: skip
+        q = f"{H}·{qr} + {qr} + {qr}·{m.h}·{nope + rope}" if qr else f"{H}·{m.h}·{nope + rope}"
+        terms["attention"] = f"2·{L}·({q} + {H}·({kr} + {rope}) + {kr} + {kr}·{m.h}·({nope} + {v}) + {m.h}·{v}·{H})" + (
+            " (q_a, kv_a and their latent norms, q_b, kv_b, o)" if qr else " (q, kv_a and its norm, kv_b, o)"
+        )
+    elif a is not None and m.h and m.D:
+        kv = m.H_kv or m.h
+        inputs |= {"h": m.h, "H_kv": kv, "D": m.D}
+        extra = (f" + 2·{L}·({m.h * m.D} + 2·{kv * m.D} + {H}) biases" if a.bias else "") + (
+            f" + 2·{L}·{m.h} sinks" if a.sinks else ""
+        )
+        terms["attention"] = f"2·{L}·(2·{H}·{m.h}·{m.D} + 2·{H}·{kv}·{m.D}){extra}"
+    mats = 3 if m.gated_mlp else 2
+    n_moe = len(m.moe.moe_layers) if m.moe else 0
+    if L - n_moe and m.dense_I:
+        inputs |= {"dense_layers": L - n_moe, "dense_I": m.dense_I}
+        terms["dense_mlp"] = f"2·{L - n_moe}·{mats}·{H}·{m.dense_I}"
+    if m.moe:
+        e = m.moe
+        inputs |= {"moe_layers": n_moe, "E": e.experts, "k": e.top_k, "expert_I": e.expert_I,
+                   "shared_experts": e.shared_experts, "shared_I": e.shared_I}  # fmt: skip
+        if e.shared_experts and e.shared_I:
+            gate = f" + {H}" if m.model_type == "qwen2_moe" else ""
+            terms["shared_experts"] = f"2·{n_moe}·(3·{H}·{e.shared_I}{gate})"
+        terms["router"] = f"2·{n_moe}·({H}·{e.experts}" + (f" + {e.experts})" if e.router_bias else ")")
+        bias = f" + 2·{e.expert_I} + {H}" if m.model_type == "gpt_oss" else ""
+        terms["experts"] = f"2·{n_moe}·{e.top_k}·(3·{H}·{e.expert_I}{bias})"
+    return terms, inputs
+
+
+def projection_flops(m: ModelConfig, p: int = 1) -> ProjectionFlops | None:
+    """F_proj per token from the shared accounting: 2 × group_params × active_share for the attention, dense
+    MLP, shared-expert, router and routed-expert groups (MoE: k of E experts, only the MoE layers; dense layers
+    at their own width); the lm_head apart. At p > 1 the FLOPs of one rank, split as group_params splits the
+    weights (router and MLA down-projections replicated, K/V replicated when p > H_kv). Biases, gpt-oss's
+    attention sinks and MLA's latent norms are counted at 2 FLOPs per weight like the matrices (below 0.05 % of
+    F_proj on the published configs). None when the config lacks the attention shape or every MLP width."""
+    groups = group_params(m, p)
+    if m.h is None or m.attention is None or not groups.get("attention", (0,))[0]:
+        return None
+    if "dense_mlp" not in groups and "experts" not in groups:
+        return None
+    terms, inputs = _projection_terms(m)
+    by_group = {g: 2 * groups[g][1] * active_share(m, g) for g in PROJECTION_GROUPS if g in groups}
+    head = groups.get("lm_head")
+    lm = 0.0
+    if head is not None:
+        lm = 2 * (groups["embeddings"][1] if m.tie_word_embeddings else head[1])
+        inputs["vocab_size"] = m.vocab_size
+    return ProjectionFlops(p, "MoE-active" if m.moe else "dense", by_group, lm, terms, inputs)
+
+
+def dense_formula_flops(m: ModelConfig) -> float | None:
+    """What the RULEBOOK's dense formula L·(4(H² + H·H_KV) + 6H·I) gives per token with the config's I (for an
+    MoE model: ModelConfig.I, the dense layers' width, else one expert's) — for comparison with the MoE-active
+    count, never used in its place."""
+    from tracediag.model.tpmath import proj_flops_per_layer
+
+    if m.I is None or m.H_kv is None or m.D is None:
+        return None
+    return m.L * proj_flops_per_layer(1, m.H, m.I, m.H_kv * m.D)
 
 
 def hypothetical_w4(m: ModelConfig) -> tuple[dict[str, Format], int, str]:

@@ -15,12 +15,23 @@ t_comm and T* count 4L calls per step: T* = 4L·α / (a(1−1/p) − 2L·(v_RS +
 The α–β line is a screening device (the notes: linear only for large messages): the per-T-bucket
 measured times are shown beside it. T* assumes ideal 1/p compute and ignores the rest of the step, so it
 is optimistic: decode T below it is a sound finding, T above it proves nothing.
+F_proj (tracediag.model.accounting): the projection FLOPs per token a stands for, 2 per multiply-add with the
+weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), the RULEBOOK's 4(H² + H·H_KV) + 6H·I per layer
+when h·D = H; MoE-active: attention (MLA: q_a, q_b, kv_a, kv_b, o) of all L layers, the dense layers' MLPs at
+their width (first_k_dense_replace, mlp_only_layers, ...), and per MoE layer the router H·E, the shared experts
+and k of the E routed experts of the expert width; attention scores over the context are left out. a is never
+taken from F_proj and a peak (the notes): F_proj shows the throughput a implies (F/a), and with --peak-tflops
+the compute floor F/peak — an a below it is not compute time (weight reads, which TP also divides and the a·T
+model leaves out), so the finding is lowered to info ("not decided"). MoE: the 2L account assumes the experts
+split over the TP group with one all-reduce after each MoE block; all-to-all dispatch/combine fails COL001.
 
 Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
 range, where the call times came from (the shortest rank's time of each matched call when several
 ranks are given: the others include waiting), the per-T-bucket table, a and its source, T* and the
-decode steps below it. When the 2L / T·H·e_a accounting does not hold (COL001/COL002 conditions,
-recomputed here), T* is not computed.
+decode steps below it; F_proj's kind (dense or MoE-active), formula, inputs (k, E, expert width, shared
+experts, dense-layer count) and values, the per-rank share of F_proj at TP=p against the ideal 1/p, and with
+--peak-tflops the compute floor and T* at it. When the 2L / T·H·e_a accounting does not hold (COL001/COL002
+conditions, recomputed here), T* is not computed.
 
 What to do: when decode T is mostly below T*, TP=p is not buying latency for these batches: compare
 with p replicas of TP=1 (SHP004), raise the decode batch, or lower α (custom all-reduce, NVLS,
@@ -38,7 +49,7 @@ from typing import Any
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import tpmath
+from tracediag.model import accounting, tpmath
 from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
 from tracediag.rules.col005_rank_skew import matched_views
 
@@ -52,6 +63,7 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),
 )
 BELOW_SHARE_FINDING = 0.5  # "the observed decode T distribution lies mostly below T*"
+LM_HEAD_INCLUDED = "lm_head included"  # in a's source when its GEMM time counts the lm_head
 
 Rows = Callable[[str, list | None], list[dict[str, Any]]]
 
@@ -179,7 +191,7 @@ def gemm_time_per_step(rows: Rows, model, p: int) -> tuple[list[dict], str]:
         None,
     )
     if gpu:
-        return gpu, "GPU GEMM kernel time per step (gemm and weight-only GEMM classes, lm_head included)"
+        return gpu, f"GPU GEMM kernel time per step (gemm and weight-only GEMM classes, {LM_HEAD_INCLUDED})"
     widths = _lm_head_widths(model, p)
     n_out = (
         "CASE WHEN g.name = 'aten::linear' THEN try_cast(g.w_dims AS BIGINT[])[1] "
@@ -202,7 +214,7 @@ def gemm_time_per_step(rows: Rows, model, p: int) -> tuple[list[dict], str]:
         """,
         widths,
     )
-    lm = "lm_head excluded" if widths else "lm_head included (vocab width unknown or equal to a projection's)"
+    lm = "lm_head excluded" if widths else f"{LM_HEAD_INCLUDED} (vocab width unknown or equal to a projection's)"
     return cpu, f"CPU time of the outermost GEMM and weight-only GEMM ops per step, {lm}"
 
 
@@ -277,6 +289,94 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
         )
     # a is never taken from a nominal peak (the notes: fit it from a TP=1 trace bucketed by T)
     return None, "", True, notes
+
+
+# --- the projection FLOPs a stands for (F_proj from tracediag.model.accounting) ---------------------------------
+
+# What the 2L all-reduce account and the 1/p compute split assume of an MoE model. vLLM
+# (model_executor/layers/fused_moe/runner/default_moe_runner.py, _maybe_reduce_output) sums the expert outputs of
+# the TP group with one tensor-parallel all-reduce of [T, H] per MoE layer, with or without expert parallelism,
+# unless an all-to-all combine kernel already reduced them.
+MOE_TP_ASSUMPTION = (
+    "MoE: the experts are split over the TP group (each rank holds 1/p of every expert, or with expert parallelism "
+    "1/p of the experts) and the MoE block ends in one all-reduce of [T, H], as a dense MLP does (vLLM's FusedMoE "
+    "reduces the expert outputs so unless an all-to-all combine kernel did); the compute per rank is 1/p of the "
+    "active F_proj, which under expert parallelism holds only on average over uniform routing (the busiest rank "
+    "sets the step). With all-to-all dispatch/combine (DeepEP, pplx, ...) only the attention blocks and the dense "
+    "layers keep their all-reduce: COL001 then counts fewer than 2L and T* is not computed"
+)
+LEAVES_OUT = (
+    "attention scores over the context (Q·Kᵀ and P·V, growing with the context length), norms and sampling: F_proj "
+    "and T* count the projections only, a short-context estimate"
+)
+
+
+def projection_account(
+    m, p: int, a: float, a_source: str, peak_tflops: float | None, t_star_at: Callable[[float], float | None]
+) -> tuple[dict[str, Any], float | None]:
+    """F_proj per token (dense, or MoE-active: attention, dense layers, router, shared and k routed experts; from
+    the shared accounting), the effective projection throughput the measured a implies (F/a), and with
+    --peak-tflops the compute floor F/peak: a per-token GEMM time below it cannot be compute. Returns (values,
+    the floor in s/token or None). `t_star_at(a)` is T* with another a."""
+    fp = accounting.projection_flops(m)
+    if fp is None:
+        return {"F_proj_note": "not computed: the config lacks the attention shape (h, D) or every MLP width"}, None
+    with_head = LM_HEAD_INCLUDED in a_source
+    F = fp.layers + (fp.lm_head if with_head else 0.0)
+    share = accounting.projection_flops(m, p).layers / fp.layers
+    replicated = share > (1 / p) * (1 + 1e-4)
+    values: dict[str, Any] = {
+        "F_proj_kind": fp.kind,
+        "F_proj_formula": fp.formula,
+        "F_proj_inputs": fp.inputs,
+        "F_proj_substituted": fp.substituted,
+        "F_proj_flop_per_token": round(fp.layers),
+        "F_proj_by_group_flop_per_token": {g: round(f) for g, f in fp.by_group.items()},
+        "F_lm_head_flop_per_token": round(fp.lm_head),
+        "F_compared_with_a": "F_proj + lm_head (a's GEMM time includes the lm_head)" if with_head else "F_proj",
+        "a_implied_tflops": round(F / a / 1e12, 6),
+        "F_proj_rank_share": round(share, 6),
+        "F_proj_rank_share_note": (
+            f"one rank does {share:.4g} of F_proj at TP={p} as the accounting splits the weights; T* assumes the "
+            f"ideal 1/p = {1 / p:.4g}"
+            + (
+                " — the replicated parts (router, MLA down-projections, K/V heads when p > H_kv) make it more "
+                "optimistic still"
+                if replicated
+                else ""
+            )
+        ),
+        "F_proj_leaves_out": LEAVES_OUT,
+    }
+    if fp.kind == "MoE-active":
+        dense = accounting.dense_formula_flops(m)
+        if dense:
+            values["F_proj_dense_formula_flop_per_token"] = round(dense)
+            values["F_proj_vs_dense_formula"] = round(fp.layers / dense, 4)
+        values["moe_tp_assumption"] = MOE_TP_ASSUMPTION
+    if not peak_tflops:
+        return values, None
+    floor = F / (peak_tflops * 1e12)
+    at_floor = t_star_at(floor)
+    values |= {
+        "peak_tflops": peak_tflops,
+        "a_compute_floor_ms_per_token": round(floor * 1e3, 6),
+        "a_vs_compute_floor": round(a / floor, 4),
+        "T_star_at_compute_floor": round(at_floor, 3) if at_floor is not None else None,
+        "compute_floor_note": (
+            f"a compute-bound projection needs at least F/peak = {F:.4g} FLOP / {peak_tflops:g} TFLOP/s = "
+            f"{floor * 1e3:.4g} ms per token, which puts T* at most at "
+            + (f"{at_floor:.3g}" if at_floor is not None else "no solution")
+            + (
+                f"; the measured a = {a * 1e3:.4g} ms is below it: the GEMM time over the T seen is not compute "
+                "(weight reads, which TP divides too and the a·T model leaves out, or GEMM work the trace does not "
+                "attribute), so T* computed from it does not show that TP loses"
+                if a < floor
+                else ""
+            )
+        ),
+    }
+    return values, floor
 
 
 # --- cost-model applicability (COL001 / COL002 conditions, recomputed) ----------------------------------------
@@ -471,8 +571,8 @@ def check(ctx: Context) -> Check:
     if a is None:
         return not_applicable(
             RULE,
-            "missing the projection slope a: " + "; ".join(a_notes) + "; pass --tp1-baseline (a TP=1 trace) or "
-            f"--peak-tflops; fitted {fit_text}",
+            "missing the projection slope a: " + "; ".join(a_notes) + "; pass --tp1-baseline (a TP=1 trace of the "
+            f"same model; a is never taken from a nominal peak); fitted {fit_text}",
         )
     B = fit.bus_bw_bytes_per_s
     per_token = cm.bus_bytes_per_token(m.H, e_a)
@@ -502,6 +602,13 @@ def check(ctx: Context) -> Check:
         "median_T": statistics.median(Ts) if Ts else None,
         "share_below_T_star": round(share, 4),
     }
+
+    def t_star_at(a_other: float) -> float | None:
+        return tpmath.breakeven_tokens(m.L, fit.alpha_s, a_other, p, m.H, e_a, B, cm.calls_per_step, per_token)
+
+    proj, floor = projection_account(m, p, a, a_source, ctx.settings.peak_tflops, t_star_at)
+    values |= proj
+    below_floor = floor is not None and a < floor
     two_l_alpha = cm.calls_per_step * fit.alpha_s
     bw = f"{B / 1e9:.3g} GB/s" if B else "∞ (unresolved)"
     if cm.name == "sequence-parallel":
@@ -522,6 +629,12 @@ def check(ctx: Context) -> Check:
             f"{m.H}·{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
             + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
         )
+    if "F_proj_kind" in proj:
+        formula += f"; a is read against F_proj ({proj['F_proj_kind']}): {proj['F_proj_formula']}"
+        substituted += (
+            f"; {proj['F_proj_substituted']}; a = {a * 1e3:.4g} ms per token implies "
+            f"{proj['F_compared_with_a']}/a = {proj['a_implied_tflops']:.4g} TFLOP/s"
+        )
     confidence = "medium" if a_is_estimate else "high"
     if fit.line.r2 is not None and fit.line.r2 < 0.5 and fit.bus_bw_bytes_per_s is not None:
         confidence = "low" if a_is_estimate else "medium"
@@ -533,6 +646,28 @@ def check(ctx: Context) -> Check:
         "evidence": evidence,
         "cost_model_applies": True,
     }
+    if share > BELOW_SHARE_FINDING and below_floor:
+        # The a·T model cannot hold: the GEMM time per token is below what the FLOPs need at the peak, so it is not
+        # compute, and the weight-read time TP also divides is missing from it. No warning on that basis.
+        return finding(
+            RULE,
+            **common,
+            severity="info",
+            confidence="low",
+            impact=share,
+            title=(
+                f"TP={p} against TP=1 not decided: a = {a * 1e3:.3g} ms per token is below the compute floor "
+                f"F/peak = {floor * 1e3:.3g} ms ({proj['F_proj_kind']} F_proj at {ctx.settings.peak_tflops:g} "
+                f"TFLOP/s), so the GEMM time over the T seen is not compute; T* = "
+                + (f"{t_star:.3g}" if t_star is not None else "none")
+                + f" from it does not show that TP loses; {fit_text}"
+            ),
+            next_check=(
+                "Measure a from a TP=1 trace of the same model (--tp1-baseline) over batches where the projections "
+                "are compute-bound, check that --peak-tflops is the peak of the GEMMs' input type and that the "
+                "config is the served model's (SHP002); the per-T-bucket table shows the measured all-reduce time."
+            ),
+        )
     if share > BELOW_SHARE_FINDING:
         if t_star is None:
             title = (
