@@ -159,9 +159,27 @@ def test_pass_when_decode_t_is_above_t_star(monkeypatch):
     # Stub: a projection slope 100× the trace's (as a wider model would have); the fit is the real one.
     from tracediag.rules import col003_alpha_beta_breakeven as rule
 
-    monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (5e-3, "stub", True, []))
+    monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (5e-3, "stub", True, [], 0.0))
     c = _col003()
     assert c.status == "pass" and c.values["T_star"] < 2 and "above the break-even" in c.title
+
+
+def test_the_fixed_gemm_time_tp_divides_is_counted_before_calling_tp_slower(monkeypatch):
+    # The real fit gives the warning (median decode T below T*, c = the fit's own intercept). On a GPU decode the
+    # GEMM time at T -> 0 is the weight reads, which TP divides too: with a fixed part c large enough that
+    # c(1 - 1/p) exceeds 2L·alpha, TP=p is not slower at any T seen, so "slower" is not claimed (info, not decided).
+    from tracediag.rules import col003_alpha_beta_breakeven as rule
+
+    base = _col003()
+    assert base.severity == "warning" and base.values["share_slower_with_c"] > 0.5
+    two_l_alpha = 2 * base.values["L"] * base.values["alpha_us"] * 1e-6
+    a = base.values["a_ms_per_token"] / 1e3
+    c_big = 4 * two_l_alpha  # saved: c(1 - 1/2) = 2 x 2L·alpha
+    monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (a, "stub", True, [], c_big))
+    c = _col003()
+    assert c.status == "finding" and c.severity == "info" and "not decided" in c.title
+    assert c.values["T_star"] == pytest.approx(base.values["T_star"], rel=1e-3)  # the RULEBOOK's T* still shown
+    assert c.values["share_slower_with_c"] <= 0.5 and c.values["c_fixed_gemm_ms_per_step"] == round(c_big * 1e3, 6)
 
 
 # ------------------------------------------------------------------ sequence-parallel variant

@@ -14,7 +14,11 @@ of its full [T, H] side (a reduce-scatter the backend ran as an all-reduce, as g
 t_comm and T* count 4L calls per step: T* = 4L·α / (a(1−1/p) − 2L·(v_RS + v_AG)·H·e_a/B).
 The α–β line is a screening device (the notes: linear only for large messages): the per-T-bucket
 measured times are shown beside it. T* assumes ideal 1/p compute and ignores the rest of the step, so it
-is optimistic: decode T below it is a sound finding, T above it proves nothing.
+is optimistic: decode T below it is a sound finding, T above it proves nothing — with one correction: the a·T
+model leaves out the GEMM time's fixed part c (the same fit's intercept, at TP=1 scale: weight reads as T → 0),
+which TP divides too. TP=p is called slower at T only when 2L·α − c(1−1/p) − (a(1−1/p) − bw)·T > 0 for most
+decode steps (T*_c = (2L·α − c(1−1/p)) / (a(1−1/p) − bw)); when T* says slower but T*_c does not, the finding is
+info ("not decided").
 F_proj (tracediag.model.accounting): the projection FLOPs per token a stands for, 2 per multiply-add with the
 weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), the RULEBOOK's 4(H² + H·H_KV) + 6H·I per layer
 when h·D = H; MoE-active: attention (MLA: q_a, q_b, kv_a, kv_b, o) of all L layers, the dense layers' MLPs at
@@ -28,10 +32,10 @@ split over the TP group with one all-reduce after each MoE block; all-to-all dis
 Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
 range, where the call times came from (the shortest rank's time of each matched call when several
 ranks are given: the others include waiting), the per-T-bucket table, a and its source, T* and the
-decode steps below it; F_proj's kind (dense or MoE-active), formula, inputs (k, E, expert width, shared
-experts, dense-layer count) and values, the per-rank share of F_proj at TP=p against the ideal 1/p, and with
---peak-tflops the compute floor and T* at it. When the 2L / T·H·e_a accounting does not hold (COL001/COL002
-conditions, recomputed here), T* is not computed.
+decode steps below it, c, the time TP saves of it, T*_c and the share of steps slower with it; F_proj's kind
+(dense or MoE-active), formula, inputs (k, E, expert width, shared experts, dense-layer count) and values, the
+per-rank share of F_proj at TP=p against the ideal 1/p, and with --peak-tflops the compute floor and T* at it.
+When the 2L / T·H·e_a accounting does not hold (COL001/COL002 conditions, recomputed here), T* is not computed.
 
 What to do: when decode T is mostly below T*, TP=p is not buying latency for these batches: compare
 with p replicas of TP=1 (SHP004), raise the decode batch, or lower α (custom all-reduce, NVLS,
@@ -225,8 +229,9 @@ def projection_slope(rows: Rows, model, p: int) -> tuple[tpmath.LineFit | None, 
     return fit, source, len(per_step)
 
 
-def baseline_slope(path: str, model) -> tuple[float | None, str]:
-    """a from a TP=1 trace, ingested into its own in-memory store. (a, how) or (None, why not)."""
+def baseline_slope(path: str, model) -> tuple[float | None, str, float]:
+    """a from a TP=1 trace, ingested into its own in-memory store: (a, how, c) or (None, why not, 0), c the fit's
+    intercept (s per step, 0 when negative)."""
     from tracediag.derive import build_all
     from tracediag.errors import TracediagError
     from tracediag.ingest import discover_inputs, load, parse_all
@@ -235,7 +240,7 @@ def baseline_slope(path: str, model) -> tuple[float | None, str]:
     try:
         parsed = parse_all(discover_inputs([Path(path)]))
     except TracediagError as exc:
-        return None, f"the TP=1 baseline could not be read ({exc})"
+        return None, f"the TP=1 baseline could not be read ({exc})", 0.0
     con = open_store()
     try:
         load(con, parsed)
@@ -245,32 +250,36 @@ def baseline_slope(path: str, model) -> tuple[float | None, str]:
             "SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND coalesce(group_size, 2) > 1"
         ).fetchone()[0]
         if (world[0] or 1) > 1 or world[1] > 1 or ars:
-            return None, (
+            return (
+                None,
                 f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files, "
-                f"{ars} all-reduces)"
+                f"{ars} all-reduces)",
+                0.0,
             )
         widths = con.execute(
             "SELECT count(*) FROM gemm_shapes WHERE try_cast(act_dims AS BIGINT[])[-1] = ?", [model.H]
         ).fetchone()[0]
         has_shapes = con.execute("SELECT count(*) FROM gemm_shapes").fetchone()[0]
         if has_shapes and not widths:
-            return None, f"the baseline {path} has no GEMM with input width H = {model.H}: another model"
+            return None, f"the baseline {path} has no GEMM with input width H = {model.H}: another model", 0.0
         fit, source, n = projection_slope(lambda q, a: query_dicts(con, q, a), model, 1)
     finally:
         con.close()
     if fit is None or fit.slope <= 0:
-        return None, f"the baseline {path} has no steps with two different T and a GEMM time rising with T ({n} steps)"
-    return fit.slope, f"TP=1 baseline {path}: slope of {source} over T ({n} steps)"
+        why = f"the baseline {path} has no steps with two different T and a GEMM time rising with T ({n} steps)"
+        return None, why, 0.0
+    return fit.slope, f"TP=1 baseline {path}: slope of {source} over T ({n} steps)", max(fit.intercept, 0.0)
 
 
-def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]]:
-    """(a in s/token, source, is_estimate, notes)."""
+def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str], float]:
+    """(a in s/token, source, is_estimate, notes, c): c is the same fit's intercept at TP=1 scale, s per step (the
+    GEMM time at T → 0, weight reads on a GPU; 0 when the fit's is negative), which TP divides too."""
     m = ctx.model
     notes: list[str] = []
     if ctx.settings.tp1_baseline:
-        a, how = baseline_slope(ctx.settings.tp1_baseline, m)
+        a, how, c = baseline_slope(ctx.settings.tp1_baseline, m)
         if a is not None:
-            return a, how, False, notes
+            return a, how, False, notes, c
         notes.append(how)
     fit, source, n = projection_slope(ctx.rows, m, p)
     if fit is not None and fit.slope > 0:
@@ -279,6 +288,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
             f"estimate: p × slope of {source} over T at TP={p} ({n} rank-steps), assuming ideal 1/p sharding",
             True,
             notes,
+            p * max(fit.intercept, 0.0),
         )
     if fit is None:
         notes.append(f"no per-step GEMM-time slope over T ({n} rank-steps with T; two different T are needed)")
@@ -288,7 +298,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
             "compute time is hidden by overheads or contention"
         )
     # a is never taken from a nominal peak (the notes: fit it from a TP=1 trace bucketed by T)
-    return None, "", True, notes
+    return None, "", True, notes, 0.0
 
 
 # --- the projection FLOPs a stands for (F_proj from tracediag.model.accounting) ---------------------------------
@@ -559,7 +569,7 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, "missing activation element type (no GEMM input types, no torch_dtype)")
     values |= {"L": m.L, "H": m.H, "e_a": e_a, "e_a_source": e_a_source}
     table = t_buckets(ctx, p, fit, e_a, cm)
-    a, a_source, a_is_estimate, a_notes = estimate_a(ctx, p)
+    a, a_source, a_is_estimate, a_notes, c_fixed = estimate_a(ctx, p)
     if a_notes:
         values["a_notes"] = a_notes
     evidence = [
@@ -591,6 +601,13 @@ def check(ctx: Context) -> Check:
     Ts = [d["T"] for d in decode]
     below = [t for t in Ts if t_star is None or t < t_star]
     share = len(below) / len(Ts) if Ts else 0.0
+    # The per-token model leaves out the GEMM time's fixed part c (its intercept: weight reads at T → 0), which
+    # TP divides as well. With it, TP=p is slower at T when 2L·α + bw·T > (c + a·T)(1 − 1/p), i.e. when
+    # 2L·α − c(1 − 1/p) − den·T > 0. A "slower" verdict must hold with c counted.
+    two_l_alpha = cm.calls_per_step * fit.alpha_s
+    fixed_saved = c_fixed * (1 - 1 / p)
+    slower_with_c = [t for t in Ts if two_l_alpha - fixed_saved - den * t > 0]
+    share_with_c = len(slower_with_c) / len(Ts) if Ts else 0.0
     values |= {
         "a_ms_per_token": round(a * 1e3, 6),
         "a_source": a_source,
@@ -601,6 +618,10 @@ def check(ctx: Context) -> Check:
         "steps_with_T": len(Ts),
         "median_T": statistics.median(Ts) if Ts else None,
         "share_below_T_star": round(share, 4),
+        "c_fixed_gemm_ms_per_step": round(c_fixed * 1e3, 6),
+        "c_saved_by_tp_ms_per_step": round(fixed_saved * 1e3, 6),
+        "T_star_with_c": round((two_l_alpha - fixed_saved) / den, 3) if den > 0 else None,
+        "share_slower_with_c": round(share_with_c, 4),
     }
 
     def t_star_at(a_other: float) -> float | None:
@@ -609,7 +630,6 @@ def check(ctx: Context) -> Check:
     proj, floor = projection_account(m, p, a, a_source, ctx.settings.peak_tflops, t_star_at)
     values |= proj
     below_floor = floor is not None and a < floor
-    two_l_alpha = cm.calls_per_step * fit.alpha_s
     bw = f"{B / 1e9:.3g} GB/s" if B else "∞ (unresolved)"
     if cm.name == "sequence-parallel":
         formula = (
@@ -666,6 +686,28 @@ def check(ctx: Context) -> Check:
                 "Measure a from a TP=1 trace of the same model (--tp1-baseline) over batches where the projections "
                 "are compute-bound, check that --peak-tflops is the peak of the GEMMs' input type and that the "
                 "config is the served model's (SHP002); the per-T-bucket table shows the measured all-reduce time."
+            ),
+        )
+    if share > BELOW_SHARE_FINDING and share_with_c <= BELOW_SHARE_FINDING:
+        t_c = values["T_star_with_c"]
+        return finding(
+            RULE,
+            **common,
+            severity="info",
+            confidence="low",
+            impact=share,
+            title=(
+                f"TP={p} against TP=1 not decided: median decode T = {values['median_T']:g} is below T* = "
+                + (f"{t_star:.3g}" if t_star is not None else "none")
+                + f" of the per-token model, but the GEMM time also has a fixed part c = {c_fixed * 1e3:.3g} ms per "
+                f"step (its intercept over T: weight reads) that TP divides too; counting it, TP=p is slower for "
+                f"only {share_with_c:.0%} of steps"
+                + (f" (T* = {t_c:.3g})" if t_c is not None else "")
+                + f"; {fit_text}"
+            ),
+            next_check=(
+                "Measure both layouts: a TP=1 trace of the same model (--tp1-baseline) gives a and c at TP=1; "
+                "compare p replicas of TP=1 with TP=p by per-card goodput (SHP004)."
             ),
         )
     if share > BELOW_SHARE_FINDING:
