@@ -14,6 +14,7 @@ from conftest import KINETO_DATA
 
 import tracediag.ingest as ingest
 from tracediag.analysis import analyze
+from tracediag.errors import InputError
 from tracediag.fleet import ingest_store
 from tracediag.ingest import IngestOptions, kineto, load, parse_all, parts_folder
 from tracediag.ingest.base import SpilledTable
@@ -128,3 +129,11 @@ def test_spilled_parquet_store_ingest(tmp_path, monkeypatch):
     a = analyze([], store=tmp_path / "held").to_dict()
     b = analyze([], store=tmp_path / "spilled").to_dict()
     assert json.dumps(a["checks"], sort_keys=True, default=str) == json.dumps(b["checks"], sort_keys=True, default=str)
+
+
+def test_parts_that_cannot_be_written_are_a_one_line_error(spill_every_chunk, tmp_path):
+    # the spill folder is a file: writing a part fails, and that is said (not a whole-file decode in memory)
+    not_a_folder = tmp_path / "full"
+    not_a_folder.write_text("")
+    with pytest.raises(InputError, match=r"too large to hold and cannot be written out to .*full.*--memory-limit"):
+        kineto.parse_kineto(MI300X, 0, IngestOptions(spill_dir=str(not_a_folder)))

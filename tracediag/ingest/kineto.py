@@ -678,7 +678,7 @@ class _Builder:
             t = conform(table, _with_rank(t, rank))
             files = self.spilled.setdefault(table, [])
             path = self.spill_dir / f"input-{self.order}.{table}.{len(files)}.parquet"
-            _write_parquet(t, path)
+            self._write(t, path)
             files.append(str(path))
             self.spilled_rows[table] = self.spilled_rows.get(table, 0) + t.num_rows
 
@@ -855,7 +855,18 @@ class _Builder:
             for f in files:
                 t = pq.read_table(f)
                 i = t.schema.get_field_index("rank")
-                _write_parquet(t.set_column(i, t.schema.field(i), pa.array(np.full(t.num_rows, rank), pa.int32())), f)
+                self._write(t.set_column(i, t.schema.field(i), pa.array(np.full(t.num_rows, rank), pa.int32())), f)
+
+    def _write(self, t: pa.Table, path: Path | str) -> None:
+        # a full or unwritable disk is the user's to fix, not a reason to decode the whole file in memory instead
+        try:
+            _write_parquet(t, path)
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(
+                self.p,
+                f"its tables are too large to hold and cannot be written out to {Path(path).parent} "
+                f"({getattr(exc, 'strerror', None) or exc}); free space there, or raise --memory-limit",
+            ) from None
 
 
 def _with_rank(t: pa.Table, rank: int) -> pa.Table:
