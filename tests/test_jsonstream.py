@@ -59,3 +59,21 @@ def test_one_item_larger_than_the_chunk():
 def test_broken_documents_fail_clearly(raw):
     with pytest.raises(NotAnArray):
         _stream(raw, 8)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_the_last_items_are_decoded_once(path):
+    # keys after the array can hold ']' (HTA's V100 trace: deviceProperties after traceEvents): the array's own
+    # end is found without decoding the last items at a wrong ']' first
+    raw = gzip.decompress(path.read_bytes())
+    calls = []
+
+    def decode(b):
+        try:
+            return DECODER.decode(b)
+        finally:
+            calls.append(len(b))
+
+    items = [e for c in ArrayChunks(io.BytesIO(raw), decode, msgspec.DecodeError, chunk_bytes=1 << 30) for e in c]
+    whole = msgspec.json.decode(raw, type=k._TraceOrArray)
+    assert len(calls) == 1 and items == (whole if isinstance(whole, list) else whole.traceEvents)

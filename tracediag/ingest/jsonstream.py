@@ -28,7 +28,7 @@ _MIN_READ = 64 << 10
 _WS = b" \t\r\n"
 _MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a pathological item)
 _NON_WS = re.compile(rb"[^ \t\r\n]")
-_FAILED = object()
+_TAIL_MISSES = 64  # ']' after the last candidate whose rest of the document is not valid: the items have begun
 _MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
 
 
@@ -184,12 +184,16 @@ class ArrayChunks(Generic[T]):
         """The last items, the array's closing ']' and what follows it (the rest of the document).
 
         `body` is '[' followed by the unconsumed bytes: the items up to a candidate ']' are decoded in place,
-        '[' + items + ']' (whitespace included), without copying them."""
-        j = len(body)
+        '[' + items + ']' (whitespace included), without copying them. A candidate is a ']' after which the rest of
+        the document is valid JSON; the keys after the array may hold ']' too (deviceProperties lists), so the
+        candidates are gathered from the end first and the leftmost tried first: a ']' inside the items never
+        leaves a valid rest, and one decode of the last items is enough."""
+        candidates: list[tuple[int, bytes | None]] = []
+        j, misses = len(body), 0
         for _ in range(_MAX_TAIL_TRIES):
             j = body.rfind(b"]", 1, j)
             if j < 0:
-                raise NotAnArray("the array is not closed (truncated file?)")
+                break
             suffix = bytes(body[j + 1 :])
             if prefix:
                 doc_rest = prefix + b"]" + suffix
@@ -197,23 +201,27 @@ class ArrayChunks(Generic[T]):
             else:
                 doc_rest, ok_rest = None, not suffix.strip(_WS)
             if ok_rest:
-                if not _NON_WS.search(body, 1, j):
-                    self.rest = doc_rest
-                    return
-                try:
-                    value = self._decode(memoryview(body)[: j + 1])
-                except self._errors:
-                    value = _FAILED
-                if value is not _FAILED:
-                    k = j - 1
-                    while body[k] in _WS:  # the items' bytes, without the whitespace before the ']'
-                        k -= 1
-                    self.items_bytes += k
-                    self.rest = doc_rest
-                    yield value
-                    return
-            if j <= 1:
-                break
+                candidates.append((j, doc_rest))
+                misses = 0
+            elif candidates:
+                misses += 1
+                if misses >= _TAIL_MISSES:  # well inside the items now
+                    break
+        for j, doc_rest in reversed(candidates):
+            if not _NON_WS.search(body, 1, j):
+                self.rest = doc_rest
+                return
+            try:
+                value = self._decode(memoryview(body)[: j + 1])
+            except self._errors:
+                continue
+            k = j - 1
+            while body[k] in _WS:  # the items' bytes, without the whitespace before the ']'
+                k -= 1
+            self.items_bytes += k
+            self.rest = doc_rest
+            yield value
+            return
         raise NotAnArray("the array is not closed (truncated file?)")
 
     def _try_rest(self, doc: bytes) -> tuple[bool, None]:
