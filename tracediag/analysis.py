@@ -233,11 +233,12 @@ def evaluate(
     ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
     if len(plan.groups) <= 1 and plan.all_deep:
         rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
-        say(f"running {len(rules)} rules")
-        checks = run_rules(ctx, rules)
-        plan.why = plan.why or {r: "every rank" for r in plan.present}
-        say("building the report")
-        sections = build_sections(ctx, extra=extra_sections)
+        with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
+            say(f"running {len(rules)} rules")
+            checks = run_rules(ctx, rules)
+            plan.why = plan.why or {r: "every rank" for r in plan.present}
+            say("building the report")
+            sections = build_sections(ctx, extra=extra_sections)
     else:
         say(f"running the rules on {len(plan.groups)} TP group(s)")
         results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
