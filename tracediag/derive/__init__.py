@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tracediag.catalog import normalize_collective_name
 from tracediag.model.dtypes import canonical_dtype, element_size
-from tracediag.store import query_dicts, run_sql_file
+from tracediag.store import query_dicts, run_sql_file, transaction
 
 COLLECTIVES_SCHEMA = pa.schema(
     [
@@ -195,7 +195,12 @@ def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
-    """Build every derived table, in dependency order."""
+    """Build every derived table, in dependency order, in one transaction (one commit of a file store)."""
+    with transaction(con):
+        _build_all(con)
+
+
+def _build_all(con: duckdb.DuckDBPyConnection) -> None:
     for step in CORE:
         _run(con, step)
     build_collectives(con)

@@ -7,8 +7,10 @@ derivations' SQL (and the `# comment` of the collectives table's Arrow schema).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -56,9 +58,24 @@ def connect(path: str | Path | None = None, memory_limit: int | None = None) -> 
 def open_store(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """Open a new store (file or in-memory) with the canonical schema created."""
     con = connect(path, memory_limit)
-    for name in schema_files():
-        con.execute(_sql("tracediag.store", name))
+    with transaction(con):  # one commit: a file store syncs its write-ahead log once, not once per table
+        for name in schema_files():
+            con.execute(_sql("tracediag.store", name))
     return con
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The statements inside as one transaction (rolled back on an exception): a file store commits (and syncs
+    its write-ahead log) once instead of after every statement. Not for use inside an open transaction."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 # --- column comments -------------------------------------------------------------------------------------
