@@ -96,10 +96,11 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             coalesce(sum(i.bad_records), 0) AS bad_records
         FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
     )
-    counts = {
+    counts = {  # rows per rank first: the join then has one row per rank, not per event
         table: dict(
             con.execute(
-                f"SELECT i.input_id, count(*) FROM {table} t JOIN inputs i USING (rank) GROUP BY i.input_id"
+                f"SELECT i.input_id, sum(t.n)::BIGINT FROM (SELECT rank, count(*) AS n FROM {table} GROUP BY rank) t "
+                "JOIN inputs i USING (rank) GROUP BY i.input_id"
             ).fetchall()
         )
         for table in ("kernels", "cpu_ops", "collectives", "steps")
