@@ -123,3 +123,46 @@ def test_cpu_sample_trace_has_no_windows_and_no_stalls():
     assert con.execute("SELECT count(*) FROM host_stalls").fetchone()[0] == 0
     (basis,) = con.execute("SELECT DISTINCT time_basis FROM step_activity").fetchone()
     assert basis == "host duration of the step (no GPU kernels)"
+
+
+def _reference_window_facts(bs, be, ss, se, w0, w1):
+    """The per-window computation windows.build made before it was vectorised (clip / gaps / subtract)."""
+    from tracediag.derive import intervals as iv
+
+    busy = iv.total(*iv.clip(bs, be, w0, w1))
+    st = iv.total(*iv.clip(ss, se, w0, w1))
+    gs, ge = iv.subtract(*iv.gaps(bs, be, w0, w1), ss, se)
+    longest = int(np.argmax(ge - gs)) if gs.size else None
+    return (
+        busy,
+        st,
+        int(ge[longest] - gs[longest]) if longest is not None else 0,
+        (int(gs[longest]) if longest is not None else None),
+    )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_vectorised_window_facts_equal_the_per_window_computation(seed):
+    """overlap_each / longest_gap_each over all windows at once give what clip, gaps and subtract gave per window:
+    random busy unions, stalls inside their gaps, disjoint windows (empty ones, ones past the data) — exactly."""
+    from tracediag.derive import intervals as iv
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    starts = np.sort(rng.integers(0, 10_000, n))
+    bs, be = iv.merge_intervals(starts, starts + rng.integers(1, 400, n))
+    gaps_s, gaps_e = iv.gaps(bs, be, -500, 11_000)
+    pick = rng.random(gaps_s.size) < 0.3
+    a, b = gaps_s[pick], gaps_e[pick]
+    cut = a + (b - a) * rng.random(a.size) * 0.5
+    ss, se = iv.merge_intervals(cut.astype(np.int64), (cut + (b - cut) * rng.random(a.size)).astype(np.int64) + 1)
+    ss, se = np.minimum(ss, se - 1), se  # positive length
+    ss, se = iv.merge_intervals(ss, se)
+    edges = np.sort(rng.integers(-1_000, 12_000, 2 * int(rng.integers(0, 12))))
+    w0s, w1s = edges[0::2], edges[1::2]
+    us, ue = iv.merge_intervals(np.concatenate((bs, ss)), np.concatenate((be, se)))
+    busy, st = iv.overlap_each(w0s, w1s, bs, be), iv.overlap_each(w0s, w1s, ss, se)
+    glen, gstart = iv.longest_gap_each(us, ue, w0s, w1s)
+    for i, (w0, w1) in enumerate(zip(w0s.tolist(), w1s.tolist(), strict=True)):
+        got = (int(busy[i]), int(st[i]), int(glen[i]), int(gstart[i]) if glen[i] > 0 else None)
+        assert got == _reference_window_facts(bs, be, ss, se, w0, w1), (seed, i, w0, w1)

@@ -98,10 +98,11 @@ def _input_rows(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             coalesce(sum(i.bad_records), 0) AS bad_records
         FROM inputs i GROUP BY i.input_id ORDER BY i.input_id""",
     )
-    counts = {
+    counts = {  # rows per rank first: the join then has one row per rank, not per event
         table: dict(
             con.execute(
-                f"SELECT i.input_id, count(*) FROM {table} t JOIN inputs i USING (rank) GROUP BY i.input_id"
+                f"SELECT i.input_id, sum(t.n)::BIGINT FROM (SELECT rank, count(*) AS n FROM {table} GROUP BY rank) t "
+                "JOIN inputs i USING (rank) GROUP BY i.input_id"
             ).fetchall()
         )
         for table in ("kernels", "cpu_ops", "collectives", "steps")
@@ -245,36 +246,44 @@ def evaluate(
     One TP group with every rank deep-analysed (the usual incident): the rules run once on the whole store.
     Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
     from tracediag.fleet.groups import evaluate_groups
-    from tracediag.fleet.ranks import cross_group, make_plan, merge_group_checks, ranks_section, restricted
+    from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
 
     say = progress or (lambda stage: None)
     settings = settings or Settings()
-    layout = detect_layout(con, tp)
-    tpd = layout.tp
-    plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
-    ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
-    if len(plan.groups) <= 1 and plan.all_deep:
-        rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
-        say(f"running {len(rules)} rules")
-        checks = run_rules(ctx, rules)
-        plan.why = plan.why or {r: "every rank" for r in plan.present}
-        say("building the report")
-        sections = build_sections(ctx, extra=extra_sections)
-    else:
-        say(f"running the rules on {len(plan.groups)} TP group(s)")
-        results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
-        checks = merge_group_checks([(r.group, r.checks) for r in results])
-        plan.deep = sorted({d for r in results for d in r.deep})
-        plan.why = {d: why for r in results for d, why in r.deep.items()}
-        plan.group_summaries = [r.summary for r in results]
-        plan.cross_group = cross_group(plan.group_summaries)
-        say("building the report")
-        with restricted(con, plan.present, plan.deep):
-            sections = build_sections(ctx, extra=extra_sections)
-    if plan.present:
-        sections.append(ranks_section(plan))
+    # a store's small tables read from memory while one group runs on the whole store (dropped before groups)
+    copies = LocalCopies.of_store(con, store) if store is not None else LocalCopies(con)
+    try:
+        layout = detect_layout(con, tp)
+        tpd = layout.tp
+        plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
+        ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
+        if len(plan.groups) <= 1 and plan.all_deep:
+            rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+            with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
+                say(f"running {len(rules)} rules")
+                checks = run_rules(ctx, rules)
+                plan.why = plan.why or {r: "every rank" for r in plan.present}
+                say("building the report")
+                sections = build_sections(ctx, extra=extra_sections)
+        else:
+            copies.drop()
+            say(f"running the rules on {len(plan.groups)} TP group(s)")
+            results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
+            checks = merge_group_checks([(r.group, r.checks) for r in results])
+            plan.deep = sorted({d for r in results for d in r.deep})
+            plan.why = {d: why for r in results for d, why in r.deep.items()}
+            plan.group_summaries = [r.summary for r in results]
+            plan.cross_group = cross_group(plan.group_summaries)
+            say("building the report")
+            with restricted(con, plan.present, plan.deep):
+                sections = build_sections(ctx, extra=extra_sections)
+        if plan.present:
+            sections.append(ranks_section(plan))
+        inputs = _input_rows(con)
+    finally:
+        copies.drop()
     return Report(
-        inputs=_input_rows(con),
+        inputs=inputs,
         model=model,
         tp=tpd,
         checks=checks,

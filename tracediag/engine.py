@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from types import ModuleType
@@ -56,6 +59,9 @@ def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+MEMO_MAX_ROWS = 5000  # larger query results are not kept by Context.memoized (memory, and the copy per use)
+
+
 @dataclass
 class Context:
     """What a rule sees: the store, the model, p, settings. Rules must not mutate it."""
@@ -65,13 +71,55 @@ class Context:
     tp: TPDegree | None
     settings: Settings = field(default_factory=Settings)
     layout: Layout | None = None  # process groups and what they are (derive/layout.py)
+    _memo: dict[Any, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        return query_dicts(self.con, sql, params)
+        memo = self._memo
+        if memo is None:
+            return query_dicts(self.con, sql, params)
+        key = ("rows", sql, repr(params))
+        kept = memo.get(key)
+        if kept is None:
+            fresh = query_dicts(self.con, sql, params)
+            if len(fresh) > MEMO_MAX_ROWS:
+                return fresh
+            kept = memo[key] = fresh
+        return [_copy_row(r) for r in kept]  # callers may change the rows they get
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
+        value = self.once(("scalar", sql, repr(params)), lambda: self._scalar(sql, params))
+        return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
+
+    def _scalar(self, sql: str, params: list[Any] | None) -> Any:
         row = self.con.execute(sql, params or []).fetchone()
         return row[0] if row else None
+
+    @contextmanager
+    def memoized(self) -> Iterator[None]:
+        """Within: a query asked again with the same parameters gets the first answer (fresh copies of its
+        rows), and `once` computes each key once. For a stretch in which the store does not change (the
+        rules and report sections read it; the temporary tables they build are built once per content)."""
+        if self._memo is not None:
+            yield
+            return
+        self._memo = {}
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def once(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """compute(), once per key while memoized (every time otherwise); the value is shared, not copied."""
+        memo = self._memo
+        if memo is None:
+            return compute()
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
+
+def _copy_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in row.items()}
 
 
 BUILTIN_RULES = RULE_MODULES
@@ -96,7 +144,7 @@ TABLE_MEANING = {
 
 def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     for table in meta.requires_tables:
-        if not table_count(ctx.con, table):
+        if not ctx.once(("table_count", table), lambda table=table: table_count(ctx.con, table)):
             return f"missing {TABLE_MEANING.get(table, table)}: none in the trace"
     if meta.requires_model:
         if ctx.model is None:
@@ -117,10 +165,11 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
     fields (tracediag.findings.fold / verdict)."""
     mods = rules if rules is not None else load_rules()
     checks: list[Check] = []
-    for mod in mods:
-        meta: RuleMeta = mod.RULE
-        reason = _missing_input(ctx, meta)
-        checks.append(not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx)))
+    with ctx.memoized():  # rules share queries (the TP scheme, the inputs, the step table...): each runs once
+        for mod in mods:
+            meta: RuleMeta = mod.RULE
+            reason = _missing_input(ctx, meta)
+            checks.append(not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx)))
     found = {c.rule for c in checks if c.status == "finding"}
     linked = []
     for c, mod in zip(checks, mods):

@@ -65,7 +65,6 @@ def analyze(
     from tracediag.cli.progress import progress
     from tracediag.engine import Settings, parse_slo
     from tracediag.output import staged_outputs
-    from tracediag.reports.terminal import print_summary
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
@@ -100,4 +99,6 @@ def analyze(
 
     report = _guard(run, debug)
     if not quiet:
+        from tracediag.reports.terminal import print_summary  # rich: only for the summary
+
         print_summary(report, out)

@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from tracediag.live.topology import summary, take_snapshot
-
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -25,6 +23,8 @@ def register(app: typer.Typer) -> None:
         Example:
           tracediag env -o topo.json && tracediag analyze traces/ -m config.json --topology topo.json
         """
+        from tracediag.live.topology import summary, take_snapshot  # imported by this command only
+
         snap = take_snapshot()
         try:
             out.write_text(json.dumps(snap, indent=2) + "\n", encoding="utf-8")

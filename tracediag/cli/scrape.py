@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tracediag.errors import UsageError
-from tracediag.live.scrape import ScrapeResult, metrics_url, parse_duration, scrape_to_file
+
+if TYPE_CHECKING:
+    from tracediag.live.scrape import ScrapeResult
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +44,8 @@ def register(app: typer.Typer) -> None:
         Example:
           tracediag scrape http://127.0.0.1:8000/metrics --interval 1s --duration 5m -o metrics.prom
         """
+        from tracediag.live.scrape import metrics_url, parse_duration, scrape_to_file  # http, ssl: not for analyze
+
         try:
             target = metrics_url(url)
             interval_s = parse_duration(interval, "--interval")

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tracediag.catalog import normalize_collective_name
 from tracediag.model.dtypes import canonical_dtype, element_size
-from tracediag.store import query_dicts, run_sql_file
+from tracediag.store import run_sql_file, transaction
 
 COLLECTIVES_SCHEMA = pa.schema(
     [
@@ -104,69 +104,82 @@ def _first_tensor_type(types_json: str | None) -> str | None:
     return None
 
 
-def _evidence(row: dict, elements: int | None) -> str:
-    if row["in_nelems"] is not None and row["has_param_comms"]:
+def _evidence(in_nelems: int | None, has_param_comms: bool | None, elements: int | None) -> str:
+    if in_nelems is not None and has_param_comms:
         return "record_param_comms args"
-    if row["in_nelems"] is not None:
+    if in_nelems is not None:
         return "collective kernel args"
     if elements is not None:
         return "op input shapes"
     return "not recorded"
 
 
+# columns of collectives copied from coll_calls as they are (collectives name: coll_calls name)
+_PASSED = {
+    "rank": "rank", "call_name": "call_name", "kernel_name": "kernel_name", "out_elements": "out_nelems",
+    "group_size": "group_size", "pg_name": "pg_name", "pg_desc": "pg_desc", "pg_ranks": "pg_ranks", "seq": "seq",
+    "cpu_ts_ns": "cpu_ts_ns", "cpu_dur_ns": "cpu_dur_ns", "gpu_ts_ns": "gpu_ts_ns", "gpu_dur_ns": "gpu_dur_ns",
+    "exec_name": "exec_name", "exec_ts_ns": "exec_ts_ns", "exec_dur_ns": "exec_dur_ns", "anchor_ts_ns": "anchor_ts_ns",
+}  # fmt: skip
+
+
 def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     run_sql_file(con, "tracediag.derive", "collective_calls.sql")
-    rows = query_dicts(con, "SELECT * FROM coll_calls ORDER BY rank, anchor_ts_ns")
+    cur = con.execute("SELECT * FROM coll_calls ORDER BY rank, anchor_ts_ns")
+    names = [d[0] for d in cur.description]
+    rows = cur.fetchall()
+    c = dict(zip(names, map(list, zip(*rows)), strict=True)) if rows else {n: [] for n in names}
     out: dict[str, list] = {f.name: [] for f in COLLECTIVES_SCHEMA}
+    for name, source in _PASSED.items():
+        out[name] = c[source]
+    out["step_id"] = [None] * len(rows)
+    # calls of a run share a few shapes, types and names: each distinct string is decoded once
+    types: dict[str | None, str | None] = {}
+    dtypes: dict[str | None, tuple[str | None, int | None]] = {}
+    dims: dict[str | None, tuple[int | None, int | None]] = {}
+    ops: dict[str, str] = {}
     call_no: dict[int, int] = {}
-    for r in rows:
-        dtype_raw = r["dtype"] or _first_tensor_type(r["input_types"])
-        esize = element_size(dtype_raw)
-        elements = r["in_nelems"] if r["in_nelems"] is not None else _first_tensor_elements(r["input_dims"])
-        op = r["op"]
-        if (op is None or op == "unknown") and r["coll_name"]:
-            op = normalize_collective_name(r["coll_name"])
-        if r["gpu_ts_ns"] is not None:
-            ts, dur = r["gpu_ts_ns"], r["gpu_dur_ns"]
-        elif r["exec_ts_ns"] is not None:
-            ts, dur = r["exec_ts_ns"], r["exec_dur_ns"]
+    for i in range(len(rows)):
+        dtype_raw = c["dtype"][i]
+        if not dtype_raw:
+            t = c["input_types"][i]
+            if t not in types:
+                types[t] = _first_tensor_type(t)
+            dtype_raw = types[t]
+        if dtype_raw not in dtypes:
+            dtypes[dtype_raw] = (canonical_dtype(dtype_raw), element_size(dtype_raw))
+        dtype, esize = dtypes[dtype_raw]
+        d = c["input_dims"][i]
+        if d not in dims:
+            dims[d] = (_first_tensor_elements(d), _first_tensor_width(d))
+        in_nelems = c["in_nelems"][i]
+        elements = in_nelems if in_nelems is not None else dims[d][0]
+        op = c["op"][i]
+        coll_name = c["coll_name"][i]
+        if (op is None or op == "unknown") and coll_name:
+            if coll_name not in ops:
+                ops[coll_name] = normalize_collective_name(coll_name)
+            op = ops[coll_name]
+        if c["gpu_ts_ns"][i] is not None:
+            ts, dur = c["gpu_ts_ns"][i], c["gpu_dur_ns"][i]
+        elif c["exec_ts_ns"][i] is not None:
+            ts, dur = c["exec_ts_ns"][i], c["exec_dur_ns"][i]
         else:
-            ts, dur = r["cpu_ts_ns"], r["cpu_dur_ns"]
-        rank = r["rank"]
+            ts, dur = c["cpu_ts_ns"][i], c["cpu_dur_ns"][i]
+        rank = c["rank"][i]
         call_no[rank] = call_no.get(rank, -1) + 1
-        rec = {
-            "rank": rank,
-            "call_id": call_no[rank],
-            "step_id": None,
-            "op": op or "unknown",
-            "call_name": r["call_name"],
-            "kernel_name": r["kernel_name"],
-            "evidence": _evidence(r, elements),
-            "dtype": canonical_dtype(dtype_raw),
-            "element_bytes": esize,
-            "elements": elements,
-            "payload_bytes": elements * esize if elements is not None and esize else None,
-            "out_elements": r["out_nelems"],
-            "group_size": r["group_size"],
-            "pg_name": r["pg_name"],
-            "pg_desc": r["pg_desc"],
-            "pg_ranks": r["pg_ranks"],
-            "seq": r["seq"],
-            "cpu_ts_ns": r["cpu_ts_ns"],
-            "cpu_dur_ns": r["cpu_dur_ns"],
-            "gpu_ts_ns": r["gpu_ts_ns"],
-            "gpu_dur_ns": r["gpu_dur_ns"],
-            "exec_name": r["exec_name"],
-            "exec_ts_ns": r["exec_ts_ns"],
-            "exec_dur_ns": r["exec_dur_ns"],
-            "ts_ns": ts,
-            "dur_ns": dur,
-            "anchor_ts_ns": r["anchor_ts_ns"],
-            "exec_op": r["exec_op"] if r["exec_op"] not in (None, "unknown") else op or "unknown",
-            "in_width": _first_tensor_width(r["input_dims"]),
-        }
-        for k, v in rec.items():
-            out[k].append(v)
+        exec_op = c["exec_op"][i]
+        out["call_id"].append(call_no[rank])
+        out["op"].append(op or "unknown")
+        out["evidence"].append(_evidence(in_nelems, c["has_param_comms"][i], elements))
+        out["dtype"].append(dtype)
+        out["element_bytes"].append(esize)
+        out["elements"].append(elements)
+        out["payload_bytes"].append(elements * esize if elements is not None and esize else None)
+        out["ts_ns"].append(ts)
+        out["dur_ns"].append(dur)
+        out["exec_op"].append(exec_op if exec_op not in (None, "unknown") else op or "unknown")
+        out["in_width"].append(dims[d][1])
     table = pa.table(out, schema=COLLECTIVES_SCHEMA)
     con.register("_collectives_in", table)
     con.execute("CREATE OR REPLACE TABLE collectives AS SELECT * FROM _collectives_in")
@@ -195,7 +208,12 @@ def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
-    """Build every derived table, in dependency order."""
+    """Build every derived table, in dependency order, in one transaction (one commit of a file store)."""
+    with transaction(con):
+        _build_all(con)
+
+
+def _build_all(con: duckdb.DuckDBPyConnection) -> None:
     for step in CORE:
         _run(con, step)
     build_collectives(con)

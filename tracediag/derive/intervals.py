@@ -69,5 +69,39 @@ def subtract(as_: np.ndarray, ae: np.ndarray, bs: np.ndarray, be: np.ndarray) ->
     return np.array(out_s, dtype=np.int64), np.array(out_e, dtype=np.int64)
 
 
+_BEFORE_ALL = np.iinfo(np.int64).min  # start of the gap before the first interval
+_AFTER_ALL = np.iinfo(np.int64).max  # end of the gap after the last interval
+
+
+def longest_gap_each(us: np.ndarray, ue: np.ndarray, w0: np.ndarray, w1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each window [w0, w1): the longest part of it that the disjoint sorted union (us, ue) leaves idle,
+    as (length, start); length 0 (start undefined) when the union covers the whole window. The first of equal
+    longest parts wins. One pass over all windows: gap k of the union (between intervals k−1 and k) is idle
+    in a window when it meets it, and the gaps a window meets are k = lo..hi."""
+    us, ue = np.asarray(us, dtype=np.int64), np.asarray(ue, dtype=np.int64)
+    w0, w1 = np.asarray(w0, dtype=np.int64), np.asarray(w1, dtype=np.int64)
+    n, m = w0.size, us.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo = np.searchsorted(ue, w0, side="right")  # first interval that ends after the window starts
+    hi = np.maximum(np.searchsorted(us, w1, side="left"), lo)  # first interval that starts at or after its end
+    counts = hi - lo + 1
+    offsets = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    seg = np.repeat(np.arange(n), counts)
+    k = lo[seg] + (np.arange(int(counts.sum())) - offsets[seg])
+    if m:
+        gap_s = np.where(k > 0, ue[np.maximum(k - 1, 0)], _BEFORE_ALL)
+        gap_e = np.where(k < m, us[np.minimum(k, m - 1)], _AFTER_ALL)
+    else:
+        gap_s = np.full(k.size, _BEFORE_ALL, dtype=np.int64)
+        gap_e = np.full(k.size, _AFTER_ALL, dtype=np.int64)
+    start = np.maximum(gap_s, w0[seg])
+    length = np.maximum(np.minimum(gap_e, w1[seg]) - start, 0)
+    best = np.maximum.reduceat(length, offsets)
+    at_best = np.flatnonzero(length == best[seg])
+    first = at_best[np.searchsorted(seg[at_best], np.arange(n), side="left")]
+    return best, start[first]
+
+
 def total(s: np.ndarray, e: np.ndarray) -> int:
     return int((np.asarray(e) - np.asarray(s)).sum()) if len(s) else 0

@@ -92,7 +92,9 @@ def workload(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """('training', why) when the trace holds autograd backward or optimizer work; else inference or unknown."""
     row = con.execute(
         """SELECT
-             (SELECT count(*) FROM cpu_ops WHERE name LIKE 'autograd::engine::evaluate_function%'
+             -- the names matched once each, not once per op
+             (SELECT coalesce(sum(n), 0)::BIGINT FROM (SELECT name, count(*) AS n FROM cpu_ops GROUP BY name)
+                 WHERE name LIKE 'autograd::engine::evaluate_function%'
                  OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')
                  -- FSDP's post-backward hook (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
                  OR name = 'RegisterPostBackwardFunction') AS backward,

@@ -122,6 +122,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         cols = list(act)
         bs, be = iv.merge_intervals(act[cols[0]], act[cols[1]])
         windows = _rank_windows(con, rank)
+        w0s = np.array([w["w0"] for w in windows], dtype=np.int64)
+        w1s = np.array([w["w1"] for w in windows], dtype=np.int64)
         steps_host = con.execute("SELECT step_id, ts_ns, ts_ns + dur_ns FROM steps WHERE rank = ?", [rank]).fetchall()
         # --- stalls
         calls = con.execute(
@@ -134,7 +136,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             idle = iv.total(gs, ge)
             if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
                 continue
-            in_win = sum(iv.total(*iv.clip(gs, ge, w["w0"], w["w1"])) for w in windows)
+            in_win = int(iv.overlap_each(w0s, w1s, gs, ge).sum())  # windows are disjoint and sorted
             step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
             op = con.execute(
                 "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
@@ -160,22 +162,24 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             stall_s += gs.tolist()
             stall_e += ge.tolist()
         ss, se = iv.merge_intervals(np.array(stall_s, dtype=np.int64), np.array(stall_e, dtype=np.int64))
-        # --- windows
+        # --- windows: GPU busy and stall time in each, and its longest idle gap outside stalls (the idle parts
+        # of [w0, w1) that neither GPU work nor a stall covers: the gaps of their union)
         win_busy = win_idle = win_stall = 0
-        for w in windows:
+        busy_each = iv.overlap_each(w0s, w1s, bs, be)
+        stall_each = iv.overlap_each(w0s, w1s, ss, se)
+        us, ue = iv.merge_intervals(np.concatenate((bs, ss)), np.concatenate((be, se)))
+        gap_len, gap_start = iv.longest_gap_each(us, ue, w0s, w1s)
+        for i, w in enumerate(windows):
             w0, w1 = w["w0"], w["w1"]
-            busy = iv.total(*iv.clip(bs, be, w0, w1))
-            st = iv.total(*iv.clip(ss, se, w0, w1))
-            gs, ge = iv.subtract(*iv.gaps(bs, be, w0, w1), ss, se)
-            longest = int(np.argmax(ge - gs)) if gs.size else None
+            busy, st = int(busy_each[i]), int(stall_each[i])
             updates.append(
                 (
                     w0,
                     w1,
                     busy,
                     st,
-                    int(ge[longest] - gs[longest]) if longest is not None else 0,
-                    int(gs[longest]) if longest is not None else None,
+                    int(gap_len[i]),
+                    int(gap_start[i]) if gap_len[i] > 0 else None,
                     rank,
                     w["step_id"],
                 )

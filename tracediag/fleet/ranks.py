@@ -294,6 +294,52 @@ def restricted(con: duckdb.DuckDBPyConnection, ranks: Sequence[int], deep: Seque
             con.execute(f"DROP VIEW IF EXISTS temp.main.{table}")
 
 
+# Tables of a Parquet store with at most this many rows are copied into memory while the rules of a single
+# group run on the whole store (`local_copies`): every query on a store view lists and opens its files again,
+# a few ms per query on tables of a few hundred rows. The per-kernel/per-op tables of a large run stay views.
+LOCAL_COPY_MAX_ROWS = 100_000
+
+
+class LocalCopies:
+    """Temporary tables named like a store's small tables (views over its Parquet files), copies of their rows,
+    so that queries read memory; `drop()` removes them (the views are untouched and read again)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, tables: Sequence[str] = ()) -> None:
+        self.con, self.tables = con, list(tables)
+
+    @classmethod
+    def of_store(cls, con: duckdb.DuckDBPyConnection, store: Any, max_rows: int = LOCAL_COPY_MAX_ROWS) -> LocalCopies:
+        """Copies of the store's tables with 1..max_rows rows (their row counts from the store's manifest)."""
+        from pathlib import Path
+
+        from tracediag.store.parquet import read_manifest
+
+        tables = read_manifest(Path(store)).tables
+        small = [t for t, info in tables.items() if 0 < int(info.get("rows") or 0) <= max_rows]
+        db = con.execute("SELECT current_database()").fetchone()[0].replace('"', '""')
+        views = {
+            r[0]
+            for r in con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' "
+                "AND database_name = current_database()"
+            ).fetchall()
+        }
+        copies = cls(con)
+        try:
+            for table in small:
+                if table in views:
+                    con.execute(f'CREATE TEMP TABLE {table} AS SELECT * FROM "{db}".main.{table}')
+                    copies.tables.append(table)
+        except BaseException:
+            copies.drop()
+            raise
+        return copies
+
+    def drop(self) -> None:
+        while self.tables:
+            self.con.execute(f"DROP TABLE IF EXISTS temp.main.{self.tables.pop()}")
+
+
 # --- merging the groups' checks ---------------------------------------------------------------------------------
 
 _STATUS = {"finding": 0, "pass": 1, "not_applicable": 2}

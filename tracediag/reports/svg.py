@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from xml.sax.saxutils import escape
 
 W, H = 640, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 64, 16, 30, 44
@@ -21,8 +20,13 @@ MAX_LINE_POINTS = 600  # vertices of a connected series; more are reduced to min
 Fmt = Callable[[float], str]
 
 
+def escape(s: str) -> str:
+    """XML text: & < > as entities (what xml.sax.saxutils.escape does, without importing its urllib chain)."""
+    return s.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
+
+
 def _attr(s: str) -> str:
-    return escape(s, {'"': "&quot;"})
+    return escape(s).replace('"', "&quot;")
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:

@@ -38,8 +38,9 @@ SOURCE_LABEL = {
 
 
 def prepare(ctx: Context) -> None:
-    """Make sure kernel_steps / step_activity exist (a no-op once they are in POST_DERIVATIONS)."""
-    kernel_steps.ensure(ctx.con)
+    """Make sure kernel_steps / step_activity exist (a no-op once they are in POST_DERIVATIONS); looked up once
+    per memoized stretch of the rules (two catalog queries each time otherwise)."""
+    ctx.once("kernel_steps.ensure", lambda: kernel_steps.ensure(ctx.con))
 
 
 def phase_name(phase: str | None) -> str:

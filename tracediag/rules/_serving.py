@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ def series_label(path: str | None, engine: Any, run: Any = None) -> str:
 
 def _col(a: Any) -> np.ndarray:
     """A fetched column as a plain array: NULL becomes NaN (numbers) or None (text)."""
-    if isinstance(a, np.ma.MaskedArray):
+    ma = sys.modules.get("numpy.ma")  # no masked array exists unless numpy.ma was imported (20 ms otherwise)
+    if ma is not None and isinstance(a, ma.MaskedArray):
         if a.dtype.kind in "iuf":
             return a.astype(float).filled(np.nan)
         return a.astype(object).filled(None)

@@ -62,6 +62,11 @@ def _verdict(n: int, two_l: int, slack: int) -> str:
 
 
 def check(ctx: Context) -> Check:
+    """The check, once per memoized stretch of the rules (COL003 asks for it again for its cost-model verdict)."""
+    return ctx.once(("check", RULE.id), lambda: _check(ctx))
+
+
+def _check(ctx: Context) -> Check:
     L, p, slack = ctx.model.L, ctx.tp.p, ctx.settings.collective_count_slack
     if p == 1:
         return not_applicable(RULE, "p = 1: no tensor-parallel collectives to count")

@@ -73,6 +73,11 @@ def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> 
 
 
 def check(ctx: Context) -> Check:
+    """The check, once per memoized stretch of the rules (COL003 asks for it again for its cost-model verdict)."""
+    return ctx.once(("check", RULE.id), lambda: _check(ctx))
+
+
+def _check(ctx: Context) -> Check:
     m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
     if p == 1:
         return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no tensor-parallel all-reduces to size")

@@ -51,7 +51,12 @@ def matched_views(ctx: Context) -> None:
     in host-call order on its rank). Only calls seen on at least two ranks are matched.
     """
     # built once per content of `collectives` (the rules and the report sections all read them; a per-group
-    # evaluation restricts `collectives` to other ranks, which changes the fingerprint)
+    # evaluation restricts `collectives` to other ranks, which changes the fingerprint); checked once per
+    # memoized stretch of a context (the store does not change within one)
+    ctx.once("matched_views", lambda: _build_matched(ctx))
+
+
+def _build_matched(ctx: Context) -> None:
     fingerprint = ctx.con.execute(
         "SELECT count(*), sum(rank), min(ts_ns), max(ts_ns), sum(call_id), sum(dur_ns) FROM collectives"
     ).fetchone()

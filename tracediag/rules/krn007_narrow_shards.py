@@ -39,26 +39,36 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002"),
 )
 INFO_BELOW, WARNING_BELOW = 0.7, 0.5
+_NO_REFERENCE = "missing a reference FLOP rate: pass --tp1-baseline (a TP=1 trace of the same model) or --peak-tflops"
+
+
+def _shape(r: dict, roles: dict[tuple[int, int], str]) -> tuple[str, int, int, int, int] | None:
+    """(role, T, K, N, time) of a GEMM op row; None when it is not a projection of the model or took no time."""
+    try:
+        act, w = orjson.loads(r["act_dims"] or "null"), orjson.loads(r["w_dims"] or "null")
+    except orjson.JSONDecodeError:
+        return None
+    if not act or not w or len(w) != 2 or len(act) < 2:
+        return None
+    k, n = (act[-1], w[0]) if r["name"] == "aten::linear" else (act[-1], w[-1])
+    role = roles.get((k, n))
+    t = 1
+    for d in act[:-1]:
+        t *= d
+    ns = r["gpu_ns"] if r["gpu_ns"] is not None else r["dur_ns"]
+    if role is None or not ns:
+        return None
+    return role, t, k, n, ns
 
 
 def _rates(rows: list[dict], roles: dict[tuple[int, int], str]) -> dict[tuple[str, int], dict]:
     """(role, T) -> calls, FLOPs, time, shape, an example op."""
     out: dict[tuple[str, int], dict] = {}
     for r in rows:
-        try:
-            act, w = orjson.loads(r["act_dims"] or "null"), orjson.loads(r["w_dims"] or "null")
-        except orjson.JSONDecodeError:
+        shape = _shape(r, roles)
+        if shape is None:
             continue
-        if not act or not w or len(w) != 2 or len(act) < 2:
-            continue
-        k, n = (act[-1], w[0]) if r["name"] == "aten::linear" else (act[-1], w[-1])
-        role = roles.get((k, n))
-        t = 1
-        for d in act[:-1]:
-            t *= d
-        ns = r["gpu_ns"] if r["gpu_ns"] is not None else r["dur_ns"]
-        if role is None or not ns:
-            continue
+        role, t, k, n, ns = shape
         d = out.setdefault(
             (role, t), {"calls": 0, "flops": 0.0, "ns": 0, "K": k, "N": n, "example": r, "basis": r["basis"]}
         )
@@ -68,13 +78,25 @@ def _rates(rows: list[dict], roles: dict[tuple[int, int], str]) -> dict[tuple[st
     return out
 
 
+def _any_projection(ctx: Context, roles: dict[tuple[int, int], str]) -> bool:
+    """Whether _rates would find a projection GEMM, reading the GEMM ops only until the first one."""
+    cur = ctx.con.execute(_GEMMS_SQL)
+    cols = [d[0] for d in cur.description]
+    while batch := cur.fetchmany(1000):
+        if any(_shape(dict(zip(cols, r)), roles) is not None for r in batch):
+            return True
+    return False
+
+
+_GEMMS_SQL = (
+    "SELECT rank, step_id, name, ts_ns, act_dims, w_dims, dur_ns, gpu_ns, "
+    "CASE WHEN gpu_ns IS NOT NULL THEN 'GPU kernel time' ELSE 'host time of the op' END AS basis "
+    "FROM gemm_shapes ORDER BY rank, ts_ns"
+)
+
+
 def _gemms(rows_fn) -> list[dict]:
-    return rows_fn(
-        "SELECT rank, step_id, name, ts_ns, act_dims, w_dims, dur_ns, gpu_ns, "
-        "CASE WHEN gpu_ns IS NOT NULL THEN 'GPU kernel time' ELSE 'host time of the op' END AS basis "
-        "FROM gemm_shapes ORDER BY rank, ts_ns",
-        None,
-    )
+    return rows_fn(_GEMMS_SQL, None)
 
 
 def _roles(m, p: int) -> dict[tuple[int, int], str]:
@@ -112,9 +134,14 @@ def check(ctx: Context) -> Check:
     m, p = ctx.model, ctx.tp.p
     if p == 1:
         return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no sharded projections")
-    here = _rates(_gemms(ctx.rows), _roles(m, p))
+    roles = _roles(m, p)
+    missing_gemms = f"missing projection GEMMs of this model's shapes at TP={p} in the trace"
+    if not ctx.settings.tp1_baseline and not ctx.settings.peak_tflops:
+        # no reference rate: the answer is "not applicable" either way; which reason needs one projection GEMM
+        return not_applicable(RULE, _NO_REFERENCE if _any_projection(ctx, roles) else missing_gemms)
+    here = _rates(_gemms(ctx.rows), roles)
     if not here:
-        return not_applicable(RULE, f"missing projection GEMMs of this model's shapes at TP={p} in the trace")
+        return not_applicable(RULE, missing_gemms)
     base, base_source, peak = None, None, None
     if ctx.settings.tp1_baseline:
         base, base_source = _baseline(ctx.settings.tp1_baseline, m)
@@ -122,11 +149,7 @@ def check(ctx: Context) -> Check:
         peak = ctx.settings.peak_tflops * 1e12
     if base is None and peak is None:
         why = f"{base_source}; " if base_source else ""
-        return not_applicable(
-            RULE,
-            f"missing a reference FLOP rate: {why}pass --tp1-baseline (a TP=1 trace of the same model) or "
-            "--peak-tflops",
-        )
+        return not_applicable(RULE, _NO_REFERENCE.replace("rate: ", f"rate: {why}", 1))
     table = []
     by_role: dict[str, list[dict]] = defaultdict(list)
     for (role, t), d in sorted(here.items()):

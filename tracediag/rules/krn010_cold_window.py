@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from dataclasses import dataclass
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -49,8 +50,11 @@ _LAUNCH = re.compile(r"Launch", re.I)
 
 
 def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
-    rows = ctx.rows("SELECT rank, name, ts_ns, dur_ns, tid FROM runtime ORDER BY rank, ts_ns")
-    launches = [r["dur_ns"] for r in rows if _LAUNCH.search(r["name"]) and "Graph" not in r["name"]]
+    cur = ctx.con.execute("SELECT rank, name, ts_ns, dur_ns, tid FROM runtime ORDER BY rank, ts_ns")
+    cols = [d[0] for d in cur.description]
+    rows = cur.fetchall()  # 10^4-10^6 calls of a few dozen names: each name is classified once
+    names = {name: _classify(name) for name in {r[1] for r in rows}}
+    launches = [r[3] for r in rows if names[r[1]].counted_launch]
     median_launch = statistics.median(launches) if launches else 0
     # a launch that blocked while the GPU idled (windows.py host_stalls) loaded a module or compiled; one that
     # blocked while the GPU was busy waited for room in the launch queue (GPU-bound, not cold)
@@ -60,19 +64,39 @@ def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
     }
     out = []
     for r in rows:
-        name, d = r["name"], r["dur_ns"]
-        if _MODULE.match(name):
+        c, d = names[r[1]], r[3]
+        if c.module:
             kind = "module loading"
-        elif _INIT.match(name) and d >= SLOW_MS:
+        elif c.init and d >= SLOW_MS:
             kind = "context / stream creation, first-call initialisation"
-        elif _ALLOC.match(name):
+        elif c.alloc:
             kind = "allocation / host memory registration"
-        elif _LAUNCH.search(name) and (r["rank"], r["ts_ns"]) in idle_launch:
+        elif c.launch and (r[0], r[2]) in idle_launch:
             kind = "kernel launch of ≥ 1 ms with the GPU idle (lazy module loading or JIT at first launch)"
         else:
             continue
-        out.append(r | {"kind": kind})
+        out.append(dict(zip(cols, r)) | {"kind": kind})
     return out, {"median_launch_ns": int(median_launch), "launches": len(launches)}
+
+
+@dataclass(frozen=True)
+class _Name:
+    module: bool
+    init: bool
+    alloc: bool
+    launch: bool
+    counted_launch: bool  # a kernel launch that is not a graph launch (the median launch time)
+
+
+def _classify(name: str) -> _Name:
+    launch = bool(_LAUNCH.search(name))
+    return _Name(
+        module=bool(_MODULE.match(name)),
+        init=bool(_INIT.match(name)),
+        alloc=bool(_ALLOC.match(name)),
+        launch=launch,
+        counted_launch=launch and "Graph" not in name,
+    )
 
 
 def check(ctx: Context) -> Check:

@@ -7,7 +7,10 @@ derivations' SQL (and the `# comment` of the collectives table's Arrow schema).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,18 +19,25 @@ import duckdb
 import pyarrow as pa
 
 
+@functools.cache
 def _sql(package: str, name: str) -> str:
+    """The text of a SQL file of the package (package data: read once per process)."""
     return resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
 def schema_files() -> list[str]:
     """schema.sql (profiler tables) first, then the other schema_*.sql files (telemetry, topology...)."""
+    return list(_schema_files())
+
+
+@functools.cache
+def _schema_files() -> tuple[str, ...]:
     names = sorted(
         f.name
         for f in resources.files("tracediag.store").iterdir()
         if f.name.startswith("schema") and f.name.endswith(".sql")
     )
-    return sorted(names, key=lambda n: n != "schema.sql")
+    return tuple(sorted(names, key=lambda n: n != "schema.sql"))
 
 
 def connect(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -48,9 +58,24 @@ def connect(path: str | Path | None = None, memory_limit: int | None = None) -> 
 def open_store(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """Open a new store (file or in-memory) with the canonical schema created."""
     con = connect(path, memory_limit)
-    for name in schema_files():
-        con.execute(_sql("tracediag.store", name))
+    with transaction(con):  # one commit: a file store syncs its write-ahead log once, not once per table
+        for name in schema_files():
+            con.execute(_sql("tracediag.store", name))
     return con
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The statements inside as one transaction (rolled back on an exception): a file store commits (and syncs
+    its write-ahead log) once instead of after every statement. Not for use inside an open transaction."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
 
 
 # --- column comments -------------------------------------------------------------------------------------
@@ -152,7 +177,10 @@ SUPPLEMENT = {
 }
 
 
+@functools.cache
 def _all_column_comments() -> dict[str, dict[str, str]]:
+    """{table: {column: comment}} of every schema and derivation file (package data: parsed once per process;
+    callers must not change the dicts)."""
     found: dict[str, dict[str, str]] = {t: dict(cols) for t, cols in SUPPLEMENT.items()}
     sources = [("tracediag.store", n) for n in schema_files()]
     sources += sorted(
@@ -168,16 +196,23 @@ def _all_column_comments() -> dict[str, dict[str, str]]:
     return found
 
 
-def comment_columns(con: duckdb.DuckDBPyConnection) -> int:
-    """Set a comment on every column of the store's tables and views that a schema or derivation file
-    documents; a column documented nowhere for its own table takes the comment of the same column of the
-    canonical tables (`rank`, `ts_ns`, ...). Returns how many comments were set."""
-    comments = _all_column_comments()
+@functools.cache
+def _canonical_column_comments() -> dict[str, str]:
+    """{column: comment} of the canonical tables' columns, the first file that documents a column winning."""
     canonical: dict[str, str] = {}
     for name in schema_files():
         for cols in sql_column_comments(_sql("tracediag.store", name)).values():
             for col, text in cols.items():
                 canonical.setdefault(col, text)
+    return canonical
+
+
+def comment_columns(con: duckdb.DuckDBPyConnection) -> int:
+    """Set a comment on every column of the store's tables and views that a schema or derivation file
+    documents; a column documented nowhere for its own table takes the comment of the same column of the
+    canonical tables (`rank`, `ts_ns`, ...). Returns how many comments were set."""
+    comments = _all_column_comments()
+    canonical = _canonical_column_comments()
     rows = con.execute(
         "SELECT table_name, column_name, comment FROM duckdb_columns() WHERE NOT internal AND schema_name = 'main'"
     ).fetchall()
@@ -204,9 +239,19 @@ def column_names(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
 
 def append_arrow(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> None:
     """Bulk-append an Arrow table; columns are matched by name, missing ones become NULL."""
-    if not has_table(con, table):
-        raise ValueError(f"unknown table {table}: add it to a tracediag/store/schema*.sql file")
-    cols = column_names(con, table)
+    _append(con, table, data, _table_columns(con, table))
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    """The columns of a table of the store, in order (binding the name: no catalog query, and a missing table
+    leaves an open transaction usable); ValueError when there is no such table."""
+    try:
+        return list(con.table(table).columns)
+    except duckdb.CatalogException:
+        raise ValueError(f"unknown table {table}: add it to a tracediag/store/schema*.sql file") from None
+
+
+def _append(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table, cols: list[str]) -> None:
     present = [c for c in cols if c in data.column_names]
     view = f"_incoming_{table}"
     con.register(view, data)
@@ -220,8 +265,8 @@ def append_arrow(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table) -> 
 def append_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     """Append a handful of metadata rows (one per input file), still as one bulk insert."""
     if rows:
-        cols = column_names(con, table)
-        append_arrow(con, table, pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows]))
+        cols = _table_columns(con, table)
+        _append(con, table, pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows]), cols)
 
 
 def run_sql_file(con: duckdb.DuckDBPyConnection, package: str, name: str) -> None:

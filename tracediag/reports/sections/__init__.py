@@ -44,8 +44,9 @@ class Section:
 
 def build_sections(ctx, extra: tuple[str, ...] | list[str] = ()) -> list[Section]:
     out = []
-    for name in (*SECTION_BUILDERS, *(e for e in extra if e not in SECTION_BUILDERS)):
-        section = importlib.import_module(name).build(ctx)
-        if section is not None:
-            out.append(section)
+    with ctx.memoized():  # sections share queries with each other (and with the rules, in one analysis)
+        for name in (*SECTION_BUILDERS, *(e for e in extra if e not in SECTION_BUILDERS)):
+            section = importlib.import_module(name).build(ctx)
+            if section is not None:
+                out.append(section)
     return out
