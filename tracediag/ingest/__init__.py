@@ -412,7 +412,7 @@ def _insert_parts(con: duckdb.DuckDBPyConnection, table: str, spilled: SpilledTa
 
 def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
     """Write parsed inputs into the store; two trace files claiming the same rank is an input error."""
-    from tracediag.store import append_arrow, append_rows
+    from tracediag.store import append_arrow, append_rows, transaction
 
     seen: dict[int, str] = {}
     rows = []
@@ -426,19 +426,20 @@ def load(con: duckdb.DuckDBPyConnection, parsed: list[Parsed]) -> None:
                     )
                 seen[rank] = pt.path
         rows += [{**r, "input_id": input_id, "path": pt.path, "format": pt.format} for r in pt.inputs_rows]
-    append_rows(con, "inputs", rows)
-    append_rows(con, "process_groups", [pg for pt in parsed for pg in pt.process_groups])
-    by_table: dict[str, list] = {}
-    for pt in parsed:
-        for name, table in pt.tables.items():
-            if isinstance(table, SpilledTable):
-                _insert_parts(con, name, table)
-            else:
-                by_table.setdefault(name, []).append(table)
-    for name, tables in by_table.items():
-        if len(tables) > 1 and all(t.schema == tables[0].schema for t in tables):
-            import pyarrow as pa
+    with transaction(con):  # one commit (a file store syncs its log once)
+        append_rows(con, "inputs", rows)
+        append_rows(con, "process_groups", [pg for pt in parsed for pg in pt.process_groups])
+        by_table: dict[str, list] = {}
+        for pt in parsed:
+            for name, table in pt.tables.items():
+                if isinstance(table, SpilledTable):
+                    _insert_parts(con, name, table)
+                else:
+                    by_table.setdefault(name, []).append(table)
+        for name, tables in by_table.items():
+            if len(tables) > 1 and all(t.schema == tables[0].schema for t in tables):
+                import pyarrow as pa
 
-            tables = [pa.concat_tables(tables)]  # one insert per table (no copy: the chunks are kept)
-        for t in tables:
-            append_arrow(con, name, t)
+                tables = [pa.concat_tables(tables)]  # one insert per table (no copy: the chunks are kept)
+            for t in tables:
+                append_arrow(con, name, t)
