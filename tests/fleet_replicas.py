@@ -29,8 +29,11 @@ def replicate(
     shift_us: float = 0.0,
     stretch: float = 0.0,
     compresslevel: int = 1,
+    named: bool = True,
 ) -> list[Path]:
-    """Write the rank files of `groups` TP groups into `out` (skipping the global ranks in `drop`)."""
+    """Write the rank files of `groups` TP groups into `out` (skipping the global ranks in `drop`). With
+    `named=False` the TP groups are recorded nowhere (no pg_config entry, no process-group args on the calls),
+    as in the real gloo sample itself: they are then only blocks of p ranks."""
     files = sorted(src.glob("rank*.pt.trace.json.gz"), key=lambda f: int(f.name[4:].split(".")[0]))
     docs = [json.loads(gzip.decompress(f.read_bytes())) for f in files]
     p = len(docs)
@@ -46,19 +49,20 @@ def replicate(
                 continue
             d = dict(doc)
             info = dict(d["distributedInfo"])
+            tp_pg = {
+                "pg_name": str(g + 1),
+                "pg_desc": "tp",
+                "backend_config": info["pg_config"][0].get("backend_config"),
+                "pg_size": p,
+                "ranks": block,
+            }
             info |= {
                 "rank": rank,
                 "world_size": world,
-                "pg_count": 2,
+                "pg_count": 2 if named else 1,
                 "pg_config": [
                     {**info["pg_config"][0], "pg_size": world, "ranks": list(range(world))},
-                    {
-                        "pg_name": str(g + 1),
-                        "pg_desc": "tp",
-                        "backend_config": info["pg_config"][0].get("backend_config"),
-                        "pg_size": p,
-                        "ranks": block,
-                    },
+                    *([tp_pg] if named else []),
                 ],
             }
             d["distributedInfo"] = info
@@ -70,7 +74,7 @@ def replicate(
                     e["ts"] = t0 + (e["ts"] - t0) * (1 + g * stretch) + g * shift_us
                     if stretch and isinstance(e.get("dur"), (int, float)):
                         e["dur"] = e["dur"] * (1 + g * stretch)
-                if e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("c10d::"):
+                if named and e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("c10d::"):
                     e["args"] = {
                         **(e.get("args") or {}),
                         "Process Group Name": str(g + 1),

@@ -228,3 +228,23 @@ def test_keep_going_records_a_failed_input(tmp_path):
     r = analyze([], store=tmp_path / "s2").to_dict()["ranks"]
     assert r["failed"][0]["path"] == str(bad) and r["failed"][0]["error"]
     assert r["present"] == [0] and r["missing"] == [1]  # world size 2, rank 1's file failed
+
+
+def test_unnamed_groups_are_matched_within_their_tp_group_in_the_report(tmp_path):
+    # gloo records no process-group name or ranks: two TP groups of 8 (the second 20 % slower), known only as
+    # blocks of p = 8 ranks (--tp 8; the trace alone says world size 16). The rules run per group; the report's
+    # skew table must match calls within each group too, not the k-th all-reduce of rank 0 with that of rank 8
+    # (then the slower group arrives last in every set)
+    from fleet_replicas import replicate
+
+    out = tmp_path / "unnamed16"
+    replicate(out, 2, stretch=0.2, named=False)
+    rep = analyze([out], model=out / "config.json", ranks="all", tp=8)
+    groups = rep.to_dict()["ranks"]["groups"]
+    assert [g["ranks"] for g in groups] == [list(range(8)), list(range(8, 16))]
+    (comm,) = [s for s in rep.sections if s.id == "comm"]
+    rows = comm.tables["rank skew: arrivals at matched collectives"]
+    last = {r["rank"]: r["arrived_last"] for r in rows}
+    assert sum(last[r] for r in range(8)) > 0 and sum(last[r] for r in range(8, 16)) > 0
+    # each group's sets: every call of one group is matched with its own group's ranks only
+    assert sum(last[r] for r in range(8)) == sum(last[r] for r in range(8, 16))

@@ -247,6 +247,7 @@ def evaluate(
     Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
     from tracediag.fleet.groups import evaluate_groups
     from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
+    from tracediag.rules.col005_rank_skew import rank_groups
 
     say = progress or (lambda stage: None)
     settings = settings or Settings()
@@ -275,7 +276,10 @@ def evaluate(
             plan.group_summaries = [r.summary for r in results]
             plan.cross_group = cross_group(plan.group_summaries)
             say("building the report")
-            with restricted(con, plan.present, plan.deep):
+            # the report's skew table and chart match unrecorded process groups within each TP group, as the
+            # per-group rules did
+            by_group = {r: g.name for g in plan.groups for r in g.ranks}
+            with restricted(con, plan.present, plan.deep), rank_groups(con, by_group):
                 sections = build_sections(ctx, extra=extra_sections)
         if plan.present:
             sections.append(ranks_section(plan))

@@ -179,7 +179,14 @@ def tp_groups(
         for (ranks,) in rows:
             listed[tuple(sorted(ranks))] = None
     covered = {r for t in listed for r in t}
-    if listed and set(present) <= covered and sum(len(t) for t in listed) == len(covered):
+    # a listed group of another size than p is not a TP group of this run (the world group a trace without
+    # process-group names calls TP, when --tp says otherwise)
+    if (
+        listed
+        and set(present) <= covered
+        and sum(len(t) for t in listed) == len(covered)
+        and all(len(t) == p for t in listed)
+    ):
         groups = [
             RankGroup(f"TP group {i}", tuple(r for r in t if r in present), t) for i, t in enumerate(sorted(listed))
         ]

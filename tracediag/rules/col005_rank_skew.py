@@ -23,12 +23,15 @@ compare its step composition with the other ranks'. Fix the straggler before tun
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import duckdb
 
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import dur
-from tracediag.store import run_sql_file
+from tracediag.store import _sql, run_sql_file
 
 RULE = RuleMeta(
     id="COL005",
@@ -56,19 +59,56 @@ def matched_views(ctx: Context) -> None:
     ctx.once("matched_views", lambda: _build_matched(ctx))
 
 
+# Calls whose process group is recorded nowhere (gloo traces: no name, no ranks) are matched within the TP group
+# of their rank when the evaluation says which that is (temp table RANK_GROUPS: rank -> group name, made by
+# `rank_groups` for the report of a multi-group run); else all such calls form one group.
+RANK_GROUPS = "rank_tp_group"
+_PG_RECORDED = "coalesce(pg_name, pg_ranks, '') AS pg"
+_PG_OR_GROUP = (
+    f"coalesce(pg_name, pg_ranks, (SELECT g.tp_group FROM {RANK_GROUPS} g WHERE g.rank = collectives.rank), '') AS pg"
+)
+
+
 def _build_matched(ctx: Context) -> None:
     fingerprint = ctx.con.execute(
         "SELECT count(*), sum(rank), min(ts_ns), max(ts_ns), sum(call_id), sum(dur_ns) FROM collectives"
     ).fetchone()
-    key = "|".join(map(str, fingerprint))
+    groups = _has_rank_groups(ctx.con)
+    key = "|".join(map(str, fingerprint)) + ("|by rank group" if groups else "")
     try:
         built = ctx.con.execute("SELECT key FROM temp.main.matched_fingerprint").fetchone()[0]
     except duckdb.CatalogException:
         built = None
     if built == key:
         return
-    run_sql_file(ctx.con, "tracediag.derive", "matched_collectives.sql")
+    if groups:
+        sql = _sql("tracediag.derive", "matched_collectives.sql")
+        if sql.count(_PG_RECORDED) != 1:
+            raise AssertionError("matched_collectives.sql: the process-group key expression changed")
+        ctx.con.execute(sql.replace(_PG_RECORDED, _PG_OR_GROUP))
+    else:
+        run_sql_file(ctx.con, "tracediag.derive", "matched_collectives.sql")
     ctx.con.execute("CREATE OR REPLACE TEMP TABLE matched_fingerprint AS SELECT ? AS key", [key])
+
+
+def _has_rank_groups(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [RANK_GROUPS]
+        ).fetchone()[0]
+    )
+
+
+@contextlib.contextmanager
+def rank_groups(con: duckdb.DuckDBPyConnection, groups: dict[int, str]) -> Iterator[None]:
+    """Within the block, calls of an unrecorded process group are matched within their rank's group
+    (`groups`: rank -> group name)."""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {RANK_GROUPS} (rank INTEGER, tp_group VARCHAR)")
+    con.executemany(f"INSERT INTO {RANK_GROUPS} VALUES (?, ?)", sorted(groups.items()))
+    try:
+        yield
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {RANK_GROUPS}")
 
 
 def matched_summary(ctx: Context) -> dict | None:
