@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 from collections.abc import Callable
@@ -192,20 +191,18 @@ def analyze(
         size = sum(p.stat().st_size for p, _ in files if p.is_file())
         say(f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({size / 2**20:,.1f} MiB)")
         # a rank too large to hold is written as Parquet parts beside the store file, then streamed into it
-        parts = contextlib.ExitStack()
-        parts_dir = parts.enter_context(parts_folder(db_path))
-        try:
+        with parts_folder(db_path) as parts_dir:
             parsed = parse_all(files, keep_python=keep_python, jobs=jobs, parts_dir=parts_dir)
             con = open_store(db_path)
-        except BaseException:
-            parts.close()
-            raise
-    try:
-        if store is None:
-            with parts:
+            try:
                 say("loading the store")
                 load(con, parsed)
-                del parsed
+            except BaseException:
+                con.close()
+                raise
+            del parsed
+    try:
+        if store is None:
             say("deriving steps, collectives and kernel classes")
             build_all(con)
         report = evaluate(

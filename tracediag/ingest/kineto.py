@@ -226,7 +226,11 @@ def _exact_ts_many(raws: list[msgspec.Raw]) -> list[int | None]:
 def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
     """Second, narrow decode of only `ts` as raw text, for traces whose clock float64 cannot resolve."""
     doc = msgspec.json.decode(data, type=_RawTsTrace | list[_RawTs])
-    raws = doc if isinstance(doc, list) else (doc.traceEvents or [])
+    _set_exact_ts(events, doc if isinstance(doc, list) else (doc.traceEvents or []))
+
+
+def _set_exact_ts(events: list[_Event], raws: list[_RawTs]) -> None:
+    """Each event's `ts_ns` from the raw text of its `ts` (`raws`: the same events, decoded as _RawTs)."""
     if len(raws) != len(events):
         raise ValueError("the events and their raw timestamps differ in number")
     for e, ns in zip(events, _exact_ts_many([r.ts for r in raws])):
@@ -346,13 +350,9 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
                     raise _NeedsExact
                 b.exact = True
             if b.exact:
-                if len(raws) != len(events):
-                    raise ValueError("the events and their raw timestamps differ in number")
-                for e, ns in zip(events, _exact_ts_many([r.ts for r in raws])):
-                    e.ts_ns = ns
+                _set_exact_ts(events, raws)
             del raws
-            if b.head is None:
-                b.head = _head_facts(chunks.prefix)
+            b.head = chunks.prefix
             b.add(events)
             del events
         top = _TOP.decode(chunks.rest) if chunks.rest is not None else None
@@ -366,17 +366,16 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
     return b.finish({"distributedInfo": top.distributedInfo, "deviceProperties": top.deviceProperties})
 
 
-def _head_facts(prefix: bytes) -> dict[str, Any]:
-    """The keys written before the events array (Kineto writes distributedInfo and deviceProperties there), read
-    before the events so a parser that spills its tables knows the rank; {} when there are none or they do not
-    decode (the whole document is decoded at the end anyway)."""
+def _head_dist(prefix: bytes) -> Any:
+    """distributedInfo from the keys written before the events array (Kineto writes it there), read before the
+    events so a parser that spills its tables knows the rank; None when it is not there or does not decode (the
+    whole document is decoded at the end anyway)."""
     if not prefix:
-        return {}
+        return None
     try:
-        top = _TOP.decode(prefix + b"]}")
+        return _TOP.decode(prefix + b"]}").distributedInfo
     except (msgspec.DecodeError, RecursionError):
-        return {}
-    return {"distributedInfo": top.distributedInfo}
+        return None
 
 
 def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple[list[_Event], np.ndarray, np.ndarray]:
@@ -602,7 +601,7 @@ class _Builder:
         self.spill_dir = Path(opts.spill_dir) if opts.spill_dir else None
         self.spill_at = spill_bytes(opts.memory_limit)
         self.held = 0  # bytes of the tables in self.parts
-        self.head: dict[str, Any] | None = None  # the document's keys before the events (_head_facts)
+        self.head = b""  # the document up to its events array (jsonstream prefix): the rank when spilling
         self.spilled: dict[str, list[str]] = {}  # table -> its Parquet parts
         self.spilled_rows: dict[str, int] = {}
         self.spill_rank: tuple[int, str] | None = None  # the rank written into the parts
@@ -671,7 +670,7 @@ class _Builder:
         from tracediag.store.parquet import conform
 
         if self.spill_rank is None:
-            self.spill_rank = _pick_rank(self.p, (self.head or {}).get("distributedInfo"), self.order)
+            self.spill_rank = _pick_rank(self.p, _head_dist(self.head), self.order)
         rank = self.spill_rank[0]
         for table, t in self._assembled().items():
             self.stats.add(table, t)
@@ -855,7 +854,7 @@ class _Builder:
             for f in files:
                 t = pq.read_table(f)
                 i = t.schema.get_field_index("rank")
-                self._write(t.set_column(i, t.schema.field(i), pa.array(np.full(t.num_rows, rank), pa.int32())), f)
+                self._write(t.set_column(i, "rank", pa.array(np.full(t.num_rows, rank, dtype=np.int32))), f)
 
     def _write(self, t: pa.Table, path: Path | str) -> None:
         # a full or unwritable disk is the user's to fix, not a reason to decode the whole file in memory instead

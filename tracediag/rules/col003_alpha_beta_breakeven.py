@@ -666,15 +666,17 @@ def check(ctx: Context) -> Check:
         "evidence": evidence,
         "cost_model_applies": True,
     }
+
+    def not_decided(title: str, next_check: str) -> Check:
+        # decode T is below T*, but the a·T model does not support "TP is slower": said as info, not a warning
+        return finding(
+            RULE, **common, severity="info", confidence="low", impact=share, title=title, next_check=next_check
+        )
+
     if share > BELOW_SHARE_FINDING and below_floor:
         # The a·T model cannot hold: the GEMM time per token is below what the FLOPs need at the peak, so it is not
         # compute, and the weight-read time TP also divides is missing from it. No warning on that basis.
-        return finding(
-            RULE,
-            **common,
-            severity="info",
-            confidence="low",
-            impact=share,
+        return not_decided(
             title=(
                 f"TP={p} against TP=1 not decided: a = {a * 1e3:.3g} ms per token is below the compute floor "
                 f"F/peak = {floor * 1e3:.3g} ms ({proj['F_proj_kind']} F_proj at {ctx.settings.peak_tflops:g} "
@@ -690,12 +692,7 @@ def check(ctx: Context) -> Check:
         )
     if share > BELOW_SHARE_FINDING and share_with_c <= BELOW_SHARE_FINDING:
         t_c = values["T_star_with_c"]
-        return finding(
-            RULE,
-            **common,
-            severity="info",
-            confidence="low",
-            impact=share,
+        return not_decided(
             title=(
                 f"TP={p} against TP=1 not decided: median decode T = {values['median_T']:g} is below T* = "
                 + (f"{t_star:.3g}" if t_star is not None else "none")

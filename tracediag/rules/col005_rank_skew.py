@@ -31,7 +31,7 @@ import duckdb
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import dur
-from tracediag.store import _sql, run_sql_file
+from tracediag.store import _sql
 
 RULE = RuleMeta(
     id="COL005",
@@ -81,13 +81,12 @@ def _build_matched(ctx: Context) -> None:
         built = None
     if built == key:
         return
+    sql = _sql("tracediag.derive", "matched_collectives.sql")
     if groups:
-        sql = _sql("tracediag.derive", "matched_collectives.sql")
         if sql.count(_PG_RECORDED) != 1:
             raise AssertionError("matched_collectives.sql: the process-group key expression changed")
-        ctx.con.execute(sql.replace(_PG_RECORDED, _PG_OR_GROUP))
-    else:
-        run_sql_file(ctx.con, "tracediag.derive", "matched_collectives.sql")
+        sql = sql.replace(_PG_RECORDED, _PG_OR_GROUP)
+    ctx.con.execute(sql)
     ctx.con.execute("CREATE OR REPLACE TEMP TABLE matched_fingerprint AS SELECT ? AS key", [key])
 
 
