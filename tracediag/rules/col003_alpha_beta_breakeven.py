@@ -699,7 +699,7 @@ def check(ctx: Context) -> Check:
                 + f" of the per-token model, but the GEMM time also has a fixed part c = {c_fixed * 1e3:.3g} ms per "
                 f"step (its intercept over T: weight reads) that TP divides too; counting it, TP=p is slower for "
                 f"only {share_with_c:.0%} of steps"
-                + (f" (T* = {t_c:.3g})" if t_c is not None else "")
+                + (f" (T*_c = {t_c:.3g})" if t_c is not None else "")
                 + f"; {fit_text}"
             ),
             next_check=(
