@@ -649,6 +649,13 @@ def check(ctx: Context) -> Check:
             f"{m.H}·{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
             + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
         )
+    # the decision's own condition: TP slower at T when 2L·α − c(1−1/p) − den·T > 0 (c: the GEMM time's fixed part)
+    formula += "; TP slower at T when 2L·α − c(1−1/p) − den·T > 0, T*_c = (2L·α − c(1−1/p)) / den"
+    substituted += (
+        f"; c = {c_fixed * 1e3:.4g} ms per step, c(1−1/{p}) = {fixed_saved * 1e3:.4g} ms: T*_c = "
+        + (f"{values['T_star_with_c']:.4g}" if values["T_star_with_c"] is not None else "none (den ≤ 0)")
+        + f", slower for {share_with_c:.0%} of {len(Ts)} steps"
+    )
     if "F_proj_kind" in proj:
         formula += f"; a is read against F_proj ({proj['F_proj_kind']}): {proj['F_proj_formula']}"
         substituted += (
