@@ -156,6 +156,28 @@ class LineFit:
 MAX_PAIRWISE_POINTS = 2000  # Theil–Sen is O(n²) pairs; larger inputs are sub-sampled deterministically
 
 
+_FEW_DISTINCT_X = 64  # at most this many distinct x values: slopes built per pair of x groups
+
+
+def _pairwise_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """(y_j − y_i)/(x_j − x_i) over every pair of points with different x. With few distinct x (payload sizes,
+    token counts) built group pair by group pair, without the O(n²) index arrays; the same values either way
+    ((−a)/(−b) is a/b exactly), so the median does not depend on the path."""
+    ux, inverse = np.unique(xs, return_inverse=True)
+    if ux.size > _FEW_DISTINCT_X:
+        i, j = np.triu_indices(xs.size, k=1)
+        dx = xs[j] - xs[i]
+        keep = dx != 0
+        return (ys[j] - ys[i])[keep] / dx[keep]
+    groups = [ys[inverse == g] for g in range(ux.size)]
+    parts = [
+        np.subtract.outer(groups[v], groups[u]).ravel() / (ux[v] - ux[u])
+        for u in range(ux.size)
+        for v in range(u + 1, ux.size)
+    ]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
 def theil_sen(x, y) -> LineFit | None:
     """Theil–Sen line: slope = median of pairwise slopes over pairs with different x, intercept = median of
     y − slope·x. Robust to up to ~29% outliers (e.g. calls that waited for a late rank). None with fewer
@@ -171,17 +193,11 @@ def theil_sen(x, y) -> LineFit | None:
     if xs.size > MAX_PAIRWISE_POINTS:
         idx = np.random.default_rng(0).choice(xs.size, MAX_PAIRWISE_POINTS, replace=False)
         xs, ys = xs[idx], ys[idx]
-    i, j = np.triu_indices(xs.size, k=1)
-    dx = xs[j] - xs[i]
-    keep = dx != 0
-    if not keep.any():  # the sub-sample lost the second x value: fall back to all points by group medians
+    slopes = _pairwise_slopes(xs, ys)
+    if not slopes.size:  # the sub-sample lost the second x value: fall back to all points by group medians
         ux = np.unique(xa)
-        xs = ux
-        ys = np.array([np.median(ya[xa == u]) for u in ux])
-        i, j = np.triu_indices(xs.size, k=1)
-        dx = xs[j] - xs[i]
-        keep = dx != 0
-    slope = float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+        slopes = _pairwise_slopes(ux, np.array([np.median(ya[xa == u]) for u in ux]))
+    slope = float(np.median(slopes))
     intercept = float(np.median(ya - slope * xa))
     pred = intercept + slope * xa
     ss_tot = float(np.sum((ya - ya.mean()) ** 2))

@@ -117,9 +117,9 @@ def _check(ctx: Context) -> Check:
     share = matched / len(sized)
     steps: dict[tuple, dict] = {}
     for c in sized:
-        s = steps.setdefault(
-            (c["rank"], c["step_id"]),
-            {
+        s = steps.get((c["rank"], c["step_id"]))
+        if s is None:  # not setdefault: its default (a Counter and two sets) would be built for every call
+            s = steps[(c["rank"], c["step_id"])] = {
                 "rank": c["rank"],
                 "step": c["step_id"],
                 "phase": c["phase"],
@@ -129,8 +129,7 @@ def _check(ctx: Context) -> Check:
                 "payload_bytes": set(),
                 "dtypes": set(),
                 "categories": Counter(),
-            },
-        )
+            }
         s["calls"] += 1
         s["payload_bytes"].add(c["payload_bytes"])
         s["dtypes"].add(c["dtype"])

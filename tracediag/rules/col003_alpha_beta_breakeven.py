@@ -124,7 +124,18 @@ def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple
     """Collective call times for the fit (the TP all-reduces, or the reduce-scatters and all-gathers of a
     sequence-parallel run): per matched call (several ranks given) the shortest rank's time — the last
     arriver's, closest to the transfer itself; else each call's own time. Each sample carries its full
-    payload S and its bus bytes V."""
+    payload S and its bus bytes V. Queried once per memoized stretch (COL003, PATH002 and the communication
+    section read them; often more rows than the query memo keeps): the list is shared, not to be changed."""
+    return ctx.once(("allreduce_samples", p, scheme), lambda: _allreduce_samples(ctx, p, scheme))
+
+
+def allreduce_fits(ctx: Context, p: int, scheme: str = "all_reduce") -> dict[int, tpmath.AlphaBetaFit | None]:
+    """fit_by_group_size of allreduce_samples, once per memoized stretch (a Theil–Sen fit is O(n²) pairs)."""
+    samples, _ = allreduce_samples(ctx, p, scheme)
+    return ctx.once(("allreduce_fits", p, scheme), lambda: fit_by_group_size(samples))
+
+
+def _allreduce_samples(ctx: Context, p: int, scheme: str) -> tuple[list[dict], str]:
     sp = scheme == SEQUENCE_PARALLEL
     ops = ["reduce_scatter", "all_gather"] if sp else ["all_reduce"]
     where = tp_sp_where() if sp else tp_allreduce_where()
@@ -516,7 +527,7 @@ def check(ctx: Context) -> Check:
     samples, dur_source = allreduce_samples(ctx, p, scheme)
     if not samples:
         return not_applicable(RULE, f"missing TP {what} calls with a recorded payload and duration")
-    fits = fit_by_group_size(samples)
+    fits = allreduce_fits(ctx, p, scheme)
     fit = fits.get(p)
     if fit is None:
         sizes = sorted({s["payload_bytes"] for s in samples if s["group_size"] == p})

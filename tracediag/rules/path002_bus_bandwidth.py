@@ -35,7 +35,7 @@ from collections import defaultdict
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
-from tracediag.rules.col003_alpha_beta_breakeven import allreduce_samples, fit_by_group_size
+from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples
 from tracediag.rules.path001_link_class import group_gpus, snapshots
 
 RULE = RuleMeta(
@@ -238,7 +238,7 @@ def check(ctx: Context) -> Check:
                     "(step 4: placement, streams, CPU affinity, syncs, contention)"
                 )
         elif link_gbs:
-            fit = fit_by_group_size(samples).get(p)
+            fit = allreduce_fits(ctx, p).get(p)
             if fit and fit.bus_bw_bytes_per_s:
                 b = fit.bus_bw_bytes_per_s / 1e9
                 values["app_fitted_busbw_gbs"] = round(b, 4)

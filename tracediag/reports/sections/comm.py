@@ -10,7 +10,7 @@ from tracediag.reports.sections import Section
 
 
 def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
-    from tracediag.rules.col003_alpha_beta_breakeven import allreduce_samples, fit_by_group_size
+    from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples
 
     samples, source = allreduce_samples(ctx, p)
     if not samples:
@@ -20,7 +20,7 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
         "SELECT size_bytes, time_ns FROM nccl_tests WHERE placement = 'out-of-place' AND op = 'all_reduce' "
         "AND time_ns IS NOT NULL ORDER BY size_bytes"
     )
-    for g, fit in fit_by_group_size(samples).items():
+    for g, fit in allreduce_fits(ctx, p).items():
         pts = [(s["payload_bytes"] / 1024, s["dur_ns"] / 1e3) for s in samples if s["group_size"] == g]
         lines = {}
         if fit is not None:
