@@ -5,13 +5,13 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING, Any
 
 from tracediag.catalog import CLASSIFY_MAX_CHARS
 from tracediag.errors import InputError
+
+if TYPE_CHECKING:  # imported where tables are built: a store's reader needs no Arrow
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ NAMED_TABLES = ("kernels", "cpu_ops", "annotations")
 
 def long_names(table: pa.Table) -> set[str]:
     """The distinct names of a kernels/cpu_ops/annotations table longer than the catalog matches."""
+    import pyarrow.compute as pc
+
     lengths = pc.utf8_length(table.column("name"))
     if (pc.max(lengths).as_py() or 0) <= CLASSIFY_MAX_CHARS:
         return set()

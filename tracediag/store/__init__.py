@@ -13,10 +13,12 @@ import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
+
+if TYPE_CHECKING:  # Arrow is imported where data is appended: reading a store needs none
+    import pyarrow as pa
 
 
 @functools.cache
@@ -265,6 +267,8 @@ def _append(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table, cols: li
 def append_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
     """Append a handful of metadata rows (one per input file), still as one bulk insert."""
     if rows:
+        import pyarrow as pa
+
         cols = _table_columns(con, table)
         _append(con, table, pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows]), cols)
 

@@ -24,13 +24,15 @@ import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from tracediag import __version__
 from tracediag.errors import InputError
+
+if TYPE_CHECKING:  # imported where files are written: reading a store through views needs no Arrow
+    import pyarrow as pa
 
 STORE_SCHEMA_ID = "tracediag/store-v1"
 MANIFEST = "manifest.json"
@@ -58,6 +60,7 @@ def write_arrow(store: Path, table: str, data: pa.Table, part: str) -> int:
     `part` makes the file names unique per writer (e.g. "input-3"), so workers never write the same file.
     Returns the rows written.
     """
+    import pyarrow as pa
     import pyarrow.dataset as pads
 
     if data.num_rows == 0:
@@ -94,6 +97,8 @@ def canonical_arrow_schemas() -> dict[str, pa.Schema]:
 def conform(table: str, data: pa.Table) -> pa.Table:
     """The parser's table with the store's columns, in order and type; columns it lacks are NULL (as in
     store.append_arrow), so every file of a table has the same schema."""
+    import pyarrow as pa
+
     schema = canonical_arrow_schemas().get(table)
     if schema is None:
         raise ValueError(f"unknown table {table}: add it to a tracediag/store/schema*.sql file")
