@@ -22,7 +22,7 @@ CORE: tuple[str, ...] = (
 )
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps")
+POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps", "eager_ops.sql")
 
 
 def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:

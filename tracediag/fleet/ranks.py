@@ -49,6 +49,7 @@ DEEP_TABLES = (
     "flows",
     "nvtx_events",
     "host_stalls",
+    "eager_cpu_ops",
 )
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

@@ -50,13 +50,6 @@ _KINDS = (
     ("cast/copy", re.compile(_CAST, re.I)),
 )
 _NOT_ELEMENTWISE = re.compile(r"index|gather|scatter|indexSelect|Scan|Sort|cub::|rocprim|embedding|argmax|topk", re.I)
-# eager elementwise CPU ops (CPU-only traces have no kernels; the op's host time stands in)
-CPU_OPS = (
-    "aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::pow", "aten::mean",
-    "aten::rsqrt", "aten::sqrt", "aten::silu", "aten::gelu", "aten::relu", "aten::sigmoid", "aten::tanh",
-    "aten::neg", "aten::cat", "aten::sin", "aten::cos", "aten::to", "aten::_to_copy", "aten::copy_",
-    "aten::contiguous", "aten::clone", "aten::exp", "aten::where", "aten::masked_fill", "aten::var",
-)  # fmt: skip
 
 
 def kind_of(name: str) -> str:
@@ -83,18 +76,11 @@ def _gpu(ctx: Context) -> tuple[list[dict], int, dict[str, int]]:
 
 
 def _cpu(ctx: Context) -> tuple[list[dict], int]:
+    # derive/eager_ops.sql: the outermost eager elementwise CPU ops per rank, step and name
     rows = ctx.rows(
-        f"""WITH ops AS (
-               SELECT o.rank, o.tid, o.name, o.ts_ns, o.dur_ns, o.klass,
-                      max(o.ts_ns + o.dur_ns) OVER (PARTITION BY o.rank, o.tid ORDER BY o.ts_ns, o.dur_ns DESC
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS enclosing_end
-               FROM cpu_ops o WHERE o.name IN {CPU_OPS} OR (o.klass IS NOT NULL AND o.klass <> 'other')
-           )
-           SELECT o.name, count(*) AS calls, sum(o.dur_ns) AS time_ns, arg_min(o.rank, o.ts_ns) AS rank,
-                  arg_min(s.step_id, o.ts_ns) AS step, min(o.ts_ns) AS ts_ns
-           FROM ops o JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE o.name IN {CPU_OPS} AND (o.enclosing_end IS NULL OR o.enclosing_end < o.ts_ns + o.dur_ns)
-           GROUP BY o.name"""
+        """SELECT name, sum(calls) AS calls, sum(time_ns) AS time_ns, arg_min(rank, first_ts_ns) AS rank,
+                  arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
+           FROM eager_cpu_ops GROUP BY name"""
     )
     total = ctx.scalar("SELECT sum(step_ns) FROM step_activity") or 0
     return rows, total
