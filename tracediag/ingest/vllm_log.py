@@ -357,10 +357,10 @@ class Columns:
             self.rows = []
 
     def _batch(self) -> pa.RecordBatch:
-        names = self.schema.names
-        return pa.RecordBatch.from_arrays(
-            [pa.array([r.get(n) for r in self.rows], f.type) for n, f in zip(names, self.schema)], schema=self.schema
-        )
+        # the row dicts converted in one pass in Arrow's C++ (a struct array; keys the schema lacks are ignored,
+        # missing ones are null): a Python pass per column took 40 % of a long log's parse
+        rows = pa.array(self.rows, type=pa.struct(list(self.schema)))
+        return pa.RecordBatch.from_struct_array(rows).cast(self.schema)
 
     def last(self, name: str) -> Any:
         return self.rows[-1].get(name) if self.rows else None
@@ -451,40 +451,50 @@ class Clock:
     """Record times -> seconds since the file's first record. 'MM-DD' dates carry no year (year rollover
     handled); 'YYYY-MM-DD' dates do."""
 
+    BACKWARDS_S = 180 * 86400  # a time this far before the latest is the next year's (MM-DD dates)
+
     def __init__(self) -> None:
         self.t0: datetime | None = None
-        self.last: datetime | None = None
         self.year = 2000  # a leap year, so 02-29 parses
         self._day_key: str | None = None
-        self._day: datetime | None = None
+        # whole seconds since t0 (exact in a float): the latest record, and midnight of the day of _day_key
+        self._last_s: float | None = None
+        self._day_s = 0.0
+
+    @property
+    def last(self) -> datetime | None:
+        """The latest record's time."""
+        return None if self._last_s is None else self.t0 + timedelta(seconds=self._last_s)
 
     def __call__(self, date: str, time: str) -> float | None:
-        # fast path: the same day as the previous record (most lines of a long log)
+        # fast path: the same day as the previous record (most lines of a long log), in seconds since t0 without
+        # datetime arithmetic (a third of a long log's parse otherwise)
         if date == self._day_key and len(time) == 8 and time[2] == ":" and time[5] == ":":
             try:
                 sec = int(time[:2]) * 3600 + int(time[3:5]) * 60 + int(time[6:8])
             except ValueError:
                 sec = -1
-            if 0 <= sec < 86400 and self._day is not None and self.t0 is not None:
-                dt = self._day + timedelta(seconds=sec)
-                if self.last is None or dt >= self.last - timedelta(days=180):
-                    self.last = dt
-                    return (dt - self.t0).total_seconds()
+            if 0 <= sec < 86400:
+                t = self._day_s + sec
+                if t >= self._last_s - self.BACKWARDS_S:
+                    self._last_s = t
+                    return t
         try:
             if len(date) == 10:
                 dt = datetime.strptime(f"{date} {time}", "%Y-%m-%d %H:%M:%S")
             else:
                 dt = datetime.strptime(f"{self.year}-{date} {time}", "%Y-%m-%d %H:%M:%S")
-                if self.last is not None and dt < self.last - timedelta(days=180):
+                last = self.last
+                if last is not None and dt < last - timedelta(seconds=self.BACKWARDS_S):
                     self.year += 1
                     dt = dt.replace(year=self.year)
         except ValueError:
             return None
-        self.last = dt
         if self.t0 is None:
             self.t0 = dt
-        self._day_key, self._day = date, datetime(dt.year, dt.month, dt.day)
-        return (dt - self.t0).total_seconds()
+        self._last_s = (dt - self.t0).total_seconds()
+        self._day_key, self._day_s = date, (datetime(dt.year, dt.month, dt.day) - self.t0).total_seconds()
+        return self._last_s
 
 
 def checked_int(v: float, limit: int = INT32_MAX) -> int:
@@ -852,26 +862,24 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     for n, line in logical_lines(physical_lines(path)):
         f = _FAST.match(line)
         if f:
+            g = f.groupdict()  # one call for every group (a subscript each costs as much as the match)
             st.records += 1
-            pid = int(f["pid"]) if f["pid"] else None
-            base = st.at(clock(f["date"], f["time"]), n, f"{f['date']} {f['time']}", f["proc"], pid)
-            v1 = f["w"] is not None
-            st.stats.add(
-                {
-                    **base,
-                    "engine": int(f["engine"]) if f["engine"] else None,
-                    "log_format": "v1" if v1 else "v0",
-                    "prompt_tput_tok_s": float(f["p"]),
-                    "gen_tput_tok_s": float(f["g"]),
-                    "running": int(f["r"]),
-                    "waiting": int(f["w"] if v1 else f["pe"]),
-                    "swapped": None if v1 else int(f["sw"]),
-                    "kv_usage_pct": float(f["kv"]),
-                    "prefix_hit_pct": float(f["ph"]) if f["ph"] else None,
-                    "cpu_kv_usage_pct": float(f["cpu"]) if f["cpu"] else None,
-                }
-            )
-            st.last_engine[pid] = int(f["engine"]) if f["engine"] else None
+            pid = int(g["pid"]) if g["pid"] else None
+            engine = int(g["engine"]) if g["engine"] else None
+            v1 = g["w"] is not None
+            row = st.at(clock(g["date"], g["time"]), n, f"{g['date']} {g['time']}", g["proc"], pid)  # a new dict
+            row["engine"] = engine
+            row["log_format"] = "v1" if v1 else "v0"
+            row["prompt_tput_tok_s"] = float(g["p"])
+            row["gen_tput_tok_s"] = float(g["g"])
+            row["running"] = int(g["r"])
+            row["waiting"] = int(g["w"] if v1 else g["pe"])
+            row["swapped"] = None if v1 else int(g["sw"])
+            row["kv_usage_pct"] = float(g["kv"])
+            row["prefix_hit_pct"] = float(g["ph"]) if g["ph"] else None
+            row["cpu_kv_usage_pct"] = float(g["cpu"]) if g["cpu"] else None
+            st.stats.add(row)
+            st.last_engine[pid] = engine
             st.run_active = True
             continue
         matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line or ":vllm." in line) else []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from tracediag.reports.sections import Section
 from tracediag.reports.svg import scatter
 from tracediag.rules._serving import input_paths, log_runs, series_label, short
@@ -40,22 +42,47 @@ def _cut(rows: list[dict], notes: list[str], what: str) -> list[dict]:
 
 def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
     """Log stats series and timed metric series of one quantity, keyed by a readable label."""
-    out: dict[str, list[tuple[float, float]]] = {}
     paths = input_paths(ctx)
     runs = log_runs(ctx)
-    cur = ctx.con.execute(
-        f"SELECT input_id, run, engine, t_s, {column} AS v FROM serving_stats WHERE {column} IS NOT NULL "
-        "AND t_s IS NOT NULL ORDER BY input_id, run, engine, pid, t_s"  # column names are ours
-    )
-    labels: dict[tuple, list] = {}
-    while batch := cur.fetchmany(100_000):
-        for iid, run, engine, t, v in batch:
-            pts = labels.get((iid, run, engine))
-            if pts is None:
-                label = series_label(paths.get(iid), engine, run if runs.get(iid, 1) > 1 else None)
-                pts = labels[(iid, run, engine)] = out.setdefault(label, [])
-            pts.append((t, float(v)))
-    return {k: _thin(v) for k, v in out.items()}
+    data = ctx.con.execute(
+        # the keys without NULLs (runs count from 0; an engine may be -1, 'N Engines Aggregated'), in C
+        f"SELECT input_id, coalesce(run, -1) AS run_no, coalesce(engine, 0) AS engine_no, engine IS NULL AS no_engine,"
+        f" t_s, CAST({column} AS DOUBLE) AS v FROM serving_stats WHERE {column} IS NOT NULL AND t_s IS NOT NULL "
+        "ORDER BY input_id, run, engine, pid, t_s"  # column names are ours
+    ).fetchnumpy()  # a day of stats lines is 10^5-10^6 rows
+    keys = [np.asarray(data[k]) for k in ("input_id", "run_no", "engine_no", "no_engine")]
+    t, v = np.asarray(data["t_s"], dtype=float), np.asarray(data["v"], dtype=float)
+    if not t.size:
+        return {}
+    change = np.zeros(t.size, dtype=bool)
+    change[0] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(change).tolist()
+    parts: dict[str, list[slice]] = {}
+    for a, b in zip(starts, [*starts[1:], t.size]):
+        i, r = int(keys[0][a]), int(keys[1][a])
+        e = None if keys[3][a] else int(keys[2][a])
+        label = series_label(paths.get(i), e, (None if r < 0 else r) if runs.get(i, 1) > 1 else None)
+        parts.setdefault(label, []).append(slice(a, b))
+    out = {}
+    for label, slices in parts.items():
+        ts, vs = (np.concatenate([x[sl] for sl in slices]) for x in (t, v))
+        out[label] = _thin_arrays(ts, vs)
+    return out
+
+
+def _thin_arrays(t: np.ndarray, v: np.ndarray) -> list[tuple[float, float]]:
+    """_thin of the points zip(t, v), bucket by bucket in NumPy (argmin/argmax: the first extreme, as min/max)."""
+    if len(t) <= MAX_POINTS or np.isnan(v).any():  # NaN: min/max of Python floats, as _thin decides them
+        return _thin(list(zip(t.tolist(), v.tolist())))
+    step = -(-len(t) // (MAX_POINTS // 2))
+    out: list[tuple[float, float]] = []
+    for i in range(0, len(t), step):
+        cv = v[i : i + step]
+        lo, hi = i + int(np.argmin(cv)), i + int(np.argmax(cv))
+        out += sorted({(float(t[lo]), float(v[lo])), (float(t[hi]), float(v[hi]))})
+    return out
 
 
 def _metric(ctx, canonical: str, scale: float = 1.0) -> dict[str, list[tuple[float, float]]]:
