@@ -84,12 +84,13 @@ def _metrics_windows(ctx: Context) -> list[dict]:
 
 
 def _bench_log_windows(ctx: Context) -> list[dict]:
+    runs = [r for r in bench_runs(ctx) if r["date"] and r["duration_s"] and r["completed"]]
+    if not runs:  # no benchmark run to place: the stats lines (10^5 rows in a day's log) are not read
+        return []
     paths = input_paths(ctx)
     stats = ctx.rows("SELECT input_id, line, ts_text, t_s, running, waiting FROM serving_stats ORDER BY input_id, t_s")
     out = []
-    for r in bench_runs(ctx):
-        if not r["date"] or not r["duration_s"] or not r["completed"]:
-            continue
+    for r in runs:
         try:
             end = datetime.strptime(r["date"], "%Y%m%d-%H%M%S")
         except ValueError:
