@@ -22,7 +22,11 @@ CORE: tuple[str, ...] = (
 )
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps", "eager_ops.sql")
+POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps")
+# Derivations that sort a whole canonical table (every CPU op of a CPU-only trace), each in a transaction of its
+# own after the others are committed: a file store has written the derived tables out by then, so the sort does
+# not share the memory budget with them (a 4 GB rank: 1.66 GiB peak inside the one transaction).
+LATE_DERIVATIONS: tuple[str, ...] = ("eager_ops.sql",)
 
 
 def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
@@ -33,9 +37,13 @@ def _run(con: duckdb.DuckDBPyConnection, step: str) -> None:
 
 
 def build_all(con: duckdb.DuckDBPyConnection) -> None:
-    """Build every derived table, in dependency order, in one transaction (one commit of a file store)."""
+    """Build every derived table, in dependency order: one transaction (one commit of a file store) for all but
+    the LATE_DERIVATIONS, which get one each."""
     with transaction(con):
         _build_all(con)
+    for step in LATE_DERIVATIONS:
+        with transaction(con):
+            _run(con, step)
 
 
 def _build_all(con: duckdb.DuckDBPyConnection) -> None:
