@@ -50,6 +50,7 @@ DEEP_TABLES = (
     "nvtx_events",
     "host_stalls",
     "eager_cpu_ops",
+    "sdpa_ops",
 )
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

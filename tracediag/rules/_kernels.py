@@ -20,16 +20,6 @@ from tracediag.model.kernel_formats import kernel_format
 from tracediag.model.quant import Format
 
 PHASES = ("prefill", "decode", "mixed")
-# SDPA ops that take q as [B, h, Sq, D]: the dispatcher, and the backend ops compiled graphs call directly
-SDPA_OPS = (
-    "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention",
-    "aten::_scaled_dot_product_efficient_attention",
-    "aten::_scaled_dot_product_cudnn_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu",
-    "aten::_scaled_dot_product_attention_math",
-    "aten::_scaled_dot_product_fused_attention_overrideable",
-)
 ATTENTION_KLASSES = ("attention", "attention_fallback")
 SOURCE_LABEL = {
     "gpu_kernel": "GPU kernel time",
@@ -385,11 +375,11 @@ def decode_context(ctx: Context) -> list[dict[str, Any]]:
         "SELECT rank, step_id, name, ts_ns, dur_ns, T, gen_reqs FROM steps WHERE phase = 'decode' "
         "ORDER BY rank, step_id"
     )
-    keys = ctx.rows(
-        f"""SELECT s.rank, s.step_id, max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[3]) AS S,
+    keys = ctx.rows(  # derive/sdpa_ops.sql: the scaled-dot-product-attention ops inside steps
+        """SELECT s.rank, s.step_id, max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[3]) AS S,
                   max(try_cast(json_extract(o.input_dims, '$[1]') AS BIGINT[])[1]) AS B
-           FROM steps s JOIN cpu_ops o ON o.rank = s.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE s.phase = 'decode' AND o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL
+           FROM steps s JOIN sdpa_ops o USING (rank, step_id)
+           WHERE s.phase = 'decode'
            GROUP BY ALL"""
     )
     by_step = {(k["rank"], k["step_id"]): k for k in keys}

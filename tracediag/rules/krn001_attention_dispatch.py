@@ -33,7 +33,6 @@ from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.rules._kernels import (
     ATTENTION_KLASSES,
-    SDPA_OPS,
     SOURCE_LABEL,
     dispatch_rows,
     ms,
@@ -57,10 +56,8 @@ WARNING_COST = 0.05  # fallback share of the phase's step time from which it is 
 
 def _attention_inputs(ctx: Context) -> dict[str, dict]:
     """Per phase: dtype, head dim and mask of aten::scaled_dot_product_attention as recorded."""
-    rows = ctx.rows(
-        f"""SELECT s.phase, o.input_dims, o.input_types FROM cpu_ops o
-           JOIN steps s ON s.rank = o.rank AND o.ts_ns >= s.ts_ns AND o.ts_ns < s.ts_ns + s.dur_ns
-           WHERE o.name IN {SDPA_OPS} AND o.input_dims IS NOT NULL
+    rows = ctx.rows(  # derive/sdpa_ops.sql: the scaled-dot-product-attention ops inside steps
+        """SELECT s.phase, o.input_dims, o.input_types FROM sdpa_ops o JOIN steps s USING (rank, step_id)
            ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
     )
     out: dict[str, dict] = {}
