@@ -34,7 +34,7 @@ def series_label(path: str | None, engine: Any, run: Any = None) -> str:
     return f"{short(path)}{r}{eng}"
 
 
-def _col(a: Any) -> np.ndarray:
+def plain_column(a: Any) -> np.ndarray:
     """A fetched column as a plain array: NULL becomes NaN (numbers) or None (text)."""
     ma = sys.modules.get("numpy.ma")  # no masked array exists unless numpy.ma was imported (20 ms otherwise)
     if ma is not None and isinstance(a, ma.MaskedArray):
@@ -97,34 +97,45 @@ class Series:
         return self.t[idx].astype(float).tolist(), self.v[idx].astype(float).tolist()
 
 
-def _split(source: str, paths: dict[int, str], data: dict[str, Any], keys: tuple[str, ...], runs: dict) -> list[Series]:
-    cols = {k: _col(v) for k, v in data.items()}
+def run_starts(cols: dict[str, np.ndarray], keys: tuple[str, ...]) -> list[int]:
+    """Where each run of equal `keys` starts in rows sorted by them, then the row count: starts[i]:starts[i + 1]
+    is one run. NULLs (NaN, None) equal each other; integer columns are compared in C (10^6 lines: seconds in
+    Python)."""
     n = len(next(iter(cols.values()))) if cols else 0
     if n == 0:
-        return []
+        return [0]
     change = np.zeros(n, dtype=bool)
     change[0] = True
     for k in keys:
         a = cols[k]
         if a.dtype.kind == "f":
             same = (a[1:] == a[:-1]) | (np.isnan(a[1:]) & np.isnan(a[:-1]))
-        elif a.dtype.kind in "biu":  # input_id, run: no NULL, compared in C (10^6 lines: seconds in Python)
+        elif a.dtype.kind in "biu":
             same = a[1:] == a[:-1]
         else:
             same = np.fromiter((_same(x, y) for x, y in zip(a[1:], a[:-1])), dtype=bool, count=n - 1)
         change[1:] |= ~same
-    starts = [*np.nonzero(change)[0].tolist(), n]
+    return [*np.nonzero(change)[0].tolist(), n]
+
+
+def key_value(x: Any) -> Any:
+    """A key of a fetched column as written: None for NULL (read as NaN or None), an int for a number read as
+    float (an integer column with NULLs), else the value (an engine may be a label)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return int(x) if isinstance(x, float) else x
+
+
+def _split(source: str, paths: dict[int, str], data: dict[str, Any], keys: tuple[str, ...], runs: dict) -> list[Series]:
+    cols = {k: plain_column(v) for k, v in data.items()}
     out: list[Series] = []
-    for start, i in itertools.pairwise(starts):
+    for start, i in itertools.pairwise(run_starts(cols, keys)):
         g = {k: a[start:i] for k, a in cols.items()}
         first = {k: g[k][0] for k in keys}
         iid = int(first["input_id"])
-        eng = first.get("engine")
-        eng = None if eng is None or (isinstance(eng, float) and math.isnan(eng)) else eng
-        if isinstance(eng, float):
-            eng = int(eng)
-        run = first.get("run")
-        run = None if run is None or (isinstance(run, float) and math.isnan(run)) else int(run)
+        eng = key_value(first.get("engine"))
+        run = key_value(first.get("run"))
+        run = None if run is None else int(run)
         out.append(Series(source, iid, paths.get(iid, "?"), eng, run if runs.get(iid, 1) > 1 else None, g))
     return out
 

@@ -6,13 +6,22 @@ page."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 
 from tracediag.reports.sections import Section
 from tracediag.reports.svg import scatter
-from tracediag.rules._serving import input_paths, log_runs, series_label, short
+from tracediag.rules._serving import (
+    input_paths,
+    key_value,
+    log_runs,
+    plain_column,
+    run_starts,
+    series_label,
+    short,
+)
 
 MAX_SERIES = 6
 MAX_POINTS = 1500  # per chart series
@@ -45,25 +54,15 @@ def _series(ctx, column: str) -> dict[str, list[tuple[float, float]]]:
     paths = input_paths(ctx)
     runs = log_runs(ctx)
     data = ctx.con.execute(
-        # the keys without NULLs (runs count from 0; an engine may be -1, 'N Engines Aggregated'), in C
-        f"SELECT input_id, coalesce(run, -1) AS run_no, coalesce(engine, 0) AS engine_no, engine IS NULL AS no_engine,"
-        f" t_s, CAST({column} AS DOUBLE) AS v FROM serving_stats WHERE {column} IS NOT NULL AND t_s IS NOT NULL "
-        "ORDER BY input_id, run, engine, pid, t_s"  # column names are ours
-    ).fetchnumpy()  # a day of stats lines is 10^5-10^6 rows
-    keys = [np.asarray(data[k]) for k in ("input_id", "run_no", "engine_no", "no_engine")]
-    t, v = np.asarray(data["t_s"], dtype=float), np.asarray(data["v"], dtype=float)
-    if not t.size:
-        return {}
-    change = np.zeros(t.size, dtype=bool)
-    change[0] = True
-    for k in keys:
-        change[1:] |= k[1:] != k[:-1]
-    starts = np.flatnonzero(change).tolist()
+        f"SELECT input_id, run, engine, t_s, CAST({column} AS DOUBLE) AS v FROM serving_stats "
+        f"WHERE {column} IS NOT NULL AND t_s IS NOT NULL ORDER BY input_id, run, engine, pid, t_s"  # names are ours
+    ).fetchnumpy()  # a day of stats lines is 10^5-10^6 rows: split and thinned in NumPy
+    cols = {k: plain_column(a) for k, a in data.items()}
+    t, v = cols["t_s"].astype(float), cols["v"].astype(float)
     parts: dict[str, list[slice]] = {}
-    for a, b in zip(starts, [*starts[1:], t.size]):
-        i, r = int(keys[0][a]), int(keys[1][a])
-        e = None if keys[3][a] else int(keys[2][a])
-        label = series_label(paths.get(i), e, (None if r < 0 else r) if runs.get(i, 1) > 1 else None)
+    for a, b in itertools.pairwise(run_starts(cols, ("input_id", "run", "engine"))):
+        i, run = int(cols["input_id"][a]), key_value(cols["run"][a])
+        label = series_label(paths.get(i), key_value(cols["engine"][a]), run if runs.get(i, 1) > 1 else None)
         parts.setdefault(label, []).append(slice(a, b))
     out = {}
     for label, slices in parts.items():
