@@ -49,20 +49,21 @@ COLLECTIVES_SCHEMA = pa.schema(
 )
 
 
-def _dims_args(dims_json: str | None) -> list:
-    """The arguments of a Kineto 'Input Dims' value; [] when there is none or it is not a JSON list."""
-    if not dims_json:
+def _json_args(args_json: str | None) -> list:
+    """The arguments of a Kineto 'Input Dims' or 'Input type' value; [] when there is none or it is not a JSON
+    list."""
+    if not args_json:
         return []
     try:
-        dims = orjson.loads(dims_json)
+        args = orjson.loads(args_json)
     except orjson.JSONDecodeError:
         return []
-    return dims if isinstance(dims, list) else []
+    return args if isinstance(args, list) else []
 
 
 def _first_tensor_elements(dims_json: str | None) -> int | None:
     """Elements of the first tensor (or tensor list) argument in Kineto 'Input Dims'."""
-    for arg in _dims_args(dims_json):
+    for arg in _json_args(dims_json):
         if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
             return math.prod(arg)
         if isinstance(arg, list) and arg and all(isinstance(x, list) for x in arg):  # TensorList
@@ -74,7 +75,7 @@ def _first_tensor_elements(dims_json: str | None) -> int | None:
 
 def _first_tensor_width(dims_json: str | None) -> int | None:
     """Last dimension of the first tensor argument in Kineto 'Input Dims' (first tensor of a TensorList)."""
-    for arg in _dims_args(dims_json):
+    for arg in _json_args(dims_json):
         if isinstance(arg, list) and arg and all(isinstance(x, int) for x in arg):
             return arg[-1]
         if (
@@ -89,13 +90,7 @@ def _first_tensor_width(dims_json: str | None) -> int | None:
 
 
 def _first_tensor_type(types_json: str | None) -> str | None:
-    if not types_json:
-        return None
-    try:
-        types = orjson.loads(types_json)
-    except orjson.JSONDecodeError:
-        return None
-    for t in types if isinstance(types, list) else []:
+    for t in _json_args(types_json):
         if isinstance(t, str) and canonical_dtype(t):
             return t
     return None
