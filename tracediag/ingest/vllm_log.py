@@ -360,7 +360,7 @@ class Columns:
         # the row dicts converted in one pass in Arrow's C++ (a struct array; keys the schema lacks are ignored,
         # missing ones are null): a Python pass per column took 40 % of a long log's parse
         rows = pa.array(self.rows, type=pa.struct(list(self.schema)))
-        return pa.RecordBatch.from_struct_array(rows).cast(self.schema)
+        return pa.RecordBatch.from_struct_array(rows)  # the schema, field for field (no metadata to carry)
 
     def last(self, name: str) -> Any:
         return self.rows[-1].get(name) if self.rows else None
