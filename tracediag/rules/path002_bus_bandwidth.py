@@ -110,16 +110,16 @@ def check(ctx: Context) -> Check:
     p = ctx.tp.p if ctx.tp else None
     bench, bmeta = bench_rows(ctx)
     link_gbs, link_class, snap = link_expectation(ctx, p)
-    samples: list[dict] = []
-    dur_source = None
-    if p and p > 1 and ctx.scalar("SELECT count(*) FROM collectives"):
-        samples, dur_source = allreduce_samples(ctx, p)
-    if not bench and link_gbs is None:
+    if not bench and link_gbs is None:  # decided before the trace's calls are read
         return not_applicable(
             RULE,
             "missing nccl-tests output (--nccl-tests all_reduce_perf.txt) and topology snapshot (--topology): "
             "nothing to compare the collectives' bus bandwidth with",
         )
+    samples: list[dict] = []
+    dur_source = None
+    if p and p > 1 and ctx.scalar("SELECT count(*) FROM collectives"):
+        samples, dur_source = allreduce_samples(ctx, p)
     if not samples and not (bench and link_gbs is not None):
         have = "the nccl-tests table" if bench else "the link class"
         return not_applicable(
