@@ -247,16 +247,34 @@ def _workers_of(marker: str) -> list[int]:
     return pids
 
 
-def _blocked_run(tmp_path: Path):
-    """A run with two parser processes, one of them blocked opening a named pipe: it stays mid-run until
-    signalled (no timing guesses)."""
-    import os
+# `tracediag ...` whose Kineto parser blocks on the file named rank1.pt.trace.json (in a parser process, forked with
+# the patched module): a run that stays mid-run until signalled. (A named pipe did this before; inputs that are not
+# regular files are now refused before they are opened.)
+_BLOCKING_PARSER = """
+import sys, threading
+import tracediag.ingest.kineto as kineto
+real = kineto.parse_kineto
+def parse(path, *args, **kwargs):
+    if str(path).endswith("rank1.pt.trace.json"):
+        threading.Event().wait()
+    return real(path, *args, **kwargs)
+kineto.parse_kineto = parse
+from tracediag.cli import main
+sys.argv[0] = "tracediag"
+main()
+"""
 
-    fifo = tmp_path / "rank1.pt.trace.json"
-    os.mkfifo(fifo)
+
+def _blocked_run(tmp_path: Path):
+    """A run with two parser processes, one of them blocked in its parser: it stays mid-run until signalled (no
+    timing guesses)."""
+    import shutil
+
+    blocked = tmp_path / "rank1.pt.trace.json"
+    shutil.copyfile(HEALTHY / "rank1.pt.trace.json.gz", blocked)  # a real trace: the content says gzip
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracediag", "analyze", RANK0, fifo, "-o", out, "-q", "--jobs", "2"],
+        [sys.executable, "-c", _BLOCKING_PARSER, "analyze", RANK0, blocked, "-o", out, "-q", "--jobs", "2"],
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     import time

@@ -120,6 +120,28 @@ def test_cli_exit_contract_on_mutated_inputs(kind):
     check()
 
 
+# --- never-ending and oversized inputs --------------------------------------------------------------------------
+
+ENDLESS_KINDS = [k for k in KINDS_IN_SUITE if k != "check-toml"]  # the check config is read by tracediag.gate
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+@pytest.mark.parametrize("shape", mutate.ENDLESS_SHAPES)
+@pytest.mark.parametrize("kind", ENDLESS_KINDS)
+def test_never_ending_and_oversized_inputs_are_refused_in_bounded_time(tmp_path, kind, shape):
+    """A named pipe, /dev/zero, a real file with a hole of GiBs after it, a gzip bomb of it: each reader returns
+    or refuses the file in one line within the time limit (a named pipe blocked forever, /dev/zero and the holes
+    were read whole before), every kind of input, from one of its real seed files."""
+    rnd = random.Random(f"{kind}:{shape}")
+    seed = rnd.choice(seeds.seed_files(kind))
+    path = mutate.endless_or_oversized(seed, tmp_path / seed.name, rnd, shape)
+    target = KINDS_IN_SUITE[kind][0]
+    outcome = harness.run_target(target, kind, path, seconds=60)
+    _assert_contract(outcome, path)
+    if shape in ("fifo", "char-device"):
+        assert outcome.status == "input_error" and "not a regular file" in outcome.detail, outcome
+
+
 # --- the harness itself can fail --------------------------------------------------------------------------------
 
 

@@ -491,6 +491,42 @@ def _edit_table(con: sqlite3.Connection, table: str, rnd: random.Random) -> None
         con.execute(f'ALTER TABLE "{table}" DROP COLUMN "{rnd.choice(cols)}"')
 
 
+# --- never-ending and oversized files ----------------------------------------------------------------------
+
+# what a file argument can be besides a file's content: a named pipe (blocks until a writer comes), a character
+# device (/dev/zero never ends), a real file followed by a hole (GiBs of NULs on no disk), a gzip bomb (the real
+# file as one member, then members of its last line repeated: ~1000x per member)
+ENDLESS_SHAPES = ("fifo", "char-device", "sparse", "gzip-bomb")
+SPARSE_SIZES = (65 << 20, 3 << 30)
+BOMB_SIZES = (24 << 20, 160 << 20)
+
+
+def endless_or_oversized(seed: Path, out: Path, rnd: random.Random, shape: str | None = None) -> Path:
+    """Write `out` as one of ENDLESS_SHAPES made from the real `seed` (`shape`, else drawn); returns `out`."""
+    import os
+
+    shape = shape or rnd.choice(ENDLESS_SHAPES)
+    if shape == "fifo":
+        os.mkfifo(out)
+    elif shape == "char-device":
+        out.symlink_to("/dev/zero")  # no privilege needed: readers follow links
+    elif shape == "sparse":
+        shutil.copyfile(seed, out)
+        with open(out, "r+b") as f:
+            f.truncate(max(rnd.choice(SPARSE_SIZES), f.seek(0, 2)))
+    elif shape == "gzip-bomb":
+        data = seed.read_bytes()
+        line = (data.rstrip(b"\n").rsplit(b"\n", 1)[-1] or b"x") + b"\n"
+        block = gzip.compress(line * max(1, (4 << 20) // len(line)), compresslevel=9)
+        with open(out, "wb") as f:
+            f.write(gzip.compress(data, compresslevel=1))
+            for _ in range(rnd.choice(BOMB_SIZES) // (4 << 20)):
+                f.write(block)
+    else:
+        raise ValueError(f"unknown shape {shape}")
+    return out
+
+
 # --- one entry point per kind ------------------------------------------------------------------------------
 
 

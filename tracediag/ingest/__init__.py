@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import gzip
 import importlib
 import importlib.abc
 import os
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
+from tracediag.ingest.inputfile import open_stream, regular_file, skip_nul_run
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -53,16 +53,14 @@ _SNIFF_BYTES = 1 << 16
 
 
 def _head(path: Path, n: int = _SNIFF_BYTES) -> bytes | None:
-    """First n bytes of the (decompressed) file; None when it cannot be read as such."""
+    """First n bytes of the (decompressed) file after any run of NUL bytes it starts with (a log truncated in
+    place: inputfile.skip_nul_run); None when it cannot be read as such (not a regular file, corrupt gzip)."""
     try:
-        with open(path, "rb") as f:
-            magic = f.read(2)
-            f.seek(0)
-            if magic == b"\x1f\x8b":
-                with gzip.open(f) as g:
-                    return g.read(n)
+        f, gz = open_stream(path)
+        with f:
+            skip_nul_run(f, gz)
             return f.read(n)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, zlib.error, InputError):
         return None
 
 
@@ -146,6 +144,7 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
                 raise InputError(p, "directory holds no profiler traces (Kineto .json/.json.gz, nsys .sqlite)")
             found.extend(files)
         elif p.exists():
+            regular_file(p, "trace")  # a named pipe or a device never ends: refused before it is opened
             found.append(p)
         else:
             raise InputError(p, "no such file or directory")
@@ -241,6 +240,7 @@ def parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> P
 
 
 def _parse_one(p: Path, fmt: str | None, order: int, options: IngestOptions) -> Parsed:
+    regular_file(p)  # before the format is sniffed: opening a named pipe would block
     if fmt in _SAME_KIND:
         detected = detect_format(p)
         fmt = detected if detected in _SAME_KIND[fmt] else fmt
@@ -362,6 +362,8 @@ def parse_all(
     if parts_dir is not None:
         options = dataclasses.replace(options, spill_dir=str(parts_dir))
     pairs = [f if isinstance(f, tuple) else (f, None) for f in files]
+    for p, _ in pairs:  # every input a regular file before any is read (a named pipe or a device never ends)
+        regular_file(p)
     if jobs is None:
         jobs = 1 if _input_bytes(pairs) < _SERIAL_BYTES else min(len(pairs), os.cpu_count() or 1)
     if len(pairs) == 1 or jobs <= 1:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracediag.catalog import CLASSIFY_MAX_CHARS
-from tracediag.errors import InputError
 
 if TYPE_CHECKING:  # imported where tables are built: a store's reader needs no Arrow
     import pyarrow as pa
@@ -53,17 +51,11 @@ class Parsed:
 
 
 def read_gunzipped(path: Path, what: str) -> bytes:
-    """The file's bytes, decompressed when they start with the gzip magic; `what` names the file in errors."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read {what} ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise InputError(path, f"corrupt gzip {what} ({exc})") from None
-    return raw
+    """The file's bytes, decompressed when they start with the gzip magic, within the read budget
+    (inputfile.read_input); `what` names the file in errors."""
+    from tracediag.ingest.inputfile import read_input
+
+    return read_input(path, what)
 
 
 NAMED_TABLES = ("kernels", "cpu_ops", "annotations")

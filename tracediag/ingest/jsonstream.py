@@ -11,7 +11,9 @@ Where one chunk ends is found without a byte-by-byte scan in Python: a candidate
 itself is the validator: when a candidate lies inside a nested object or a string, the chunk does not
 decode and the previous candidate is tried. A well-formed file needs one decode per chunk; a chunk that
 holds a single huge item grows until that item ends, so memory is bounded by the chunk size or the largest
-item, whichever is larger.
+item, whichever is larger — up to `max_item_bytes` (MAX_ITEM_CHUNKS chunks, at least MIN_MAX_ITEM): an item or a
+document head beyond it (a file of one endless string, `[` and a 3 GB hole) is NotAnArray, not a buffer that grows
+with the file.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _MAX_TRIES = 64  # candidate cuts tried per chunk before reading more (a patholo
 _NON_WS = re.compile(rb"[^ \t\r\n]")
 _TAIL_MISSES = 64  # ']' after the last candidate whose rest of the document is not valid: the items have begun
 _MAX_TAIL_TRIES = 4096  # ']' tried from the end to find the array's end (a truncated file has none)
+MAX_ITEM_CHUNKS = 4
+MIN_MAX_ITEM = 64 << 20  # no trace event is near this (the largest real ones: a few hundred KiB of Input Dims)
 
 
 class NotAnArray(ValueError):
@@ -65,6 +69,8 @@ class ArrayChunks(Generic[T]):
         self.items_bytes = 0
         self._eof = False
         self._scratch: bytearray | None = None
+        self.max_item_bytes = max(MIN_MAX_ITEM, MAX_ITEM_CHUNKS * self._chunk)
+        self.read_bytes = 0  # of the document so far
 
     def _read(self, buf: bytearray) -> bool:
         if self._eof:
@@ -79,6 +85,9 @@ class ArrayChunks(Generic[T]):
             self._scratch = None  # the last chunk is decoded after this: not beside it
             return False
         data = memoryview(self._scratch)[:got]
+        if self._scratch.find(b"\x00", 0, got) >= 0:  # never in JSON text (a control character): a hole, a binary
+            raise NotAnArray(f"a NUL byte in the document, within its first {self.read_bytes + got} bytes")
+        self.read_bytes += got
         try:
             buf += data
         except BufferError:  # the caller still holds values that point into the buffer: grow a new one
@@ -97,6 +106,8 @@ class ArrayChunks(Generic[T]):
             m = self._key.search(buf)
             if m:
                 return bytes(buf[: m.end()]), m.end()
+            if len(buf) > self.max_item_bytes:
+                raise NotAnArray(f"no array under the key in the first {self.max_item_bytes >> 20} MiB")
             if not self._read(buf):
                 raise NotAnArray("no array under the key")
 
@@ -154,6 +165,8 @@ class ArrayChunks(Generic[T]):
                     except BufferError:
                         self._buf = self._buf[start - 1 :]
                     start = 1
+            elif len(self._buf) - start > self.max_item_bytes:
+                raise NotAnArray(f"no item of the array ends within {self.max_item_bytes >> 20} MiB")
             elif not self._read(self._buf):  # no cut decodes yet: an item runs on; read more and retry
                 break
         body = bytearray(b"[") + memoryview(self._buf)[start:]  # the one copy of the last items

@@ -18,8 +18,8 @@ rank, is an InputError naming `distributedInfo.rank`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
-import gzip
 import itertools
 import mmap
 import operator
@@ -40,8 +40,9 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
+from tracediag.ingest.inputfile import open_stream, too_large
 from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
-from tracediag.ingest.memory import chunk_bytes, spill_bytes
+from tracediag.ingest.memory import chunk_bytes, read_bytes_budget, spill_bytes
 from tracediag.ingest.validate import BadRecords
 
 _EMPTY = msgspec.Raw(b"")
@@ -111,23 +112,98 @@ class _Trace(msgspec.Struct):
 
 _TraceOrArray = _Trace | list[_Event]
 
+
+class _TraceItems(msgspec.Struct):
+    """A trace whose events are kept as raw JSON items, for a file where some item does not decode as _Event."""
+
+    traceEvents: list[msgspec.Raw] | None = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+
+
+class _EventAnyArgs(_Event, gc=False):
+    """An event whose `args` is not an object (a string, a number, a list): decoded as it is, then dropped."""
+
+    args: Any = None
+
+
+class _Loose(msgspec.Struct, gc=False):
+    """The two fields an object item can fail _Event's decode on, as written."""
+
+    ph: Any = ""
+
+
+_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENT = msgspec.json.Decoder(_Event)
+_EVENT_ANY_ARGS = msgspec.json.Decoder(_EventAnyArgs)
+_LOOSE = msgspec.json.Decoder(_Loose)
+_RAW_TS_ONE = msgspec.json.Decoder(_RawTs)
+
+
+def _item_text(raw: msgspec.Raw) -> str:
+    return bytes(memoryview(raw)[:80]).decode("utf-8", "replace")
+
+
+def _events_one_by_one(items: list[msgspec.Raw], bad: BadRecords) -> tuple[list[_Event], list[msgspec.Raw]]:
+    """(events, their raw items) of a chunk where some item is not an event: each item decoded alone. An item
+    that is not an object (null, a number, a list) or whose `ph` is not text is dropped; an `args` that is not an
+    object is dropped from its event, which is kept. Each is a bad record (`traceEvents`, `traceEvents.ph`,
+    `traceEvents.args`); the other events of the chunk are kept as they are."""
+    events: list[_Event] = []
+    kept: list[msgspec.Raw] = []
+    for raw in items:
+        try:
+            events.append(_EVENT.decode(raw))
+            kept.append(raw)
+            continue
+        except msgspec.ValidationError:
+            pass
+        try:
+            loose = _LOOSE.decode(raw)
+        except msgspec.ValidationError:  # not an object
+            bad.skipped("traceEvents", "record dropped (not an event object)", [_item_text(raw)])
+            continue
+        if type(loose.ph) is not str:
+            bad.skipped("traceEvents.ph", "record dropped (ph is not text)", [loose.ph])
+            continue
+        try:
+            e = _EVENT_ANY_ARGS.decode(raw)
+        except msgspec.ValidationError:  # no field is typed but ph and args: not reached
+            bad.skipped("traceEvents", "record dropped (not an event object)", [_item_text(raw)])
+            continue
+        bad.skipped("traceEvents.args", "args set to NULL (not an object), event kept", [e.args])
+        e.args = None
+        events.append(e)
+        kept.append(raw)
+    return events, kept
+
+
+def _raw_ts_of(items: list[msgspec.Raw]) -> list[_RawTs]:
+    return [_RAW_TS_ONE.decode(r) for r in items]
+
+
 # Markers worth keeping from the (skipped) python_function events: vLLM V0 and V1 model runners
 # show their per-step `execute_model` only as a Python frame (CATALOG.md section 4).
 _PY_STEP_MARKER = re.compile(r"(?:^|\s|/)\w*model_runner\w*\.py\(\d+\): execute_model$")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def read_bytes(path: Path) -> bytes | mmap.mmap:
-    """Whole-file bytes; gzip is detected by magic number, not by the file name."""
+def read_bytes(path: Path, limit: int | None = None, why: str = "") -> bytes | mmap.mmap:
+    """Whole-file bytes; gzip is detected by magic number, not by the file name, and decompressed within the read
+    budget (a plain file is mapped, not read). `why` says why the file is read whole (for the budget's error)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(2)
-            if head == b"\x1f\x8b":
-                f.seek(0)
+        stream, gz = open_stream(path, "trace", limit)
+        with stream as f:
+            if gz:
+                budget = read_bytes_budget(limit)
                 try:
-                    return gzip.decompress(f.read())
+                    data = f.read(budget + 1)  # decompressed as it is read: never more than this is made
                 except (OSError, EOFError, zlib.error) as exc:
                     raise InputError(path, f"corrupt or truncated gzip data ({exc})") from None
+                if len(data) > budget:
+                    err = too_large(path, "the trace", None, limit)
+                    raise InputError(path, f"{why}; {err.problem}" if why else err.problem) from None
+                return data
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 raise InputError(path, "file is empty")
@@ -143,14 +219,28 @@ def _ends_whole(data: bytes | mmap.mmap) -> bool:
     return bytes(tail).rstrip().endswith((b"}", b"]"))
 
 
-def _decode(path: Path, data: bytes | mmap.mmap) -> tuple[list[_Event], dict[str, Any]]:
+def _decode(
+    path: Path, data: bytes | mmap.mmap, bad: BadRecords
+) -> tuple[list[_Event], dict[str, Any], list[msgspec.Raw] | None]:
+    """(events, top-level facts, the events' raw items when some item was not an event and they were decoded one
+    by one (else None); the dropped items are counted in `bad`)."""
     try:
         doc = msgspec.json.decode(data, type=_TraceOrArray)
     except msgspec.ValidationError as exc:
         msg = str(exc)
         if msg.startswith("Number out of range"):  # e.g. 1e999: no float holds it
             raise InputError(path, f"a number too large for any float ({msg})") from None
-        raise InputError(path, f"JSON, but not a Chrome/Kineto trace: {msg}") from None
+        try:  # an item that is not an event: the file's events one by one
+            loose = msgspec.json.decode(data, type=_TraceItems | list[msgspec.Raw])
+        except msgspec.ValidationError:
+            raise InputError(path, f"JSON, but not a Chrome/Kineto trace: {msg}") from None
+        items = loose if isinstance(loose, list) else loose.traceEvents
+        if items is None:
+            raise InputError(path, "JSON, but not a Chrome/Kineto trace: no 'traceEvents' array") from None
+        events, kept = _events_one_by_one(items, bad)
+        top = {} if isinstance(loose, list) else {"distributedInfo": loose.distributedInfo,
+                                                  "deviceProperties": loose.deviceProperties}  # fmt: skip
+        return events, top, kept
     except msgspec.DecodeError as exc:
         msg = str(exc)
         if "truncated" in msg.lower() and not _ends_whole(data):
@@ -163,10 +253,10 @@ def _decode(path: Path, data: bytes | mmap.mmap) -> tuple[list[_Event], dict[str
         # msgspec stops at the interpreter's recursion limit (not raised here): no trace nests like this
         raise InputError(path, "JSON nested too deep to be a trace (hundreds of levels of [ or {)") from None
     if isinstance(doc, list):
-        return doc, {}
+        return doc, {}, None
     if doc.traceEvents is None:
         raise InputError(path, "JSON, but not a Chrome/Kineto trace: no 'traceEvents' array")
-    return doc.traceEvents, {"distributedInfo": doc.distributedInfo, "deviceProperties": doc.deviceProperties}
+    return doc.traceEvents, {"distributedInfo": doc.distributedInfo, "deviceProperties": doc.deviceProperties}, None
 
 
 def _exact_ts_ns(raw: msgspec.Raw) -> int | None:
@@ -260,7 +350,8 @@ class _NeedsExact(Exception):
 
 
 class _ChunkFailed(Exception):
-    """The chunked decode could not split the file: it is decoded whole, which names the problem."""
+    """The chunked decode could not split the file: it is decoded whole, which names the problem. The message says
+    what the chunked decode met (for a file too large to decode whole)."""
 
 
 @contextlib.contextmanager
@@ -291,17 +382,23 @@ def parse_kineto(path: str | Path, order: int = 0, options: IngestOptions | None
             return _parse_chunked(p, order, opts, exact=False)
         except _NeedsExact:
             return _parse_chunked(p, order, opts, exact=True)
-        except _ChunkFailed:
-            return _parse_whole(p, order, opts)
+        except _ChunkFailed as exc:
+            return _parse_whole(p, order, opts, str(exc))
 
 
-def _parse_whole(p: Path, order: int, opts: IngestOptions) -> Parsed:
-    data = read_bytes(p)
+def _parse_whole(p: Path, order: int, opts: IngestOptions, why: str = "") -> Parsed:
+    whole = f"it cannot be read in chunks ({why}) and must be decoded whole" if why else ""
+    data = read_bytes(p, opts.memory_limit, whole)
     try:
-        events, top = _decode(p, data)
-        b = _Builder(p, order, opts, exact=_needs_exact_ts(events))
+        bad = BadRecords()
+        events, top, items = _decode(p, data, bad)
+        b = _Builder(p, order, opts, exact=_needs_exact_ts(events), bad=bad)
         if b.exact:
-            _attach_exact_ts(data, events)
+            if items is None:
+                _attach_exact_ts(data, events)
+            else:
+                _set_exact_ts(events, _raw_ts_of(items))
+        del items
         b.add(events)
         del events
         return b.finish(top)
@@ -317,28 +414,30 @@ _RAW_TS = msgspec.json.Decoder(list[_RawTs])
 _TOP = msgspec.json.Decoder(_Trace)
 
 
-def _open_stream(p: Path):
-    try:
-        f = open(p, "rb")  # noqa: SIM115 - closed by the caller
-    except OSError as exc:
-        raise InputError(p, f"cannot read file ({exc.strerror or exc})") from None
-    head = f.read(2)
-    f.seek(0)
-    if head == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f, mode="rb"), f
-    if not head:
-        f.close()
+def _open_stream(p: Path, limit: int | None):
+    stream, gz = open_stream(p, "trace", limit)  # a gzip stream is bounded (a gzip bomb is an InputError)
+    if not gz and os.fstat(stream.fileno()).st_size == 0:
+        stream.close()
         raise InputError(p, "file is empty")
-    return f, f
+    return stream, stream
 
 
 def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Parsed:
-    stream, raw = _open_stream(p)
+    stream, raw = _open_stream(p, opts.memory_limit)
     b = _Builder(p, order, opts, exact=exact)
 
     def decode(chunk: memoryview) -> tuple[list[_Event], list[_RawTs] | None]:
         # `chunk` is valid only during this call (jsonstream decodes in place): the raw `ts` text is read now
-        events = _EVENTS.decode(chunk)
+        try:
+            events = _EVENTS.decode(chunk)
+        except msgspec.ValidationError:
+            # some item is not an event (null, a number, a `ph` that is not text) — or the cut is not between two
+            # items and the decode met a wrong type before the broken syntax: the items then do not decode
+            # either, and this DecodeError makes the chunker try the next cut
+            items = _ITEMS.decode(chunk)
+            events, kept = _events_one_by_one(items, b.bad)
+            raws = _raw_ts_of(kept) if b.exact or _needs_exact_ts(events) else None
+            return events, raws
         raws = _RAW_TS.decode(chunk) if b.exact or _needs_exact_ts(events) else None
         return events, raws
 
@@ -356,8 +455,8 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
             b.add(events)
             del events
         top = _TOP.decode(chunks.rest) if chunks.rest is not None else None
-    except (NotAnArray, msgspec.DecodeError, OSError, EOFError, zlib.error, RecursionError, ValueError):
-        raise _ChunkFailed from None
+    except (NotAnArray, msgspec.DecodeError, OSError, EOFError, zlib.error, RecursionError, ValueError) as exc:
+        raise _ChunkFailed(" ".join(str(exc).split())[:200] or type(exc).__name__) from None
     finally:
         stream.close()
         raw.close()
@@ -534,7 +633,12 @@ class _Classes:
 
 
 def _base(evs: list[_Event], ts: np.ndarray, dur: np.ndarray, chk: val.Checker) -> dict[str, Any]:
-    """name, ts_ns, dur_ns of events that went through _timed (rank is added once the file is read)."""
+    """name, ts_ns, dur_ns of events that went through _timed (rank is added once the file is read). A negative
+    duration, stored as 0, is a bad record of the row."""
+    zero = np.flatnonzero(dur == 0)
+    if len(zero):
+        neg = [i for i in zero.tolist() if val.negative_duration(evs[i].dur)]
+        chk.bad.nulled(chk.table, "dur", neg, [evs[i].dur for i in neg], "negative duration set to 0, record kept")
     return {
         "name": pc.fill_null(chk.strs("name", list(map(_get_name, evs))), ""),
         "ts_ns": _int64(ts),
@@ -592,7 +696,7 @@ class _Builder:
     chunk and merged with row keys that are unique per table row, so the counts are those of a whole-file parse.
     """
 
-    def __init__(self, p: Path, order: int, opts: IngestOptions, exact: bool) -> None:
+    def __init__(self, p: Path, order: int, opts: IngestOptions, exact: bool, bad: BadRecords | None = None) -> None:
         self.p = p
         self.order = order
         self.keep_python = opts.keep_python
@@ -610,10 +714,11 @@ class _Builder:
         self.events_total = 0
         self.py_skipped = 0
         self.durations = 0  # duration (X) events of any category, stored or not
-        self.bad = BadRecords()
+        self.bad = bad if bad is not None else BadRecords()
         self.rows = {src: 0 for srcs in _SOURCES.values() for src in srcs}  # rows kept so far per source
         self.parts: dict[str, list[pa.Table]] = {src: [] for src in self.rows}
         self.kernel_classes = _Classes(classify_kernel)
+        self.runtime_correlations: set[int] = set()  # ids of the runtime calls so far (_one_call_per_correlation)
         self.op_classes = _Classes(classify_cpu_op)
 
     def add(self, events: list[_Event]) -> None:
@@ -751,7 +856,8 @@ class _Builder:
             args = _args_of(evs)
             cols = _base(evs, ts, dur, chk) | _host_columns(evs, chk)
             cols["cat"] = pa.array([s for s, e, _, _ in parts for _ in e], pa.string())
-            cols["correlation"] = chk.ints("args.correlation", [a.correlation for a in args], pa.int64())
+            corr = chk.int_values("args.correlation", [a.correlation for a in args], -val.ID_MAX - 1, val.ID_MAX)
+            cols["correlation"] = pa.array(self._one_call_per_correlation(corr, chk), pa.int64())
             cols["external_id"] = chk.ints("args.External id", [a.external_id for a in args], pa.int64())
             store(parts, pa.table(cols))
 
@@ -797,6 +903,33 @@ class _Builder:
                 "tid": chk.strs("tid", list(map(_get_tid, evs))),
             }
             store(parts, pa.table(cols))
+
+    def _one_call_per_correlation(self, corr: list[int | None], chk: val.Checker) -> list[int | None]:
+        """The runtime calls' correlation ids with each id kept by its first call only: every derivation joins
+        kernels to their launching call on it, so an id shared by n calls and m kernels makes n × m rows (a trace
+        whose calls all share one id took 2.4 GB and 21 s instead of 0.2 GB and 3 s). A call that reuses an id
+        gets NULL, a bad record. Checked in C (sets) unless an id repeats."""
+        seen = self.runtime_correlations
+        ids = list(filter(functools.partial(operator.is_not, None), corr))
+        fresh = set(ids)
+        if len(fresh) == len(ids) and seen.isdisjoint(fresh):
+            seen |= fresh
+            return corr
+        reused = []
+        for i, c in enumerate(corr):
+            if c is None:
+                continue
+            if c in seen:
+                reused.append(i)
+            else:
+                seen.add(c)
+        chk.bad.nulled(
+            chk.table, "args.correlation", reused, [corr[i] for i in reused], "shared with an earlier call: set to NULL"
+        )
+        out = list(corr)
+        for i in reused:
+            out[i] = None
+        return out
 
     def finish(self, top: dict[str, Any]) -> Parsed:
         p, bad, order = self.p, self.bad, self.order
@@ -961,6 +1094,12 @@ def _meta(
         return chk.int_values(key, [doc.get(key)], lo, hi)[0]
 
     world_size = fact(di, dist, "world_size", 1, val.RANK_MAX + 1)
+    if world_size is not None and rank_source == "distributedInfo" and rank >= world_size:
+        # one of the two is wrong, and which is not known: the rank names the file's tables, the world size is
+        # left out (NULL) rather than contradict it
+        bad.nulled("inputs", "distributedInfo.world_size", [0], [f"rank {rank} of world_size {world_size}"],
+                   "world_size set to NULL (the file's rank is not below it)")  # fmt: skip
+        world_size = None
     backend, nccl_version = fact(di, dist, "backend"), fact(di, dist, "nccl_version")
     name, mem = fact(dp, prop, "name") or None, fact(dp, prop, "totalGlobalMem", 0)
     sms, major, minor = (fact(dp, prop, k, 0, val.INT32_MAX) for k in ("numSms", "computeMajor", "computeMinor"))

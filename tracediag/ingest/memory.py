@@ -63,6 +63,13 @@ def chunk_bytes(limit: int | None = None) -> int:
     return max(1 << 20, memory_limit(limit) // CHUNK_FACTOR)
 
 
+def read_bytes_budget(limit: int | None = None) -> int:
+    """Bytes of (decompressed) text a reader that holds a whole file may read: metrics, benchmark results,
+    nccl-tests output, topology snapshots, model configs. Their parsers turn each byte into Python objects of
+    about CHUNK_FACTOR times its size, as the trace parser's chunks, so a file of this size parses within the budget."""
+    return chunk_bytes(limit)
+
+
 def spill_bytes(limit: int | None = None) -> int:
     """Bytes of columnar tables a parser holds before it writes them out as Parquet parts (when it may spill):
     half the budget, so a rank of a few hundred MB never spills and a multi-GB rank is held a part at a time."""

@@ -26,6 +26,7 @@ import pyarrow as pa
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.inputfile import read_input
 from tracediag.ingest.validate import BadRecords
 
 TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
@@ -115,10 +116,7 @@ def _num(tok: str, kind, *bounds):
 
 
 def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror or exc})") from None
+    text = read_input(path, "nccl-tests output").decode("utf-8", errors="replace")
     test = version = avg = params = None
     ranks: list[dict] = []
     cols: list[str] | None = None

@@ -36,6 +36,7 @@ themselves) and the stats scripts shipped with nsys (reports/nvtx_kern_sum.py: p
 from __future__ import annotations
 
 import operator
+import os
 import re
 import shlex
 import shutil
@@ -57,6 +58,7 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed, names_classified_by_prefix
+from tracediag.ingest.inputfile import open_input, regular_file
 from tracediag.ingest.nsys_nvtx import (
     SchemaEntry,
     blob_bytes,
@@ -121,8 +123,8 @@ def tid_of(global_tid: int | None) -> int | None:
 def _check_file(p: Path) -> int:
     """Size of a readable, complete SQLite file; InputError naming the problem otherwise."""
     try:
-        size = p.stat().st_size
-        with open(p, "rb") as f:
+        with open_input(p, "Nsight Systems export") as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(100)
     except OSError as exc:
         raise InputError(p, f"cannot read file ({exc.strerror or exc})") from None
@@ -145,6 +147,26 @@ def _check_file(p: Path) -> int:
     if page_size and size % page_size:
         raise InputError(p, f"truncated SQLite file: {size} bytes is not a whole number of {page_size}-byte pages")
     return size
+
+
+_NO_COLUMN = re.compile(r"no such column: (?:(\w+)\.)?(\w+)")
+_TABLE_ALIAS = re.compile(r"\b(?:FROM|JOIN)\s+(\w+)(?:\s+(?!ON\b|WHERE\b|ORDER\b|LEFT\b|JOIN\b|GROUP\b)(\w+))?")
+
+
+def _missing_column(sql: str, message: str) -> tuple[str, str] | None:
+    """(table, column) of SQLite's "no such column: k.start" for a query of ours (the alias looked up in its FROM
+    and JOIN clauses; an unqualified column is the query's only table's); None for any other error."""
+    m = _NO_COLUMN.search(message)
+    if m is None:
+        return None
+    alias, column = m.group(1), m.group(2)
+    tables = _TABLE_ALIAS.findall(sql)
+    for table, a in tables:
+        if alias in (a, table):
+            return table, column
+    if alias is None and len({t for t, _ in tables}) == 1:
+        return tables[0][0], column
+    return (alias or "?"), column
 
 
 def _lenient_text(b: bytes) -> str:
@@ -194,6 +216,14 @@ class _Export:
         try:
             return self.con.execute(sql, params).fetchall()
         except (sqlite3.OperationalError, UnicodeDecodeError) as exc:
+            missing = _missing_column(sql, str(exc))
+            if missing is not None:
+                table, column = missing
+                raise InputError(
+                    self.path,
+                    f"Nsight Systems export whose table {table} has no column {column} (an edited file, or an export "
+                    "schema this tracediag does not know); re-export it with `nsys export --type=sqlite`",
+                ) from None
             if "decode" not in str(exc) or self.con.text_factory is _lenient_text:
                 raise
             # text that is not UTF-8 (a damaged page, a bad writer): read it leniently, count it where it is used
@@ -236,6 +266,10 @@ class _Export:
         return fallback
 
 
+# SQLite's messages for a damaged file (sqlite3.c: SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_IOERR, "malformed schema")
+_DAMAGED = re.compile(r"malformed|not a database|disk I/O|corrupt|truncated|file is encrypted", re.IGNORECASE)
+
+
 def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
     """Parse one Nsight Systems SQLite export. Raises InputError naming the file on any problem."""
     p = Path(path)
@@ -251,6 +285,9 @@ def parse_nsys_sqlite(path: str | Path, order: int = 0, options: IngestOptions |
     except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         # UnicodeDecodeError: the schema itself (table or column names) is not UTF-8, a damaged file
         why = " ".join(str(exc).split())  # SQLite's messages can span lines (a malformed schema quotes its SQL)
+        if isinstance(exc, sqlite3.OperationalError) and not _DAMAGED.search(why):
+            # an error of the query on a readable file (a column of the wrong affinity, a limit of SQLite's)
+            raise InputError(p, f"SQLite error reading the export ({why}); re-export it with `nsys export`") from None
         raise InputError(p, f"corrupt or truncated SQLite file ({why}); re-export it with `nsys export`") from None
     finally:
         con.close()
@@ -260,8 +297,7 @@ def parse_nsys_rep(path: str | Path, order: int = 0, options: IngestOptions | No
     """A .nsys-rep report: converted with `nsys export --type=sqlite` into a temporary file when `nsys` is
     on the PATH, else an InputError with the command to run."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(p, "no such file")
+    regular_file(p, "Nsight Systems report")
     out_name = p.with_suffix(".sqlite").name
     hint = f"nsys export --type=sqlite --include-blobs=true --output={shlex.quote(out_name)} {shlex.quote(p.name)}"
     exe = shutil.which("nsys")
@@ -419,6 +455,35 @@ def _read_gpu(ex: _Export) -> tuple[dict[str, list], dict[str, list], dict[str, 
     mcpy = _valid_rows(ex, m, mcpy, gpu_row, key)
     mset = _valid_rows(ex, s, mset, gpu_row, key)
     return kern, mcpy, mset
+
+
+def _one_call_per_correlation(ex: _Export, table: str, cols: dict[str, list]) -> None:
+    """Give each correlation id of a process to one runtime call, in place: every derivation joins kernels to their
+    launching call on it, so an id shared by n calls and m kernels makes n × m rows (an export whose calls all
+    share one id took 3 GB from 5 MB). nsys writes a call twice when a second trace layer wraps it (the same name,
+    the same id and thread, the second record inside the first): the inner one keeps the id, quietly. Any other
+    call that reuses an id (a damaged or edited export) gets NULL, a bad record. `cols` are ordered by start."""
+    holder: dict[tuple, int] = {}
+    wrappers: list[int] = []
+    reused: list[int] = []
+    ts, dur, corr, pids, gtid = cols["ts_ns"], cols["dur_ns"], cols["correlation"], cols["pid"], cols["gtid"]
+    for i, c in enumerate(corr):
+        if type(c) is not int:
+            continue
+        key = (pids[i], c)
+        h = holder.setdefault(key, i)
+        if h == i:
+            continue
+        if gtid[h] == gtid[i] and ts[h] <= ts[i] and ts[i] + dur[i] <= ts[h] + dur[h]:  # the inner call, kept
+            wrappers.append(h)
+            holder[key] = i
+        else:
+            reused.append(i)
+    if not (wrappers or reused):
+        return
+    ex.bad.nulled(table, "correlationId", reused, [corr[i] for i in reused], "shared with an earlier call: set to NULL")
+    for i in wrappers + reused:
+        corr[i] = None
 
 
 def _classified(names: list[str], classify) -> dict[str, list]:
@@ -591,6 +656,7 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             ex, rt, cols, {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR), "gtid": ("globalTid", _ANY_INT)}
         )
         cols["raw_name"] = ex.text_values(rt, "nameId -> StringIds.value", cols["raw_name"])
+        _one_call_per_correlation(ex, rt, cols)
         rank = [
             r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
             for p, c in zip(cols["pid"], cols["correlation"])

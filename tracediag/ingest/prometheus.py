@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed, read_gunzipped
+from tracediag.ingest.validate import BadRecords
 
 # metric family (without _total/_bucket/_sum/_count/_created) -> (canonical name, rank: 0 current, 1 deprecated)
 CANONICAL: dict[str, tuple[str, int]] = {
@@ -185,15 +186,16 @@ def _families(text: str):
     return list(text_string_to_metric_families(text))
 
 
-def _parse_scrape(block: list[tuple[int, str]], malformed: list[tuple[int, str]]):
-    """[(line, family type, sample)] for one scrape; rejected lines go to `malformed`."""
+def _parse_scrape(block: list[tuple[int, str]], malformed: list[tuple[int, str]], bad: BadRecords):
+    """[(line, family type, sample)] for one scrape; rejected lines go to `malformed`, and those with a number no
+    float holds (which the parser's own arithmetic overflows on) are also bad records of `bad`."""
     sample_lines = [n for n, t in block if t.strip() and not t.lstrip().startswith("#")]
     try:
         fams = _families("\n".join(t for _, t in block) + "\n")
         out = [(f.type, s) for f in fams for s in f.samples]
         if len(out) == len(sample_lines):
             return [(n, typ, s) for n, (typ, s) in zip(sample_lines, out)]
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a timestamp of 400 digits, divided by 1000 by the parser
         pass
     # Line by line, each sample with its family's HELP/TYPE context, so one bad line costs only itself.
     result = []
@@ -209,7 +211,7 @@ def _parse_scrape(block: list[tuple[int, str]], malformed: list[tuple[int, str]]
                 continue  # plain comment
             try:
                 _families(stripped + "\n")
-            except ValueError:
+            except (ValueError, OverflowError):
                 malformed.append((n, t))
                 continue
             if d[2] != context_name:
@@ -219,6 +221,10 @@ def _parse_scrape(block: list[tuple[int, str]], malformed: list[tuple[int, str]]
         try:
             fams = _families("\n".join([*context, stripped]) + "\n")
             samples = [(f.type, s) for f in fams for s in f.samples]
+        except OverflowError:  # a timestamp of 400 digits: the parser divides it by 1000 into a float
+            malformed.append((n, f"timestamp is beyond a 64-bit float: {t}"))
+            bad.skipped("metric_samples.timestamp", "sample dropped (beyond a 64-bit float)", [stripped])
+            continue
         except ValueError:
             malformed.append((n, t))
             continue
@@ -288,11 +294,12 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
         lines[i] = ""
     scrapes = _split_scrapes(lines)
     malformed: list[tuple[int, str]] = []
+    bad = BadRecords()
     cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
     scrape_times: list[int | None] = []
     label_json: dict[tuple, str] = {}  # label sets repeat in every scrape: serialise each once
     for idx, (marker, block) in enumerate(scrapes):
-        parsed = _parse_scrape(block, malformed)
+        parsed = _parse_scrape(block, malformed, bad)
         marker_ms = _num(marker.get("unix_ms"))
         if marker_ms is not None and not (math.isfinite(marker_ms) and 0 <= marker_ms < MAX_TS_S * 1000):
             marker_ms = None
@@ -309,11 +316,13 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
                 ts_ns = _ts_ns(ts_s)
             except ValueError as exc:  # NaN, infinite or beyond year 2262: a bad sample, the rest still counts
                 malformed.append((n, f"{exc}: {s.name}"))
+                bad.skipped("metric_samples.timestamp", "sample dropped (not a time)", [ts_s])
                 continue
             try:
                 value = float(s.value)
             except (TypeError, ValueError, OverflowError):  # an integer of 400 digits: no double holds it
                 malformed.append((n, f"value is beyond a 64-bit float: {s.name}"))
+                bad.skipped("metric_samples.value", "sample dropped (beyond a 64-bit float)", [s.value])
                 continue
             first_ts = first_ts if first_ts is not None else ts_ns
             le = _num(labels.get("le")) if part == "bucket" else None
@@ -378,6 +387,8 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
         "malformed_lines": len(malformed),
         "malformed_examples": [{"line": n, "text": t.strip()[:120]} for n, t in malformed[:MAX_EXAMPLES]],
     }
+    if bad:
+        meta["bad_records"] = bad.to_meta()
     ts_known = [t for t in cols["ts_ns"] if t is not None]
     row = {
         "rank": None,
@@ -387,6 +398,7 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
         "trace_start_ns": min(ts_known) if ts_known else None,
         "trace_end_ns": max(ts_known) if ts_known else None,
         "meta_json": json.dumps(meta),
+        "bad_records": bad.records,
     }
     table = pa.Table.from_pydict(cols, schema=SCHEMA)
     return Parsed(path=str(path), format="prometheus", inputs_rows=[row], tables={"metric_samples": table})

@@ -30,6 +30,7 @@ import pyarrow as pa
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.inputfile import read_input
 
 SCHEMA_PREFIX = "tracediag/topology-v"
 SUPPORTED = {"tracediag/topology-v1"}
@@ -194,10 +195,7 @@ def _check(path: Path, value: Any, spec: Any, where: str, generic: str) -> None:
 
 
 def _load(path: Path) -> dict:
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(path, f"cannot read file ({exc.strerror or exc})") from None
+    raw = read_input(path, "topology snapshot")
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

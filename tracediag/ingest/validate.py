@@ -78,10 +78,12 @@ class BadRecords:
             self.note(f"{table}.{name}", "record dropped", examples)
             self._dropped += len(examples)
 
-    def nulled(self, table: str, name: str, rows: list[int], examples: list[Any]) -> None:
-        """Values of kept rows (indices `rows` of `table`) set to NULL."""
+    def nulled(
+        self, table: str, name: str, rows: list[int], examples: list[Any], action: str = "value set to NULL"
+    ) -> None:
+        """Values of kept rows (indices `rows` of `table`) set to NULL (or as `action` says)."""
         if rows:
-            self.note(f"{table}.{name}", "value set to NULL", examples, len(rows))
+            self.note(f"{table}.{name}", action, examples, len(rows))
             self._nulled.setdefault(table, set()).update(rows)
 
     def skipped(self, name: str, action: str, examples: list[Any]) -> None:
@@ -305,13 +307,20 @@ def us_to_ns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dur_us_to_ns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Microsecond durations -> (int64 ns ≥ 0, ok mask). A missing duration is 0 (ok); a negative one (float
-    rounding of ns-resolution clocks) is clamped to 0; not a number, not finite or beyond DUR_NS_MAX is not ok."""
+    """Microsecond durations -> (int64 ns ≥ 0, ok mask). A missing duration is 0 (ok); a negative one is clamped to
+    0 (`negative_duration` tells the ones that were at least 1 ns below it, a bad record); not a number, not finite
+    or beyond DUR_NS_MAX is not ok."""
     d = _floats([0 if v is None else v for v in values])
     ok = np.isfinite(d) & (np.abs(d) <= DUR_NS_MAX / 1000)
     res = np.zeros(len(d), dtype=np.int64)
     res[ok] = np.maximum(np.rint(d[ok] * 1000), 0).astype(np.int64)
     return res, ok
+
+
+def negative_duration(v: Any) -> bool:
+    """A duration in µs that `dur_us_to_ns` clamped to 0 from at least 1 ns below it (not float rounding of an
+    ns-resolution clock, which leaves a fraction of a ns)."""
+    return type(v) in _NUMBER_TYPES and math.isfinite(v) and v * 1000 < -0.5  # np.rint(-0.5) is -0
 
 
 def ns_ints(values: list[Any], lo: int, hi: int) -> tuple[list[int | None], np.ndarray]:

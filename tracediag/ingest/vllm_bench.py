@@ -20,10 +20,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.inputfile import read_input
 from tracediag.ingest.validate import BadRecords, Checker
 
 RUNS_SCHEMA = pa.schema(
@@ -172,8 +174,7 @@ def _text(v: Any) -> str | None:
 def _json_runs(text: str) -> list[dict[str, Any]] | None:
     """The result objects of a JSON file (one, or several with --append-result); None when not JSON."""
     dec = json.JSONDecoder()
-    runs, i = [], 0
-    text = text.strip()
+    runs, i = [], re.match(r"\s*", text).end()  # not text.strip(): a copy of a 64 MiB result
     while i < len(text):
         try:
             obj, end = dec.raw_decode(text, i)
@@ -191,10 +192,32 @@ def _json_runs(text: str) -> list[dict[str, Any]] | None:
     return runs
 
 
-def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
+def _one_json_document(raw: bytes) -> list[dict[str, Any]] | None:
+    """The result objects of a file that is one JSON document (the usual --save-result), decoded from its bytes by
+    orjson (no text copy of a file of a million requests, a third of the stdlib's objects' time); None for anything
+    else (JSON Lines, several results, NaN or Infinity, integers beyond 64 bits, text that is not UTF-8), which
+    `_json_runs` reads."""
+    head = raw[:64].lstrip()
+    if not head.startswith((b"{", b"[")):
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(doc, dict):
+        return [doc]
+    if isinstance(doc, list) and any(isinstance(o, dict) for o in doc):
+        return [o for o in doc if isinstance(o, dict)]
+    return None
+
+
+def _requests(order: int, run: int, d: dict[str, Any]) -> dict[str, list[Any]]:
+    """The per-request columns of one result (REQUESTS_SCHEMA; empty lists when it has no `ttfts`). Columns, not a
+    dict per request: a result of a million requests holds a few lists, not a million dicts (GBs)."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in REQUESTS_SCHEMA}
     ttfts = d.get("ttfts")
     if not isinstance(ttfts, list):
-        return []
+        return cols
     n = len(ttfts)
 
     def col(key):
@@ -210,12 +233,21 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
     )
     e2e_key = next((k for k in ("e2els", "latencies") if isinstance(d.get(k), list) and len(d[k]) == n), None)
     e2es = d[e2e_key] if e2e_key else [None] * n
-    rows = []
+    has_errors = "errors" in d
+    cols["input_id"] = [order] * n
+    cols["run"] = [run] * n
+    cols["req"] = list(range(n))
+    cols["input_len"] = [_int(x) for x in ins]
+    cols["start_s"] = [_finite(x) for x in starts]
+    add_out, add_success, add_error = cols["output_len"].append, cols["success"].append, cols["error"].append
+    add_ttft, add_e2e, add_source = cols["ttft_s"].append, cols["e2el_s"].append, cols["e2el_source"].append
+    add_tpot, add_count, add_max = cols["tpot_s"].append, cols["itl_count"].append, cols["itl_max_s"].append
+    add_mean, add_itls = cols["itl_mean_s"].append, cols["itls_s"].append
     for i in range(n):
         gaps = [g for g in (_finite(x) for x in (itls[i] if isinstance(itls[i], list) else [])) if g is not None]
         err = errs[i] if isinstance(errs[i], str) else None
         ttft = _finite(ttfts[i])
-        success = not err if errs[i] is not None or "errors" in d else (ttft or 0) > 0
+        success = not err if errs[i] is not None or has_errors else (ttft or 0) > 0
         e2e, source = _finite(e2es[i]), e2e_key
         if e2e is None and success and ttft is not None:
             e2e, source = ttft + sum(gaps), "ttft+sum(itl)"
@@ -223,27 +255,18 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> list[dict[str, Any]]:
         tpot = (
             (e2e - ttft) / (out - 1) if success and out and out > 1 and e2e is not None and ttft is not None else None
         )
-        rows.append(
-            {
-                "input_id": order,
-                "run": run,
-                "req": i,
-                "input_len": _int(ins[i]),
-                "output_len": out,
-                "success": success,
-                "error": err,
-                "start_s": _finite(starts[i]),
-                "ttft_s": ttft if success else None,
-                "e2el_s": e2e if success else None,
-                "e2el_source": source if success else None,
-                "tpot_s": tpot,
-                "itl_count": len(gaps),
-                "itl_max_s": max(gaps) if gaps else None,
-                "itl_mean_s": sum(gaps) / len(gaps) if gaps else None,
-                "itls_s": gaps,
-            }
-        )
-    return rows
+        add_out(out)
+        add_success(success)
+        add_error(err)
+        add_ttft(ttft if success else None)
+        add_e2e(e2e if success else None)
+        add_source(source if success else None)
+        add_tpot(tpot)
+        add_count(len(gaps))
+        add_max(max(gaps) if gaps else None)
+        add_mean(sum(gaps) / len(gaps) if gaps else None)
+        add_itls(gaps)
+    return cols
 
 
 def _latency_rows(order: int, run: int, items: list[tuple[str, str, float | None, float]]) -> list[dict[str, Any]]:
@@ -253,7 +276,8 @@ def _latency_rows(order: int, run: int, items: list[tuple[str, str, float | None
 
 
 def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
-    run_rows, lat_rows, req_rows = [], [], []
+    run_rows, lat_rows = [], []
+    req_cols: dict[str, list[Any]] = {f.name: [] for f in REQUESTS_SCHEMA}
     for r, d in enumerate(runs):
         if "completed" not in d or not any(k in d for k in ("duration", "request_throughput")):
             raise InputError(
@@ -273,7 +297,7 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
         row["tag"] = _text(d.get("label") or d.get("tag"))
         row["dataset_name"] = _text(d.get("dataset_name"))
         reqs = _requests(order, r, d)
-        row["has_requests"] = bool(reqs)
+        row["has_requests"] = bool(reqs["req"])
         row["source"] = "save-detailed json" if reqs else "save-result json"
         if row.get("failed") is None:
             if isinstance(d.get("errors"), list):
@@ -294,7 +318,9 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
                     )
                 )
         lat_rows += _latency_rows(order, r, lat)
-        req_rows += reqs
+        for name, values in reqs.items():
+            req_cols[name] += values
+        del reqs
         known = (
             set(SUMMARY_KEYS)
             | set(PER_REQUEST)
@@ -303,7 +329,7 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
         meta = {k: v for k, v in d.items() if k not in known and not _STAT_KEY.match(k) and not isinstance(v, list)}
         row["meta_json"] = json.dumps(meta, default=str)
         run_rows.append(row)
-    return run_rows, lat_rows, req_rows
+    return run_rows, lat_rows, req_cols
 
 
 def _namespace(line: str) -> dict[str, str]:
@@ -366,7 +392,7 @@ def _from_table(order: int, text: str, path: Path):
             "not a `vllm bench serve` result: neither result JSON nor a 'Serving Benchmark Result' table"
             + (f" (line 1: {first[:60]!r})" if first else " (empty file)"),
         )
-    return run_rows, lat_rows, []
+    return run_rows, lat_rows
 
 
 def _rate_text(v: float | None) -> float | str | None:
@@ -382,31 +408,36 @@ TOOL_NAMES = {"vllm-bench": "vllm bench serve", "sglang-bench": "sglang.bench_se
 
 def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
     """A benchmark client's result file; `fmt` is 'vllm-bench' or 'sglang-bench' (same tables)."""
+    raw = read_input(path, "benchmark result")
+    runs = _one_json_document(raw)
+    text = raw.decode("utf-8", errors="replace") if runs is None else ""
+    del raw
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(path, f"cannot read benchmark result ({exc.strerror or exc})") from None
-    try:
-        runs = _json_runs(text) if text.lstrip().startswith(("{", "[")) else None
+        if runs is None:
+            runs = _json_runs(text) if text.lstrip().startswith(("{", "[")) else None
     except ValueError as exc:
         raise InputError(path, f"not a benchmark result: {exc}") from None
     if runs is not None:
         if not runs:
             raise InputError(path, "not a `vllm bench serve` result: the JSON holds no result object")
-        run_rows, lat_rows, req_rows = _from_json(order, runs, path)
+        del text
+        run_rows, lat_rows, req_cols = _from_json(order, runs, path)
+        del runs
     else:
-        run_rows, lat_rows, req_rows = _from_table(order, text, path)
+        run_rows, lat_rows = _from_table(order, text, path)
+        req_cols = {f.name: [] for f in REQUESTS_SCHEMA}
+    n_requests = len(req_cols["req"])
     meta = {
         "runs": len(run_rows),
         "source": run_rows[0]["source"],
-        "requests": len(req_rows),
+        "requests": n_requests,
         "request_rates": [_rate_text(r.get("request_rate_rps")) for r in run_rows],
     }
     bad = BadRecords()
     tables = {
         "bench_runs": _table(run_rows, RUNS_SCHEMA, Checker(bad, "bench_runs")),
         "bench_latency": _table(lat_rows, LATENCY_SCHEMA, Checker(bad, "bench_latency")),
-        "bench_requests": _table(req_rows, REQUESTS_SCHEMA, Checker(bad, "bench_requests")),
+        "bench_requests": _columns_table(req_cols, REQUESTS_SCHEMA, Checker(bad, "bench_requests")),
     }
     if bad:
         meta["bad_records"] = bad.to_meta()
@@ -414,7 +445,7 @@ def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
         "rank": None,
         "profiler": f"{TOOL_NAMES[fmt]} ({run_rows[0]['source']})",
         "file_bytes": path.stat().st_size,
-        "events_total": len(req_rows) or len(run_rows),
+        "events_total": n_requests or len(run_rows),
         "meta_json": json.dumps(meta, default=str),
         "bad_records": bad.records,
     }
@@ -422,11 +453,16 @@ def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema, check: Checker) -> pa.Table:
-    """Rows -> a table of `schema`; integer columns through the validation layer (a count of inf or 1e30 in the
+    """Rows -> a table of `schema` (`_columns_table`)."""
+    return _columns_table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema, check)
+
+
+def _columns_table(cols: dict[str, list[Any]], schema: pa.Schema, check: Checker) -> pa.Table:
+    """Columns -> a table of `schema`; integer columns through the validation layer (a count of inf or 1e30 in the
     result table is NULL and counted), text that is not UTF-8 (a lone \\ud800 escape in the JSON) with U+FFFD."""
     arrays = []
     for f in schema:
-        values = [r.get(f.name) for r in rows]
+        values = cols[f.name]
         if pa.types.is_integer(f.type):
             arrays.append(check.ints(f.name, values, f.type))
         elif pa.types.is_string(f.type):

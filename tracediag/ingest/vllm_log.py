@@ -43,10 +43,10 @@ Checked against every vLLM log in tests/data/external/vllm/.
 from __future__ import annotations
 
 import ast
-import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -56,6 +56,8 @@ import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.inputfile import open_stream, skip_nul_run
+from tracediag.ingest.memory import read_bytes_budget
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)m(?=\s|\(|$)")
 RECORD = re.compile(
@@ -386,24 +388,42 @@ class Columns:
 
 
 def open_log(path: Path) -> BinaryIO:
-    """The log as a binary stream, gunzipped when it starts with the gzip magic."""
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - returned to the caller, closed by physical_lines
-    except OSError as exc:
-        raise InputError(path, f"cannot read log ({exc.strerror or exc})") from None
-    if f.read(2) == b"\x1f\x8b":
-        f.seek(0)
-        return gzip.open(f)  # type: ignore[return-value]
-    f.seek(0)
-    return f
+    """The log as a buffered binary stream, gunzipped when it starts with the gzip magic (a regular file only, and
+    a gzip stream bounded: inputfile.open_stream)."""
+    return open_stream(path, "log")[0]
 
 
-def physical_lines(path: Path) -> Iterator[str]:
-    """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break."""
-    f = open_log(path)
+def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
+    """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break.
+
+    A run of NUL bytes where a line starts (at the head of a log logrotate's copytruncate emptied in place, a hole
+    further on: `skip_nul_run`) is skipped, and a line longer than the read budget (memory.read_bytes_budget) is
+    cut there, the rest of it skipped; all are counted in `st` (its meta: nul_head_bytes, nul_run_bytes,
+    lines_cut)."""
+    f, gz = open_stream(path, "log")
+    longest = read_bytes_budget()
     try:
+        nul_head = skip_nul_run(f, gz)
+        if st is not None:
+            st.nul_head_bytes = nul_head
         first = True
-        for raw in f:
+        while True:
+            if f.peek(1)[:1] == b"\x00":
+                skipped = skip_nul_run(f, gz)
+                if st is not None:
+                    st.nul_run_bytes += skipped
+            raw = f.readline(longest)
+            if not raw:
+                break
+            if len(raw) == longest and not raw.endswith(b"\n"):  # the rest of a line beyond the budget
+                while True:
+                    skip_nul_run(f, gz)  # a hole after the line's text: stepped over, not read
+                    rest = f.readline(longest)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                raw = raw.rstrip(b"\x00")
+                if st is not None:
+                    st.lines_cut += 1
             if first and b"\x00" in raw[:4096]:
                 raise InputError(path, "not a log: binary content")
             first = False
@@ -413,7 +433,7 @@ def physical_lines(path: Path) -> Iterator[str]:
             if "\x1b" in line or "[0m" in line:
                 line = _ANSI.sub("", line)
             yield line
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise InputError(path, f"corrupt or truncated log ({exc})") from None
     finally:
         f.close()
@@ -666,6 +686,9 @@ class LogState:
         self.seen_facts: set[tuple] = set()
         self.last_engine: dict[Any, int | None] = {}
         self.clock = Clock()
+        self.nul_head_bytes = 0  # NUL bytes skipped at the head of the file (physical_lines)
+        self.nul_run_bytes = 0  # NUL bytes skipped where other lines start (physical_lines)
+        self.lines_cut = 0  # lines longer than the read budget, cut (physical_lines)
 
     def new_run(self, line: int, why: str) -> None:
         self.run += 1
@@ -742,6 +765,14 @@ class LogState:
             "unknown_lines": self.n_unknown,
             "unknown_examples": [{"line": n, "text": t} for n, t in self.unknown],
             "engines": sorted(e for e in self.stats.unique("engine") if e is not None)[:64],
+        } | {
+            k: v
+            for k, v in (
+                ("nul_head_bytes", self.nul_head_bytes),
+                ("nul_run_bytes", self.nul_run_bytes),
+                ("lines_cut", self.lines_cut),
+            )
+            if v
         }
 
     def tables(self) -> dict[str, pa.Table]:
@@ -859,7 +890,7 @@ def _other_line(st: LogState, n: int, line: str) -> None:
 def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
     clock = st.clock
-    for n, line in logical_lines(physical_lines(path)):
+    for n, line in logical_lines(physical_lines(path, st)):
         f = _FAST.match(line)
         if f:
             g = f.groupdict()  # one call for every group (a subscript each costs as much as the match)

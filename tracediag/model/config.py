@@ -266,10 +266,11 @@ def _read_json(p: Path, what: str) -> Any:
 
 
 def _decode_json(p: Path, what: str) -> Any:
+    from tracediag.ingest.inputfile import read_input
+
+    raw = read_input(p, what)
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(p, f"cannot read {what} ({exc.strerror or exc})") from None
+        return json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(p, f"{what} is not valid JSON ({exc})") from None
     except RecursionError:  # the decoder's depth is the interpreter's: a config is a few levels deep

@@ -161,6 +161,15 @@ def build(ctx) -> Section | None:
         if meta.get("malformed_lines"):
             ex = "; ".join(f"line {e['line']}: {e['text']!r}" for e in meta.get("malformed_examples", [])[:3])
             notes.append(f"{name}: {meta['malformed_lines']} malformed line(s) skipped ({ex}).")
+        if meta.get("nul_head_bytes"):
+            notes.append(
+                f"{name}: starts with {meta['nul_head_bytes']:,} NUL bytes, skipped (a log truncated in place while "
+                "the server kept writing, as logrotate's copytruncate does)."
+            )
+        if meta.get("nul_run_bytes"):
+            notes.append(f"{name}: {meta['nul_run_bytes']:,} NUL bytes between lines, skipped (a hole in the file).")
+        if meta.get("lines_cut"):
+            notes.append(f"{name}: {meta['lines_cut']} line(s) longer than the read budget, cut (--memory-limit).")
         if meta.get("unknown_lines"):
             ex = "; ".join(f"line {e['line']}: {e['text'][:60]!r}" for e in meta.get("unknown_examples", [])[:2])
             notes.append(f"{name}: {meta['unknown_lines']} line(s) of no known kind ({ex}).")
