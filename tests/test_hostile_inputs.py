@@ -459,6 +459,21 @@ def test_a_log_line_beyond_the_read_budget_is_cut_and_counted(tmp_path, monkeypa
     )
 
 
+def test_a_log_of_100000_hard_wrapped_lines_is_joined_in_linear_time(tmp_path):
+    """Each line continues the one before (80 columns, lower case): the join copied the whole so far per line."""
+    from tracediag.ingest.vllm_log import parse_vllm_log
+
+    f = tmp_path / "server.log"
+    f.write_bytes(VLLM_LOG.read_bytes() + (b"x" * 79 + b"\n") * 100_000)
+    t0 = time.monotonic()
+    parsed = parse_vllm_log(f, 0, IngestOptions())
+    assert time.monotonic() - t0 < 30
+    assert (
+        parsed.inputs_rows[0]["events_total"]
+        == parse_vllm_log(VLLM_LOG, 0, IngestOptions()).inputs_rows[0]["events_total"]
+    )
+
+
 # --- 6. wording of nsys errors ------------------------------------------------------------------------------
 
 
