@@ -491,3 +491,54 @@ def test_an_nsys_export_without_a_column_is_refused_naming_table_and_column(tmp_
     r = cli("analyze", f, "-o", tmp_path / "out", "-q")
     line = one_error_line(r, f, f"table {table} has no column {column}")
     assert "corrupt" not in line
+
+
+# --- 7. degenerate scale ------------------------------------------------------------------------------------
+
+
+def test_100000_identical_kernels_in_one_step_analyse_in_seconds(tmp_path):
+    """One real kernel and its launch, copied 10^5 times with their correlation id, inside one ProfilerStep: the
+    launches sharing the id joined 10^10 rows (past 300 s at 2 × 10^5); each id is now one call's."""
+    import copy
+
+    from tracediag.analysis import analyze
+
+    doc = kineto_doc(EXTERNAL / "kineto" / "hta_sampled_rank-0.json.gz")
+    events = doc["traceEvents"]
+    step = next(e for e in events if str(e.get("name", "")).startswith("ProfilerStep"))
+    kernel = next(e for e in events if e.get("cat") == "kernel" and e["ts"] > step["ts"])
+    corr = kernel["args"]["correlation"]
+    launch = next(e for e in events if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr)
+    n = 100_000
+    copies = []
+    for i in range(n):
+        for e, offset, dur in ((launch, 0.0, 1), (kernel, 0.5, 2)):
+            c = copy.copy(e)
+            c["ts"], c["dur"] = step["ts"] + 1 + 5 * i + offset, dur
+            copies.append(c)
+    doc["traceEvents"] = [e for e in events if e.get("ph") == "M"] + copies + [step | {"dur": 5 * n + 10}]
+    f = tmp_path / "rank0.json"
+    f.write_text(json.dumps(doc))
+    t0 = time.monotonic()
+    report = analyze([f])
+    assert time.monotonic() - t0 < 60
+    (inp,) = report.inputs
+    assert inp["counts"]["kernels"] == n and inp["counts"]["steps"] == 1
+    assert inp["counts"]["bad_records"] == n - 1  # the launches that reuse the id
+
+
+def test_an_nsys_export_with_one_device_per_kernel_analyses_in_seconds(tmp_path):
+    """4,010 kernels, each on its own device: 4,010 ranks. The step windows queried every table once per rank
+    (26 s); the tables are read once (3 s)."""
+    from tracediag.analysis import analyze
+
+    f = tmp_path / "export.sqlite"
+    shutil.copyfile(NSYS, f)
+    con = sqlite3.connect(f)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = rowid")
+    con.commit()
+    con.close()
+    t0 = time.monotonic()
+    report = analyze([f])
+    assert time.monotonic() - t0 < 15
+    assert len(report.inputs[0]["ranks"]) >= 4010
