@@ -521,3 +521,31 @@ def capacity_lost(throughputs: Sequence[float]) -> float:
     if len(xs) < 2 or max(xs) <= 0:
         return 0.0
     return 1.0 - sum(xs) / (len(xs) * max(xs))
+
+
+# ---------------------------------------------------------------- speculative acceptance over time
+
+DRIFT_MIN_DROP = 0.10  # a decay must lose at least this share of the series' median acceptance over the window
+
+
+@dataclass(frozen=True)
+class Drift:
+    trend: Trend
+    window_s: float
+    drop: float  # −Sen slope × window: acceptance lost over the window (units of the series)
+    median: float
+    decaying: bool  # significant decrease (one-sided, α) and drop ≥ DRIFT_MIN_DROP · median
+
+
+def acceptance_drift(t: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Drift:
+    """Mann-Kendall test for a decrease of acceptance over time, with the Sen drop over the window.
+
+    A few noisy intervals are not drift: the decrease must be significant and lose at least DRIFT_MIN_DROP of the
+    median acceptance (0.80 → 0.70 is a decay; 0.54 → 0.45 over five intervals is one only if the test says so)."""
+    tr = mann_kendall(t, y, alpha)
+    ts = sorted(float(x) for x in t)
+    window = ts[-1] - ts[0] if ts else 0.0
+    drop = -(tr.sen_slope or 0.0) * window
+    ys = sorted(float(v) for v in y)
+    med = ys[len(ys) // 2] if len(ys) % 2 else (ys[len(ys) // 2 - 1] + ys[len(ys) // 2]) / 2 if ys else 0.0
+    return Drift(tr, window, drop, med, tr.decreasing and drop >= DRIFT_MIN_DROP * med)
