@@ -45,7 +45,7 @@ RULE = RuleMeta(
     id="SCH010",
     step=6,
     title="Requests meet every latency budget jointly (errors counted)",
-    may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH002", "SCH004"),
+    may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH013", "SCH012", "SCH002", "SCH004"),
 )
 TARGET = 0.95  # attainment a run must reach (the capacity article's example target q)
 FORMULA = "attainment = Σ_i [success ∧ TTFT≤B_f ∧ TPOT≤B_d ∧ E2E≤B_e] / N (errors in N); goodput = ΣI / T"
