@@ -127,3 +127,26 @@ def test_same_second_samples_keep_their_order_and_cut_columns_keep_their_fields(
     assert {r["t_s"] for r in rows} == {0.0} and [r["line"] for r in rows] == list(range(2, 9))
     t = spread_ties([r["t_s"] for r in rows])
     assert t == sorted(t) and len(set(t)) == 7 and t[-1] < 1.0
+
+
+def test_a_sustained_decay_of_acceptance_is_an_sch007_finding(tmp_path):
+    """No public log shows acceptance decaying over a long run: a documented synthetic log, written by Python's
+    logging in SGLang's layout (`[%(asctime)s TP0] %(message)s`, configure_logger) from the real decode line of
+    #36081 with the accept len/rate set to decay over 10 intervals of 5 s."""
+    (line,) = [ln for ln in (LOGS / "sglang-36081_tp0_ep0_spec_accept_len_rate_healthy.log").read_text().splitlines()
+               if "accept len: 5.51" in ln]  # fmt: skip
+    msg = line[line.index("] ") + 2 :]
+    out = tmp_path / "decay.log"
+    rates = [0.90, 0.88, 0.86, 0.83, 0.80, 0.78, 0.75, 0.72, 0.70, 0.67]
+    with out.open("w") as f:
+        for i, r in enumerate(rates):
+            m = msg.replace("accept len: 5.51, accept rate: 0.90", f"accept len: {r * 6:.2f}, accept rate: {r:.2f}")
+            f.write(f"[2026-08-23 09:{10 + i // 12:02d}:{(i * 5) % 60:02d} TP0 EP0] {m}\n")
+    from tracediag.analysis import analyze
+
+    report = analyze([], extra_inputs=[(out, "vllm-log")], extra_rules=["tracediag.rules.sch007_speculative_decoding"])
+    (c,) = [c for c in report.checks if c.rule == "SCH007"]
+    assert c.status == "finding" and c.severity == "warning", c.to_dict()
+    assert "decays" in c.title and c.values["n"] == 10 and c.values["window_s"] == 45.0
+    assert c.values["p_decrease"] < 0.05 and c.values["sen_slope_per_s"] < 0 and c.values["drop"] >= 0.1 * 0.79
+    assert [e["name"] for e in c.evidence] == ["first interval", "last interval"]
