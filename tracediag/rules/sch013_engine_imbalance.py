@@ -91,7 +91,8 @@ def _from_logs(ctx: Context) -> dict[tuple, dict[Any, dict]]:
             continue
         key = (s.input_id, s.run, s.path)
         sglang = str(s.cols["log_format"][0]).startswith("sglang")  # SGLang's engine here is its DP rank
-        e = groups[key].setdefault(f"dp{s.engine}" if sglang else s.engine, {"series": [], "samples": 0})
+        eng = int(s.engine) if isinstance(s.engine, (int, np.integer)) else s.engine  # a numpy scalar is not JSON
+        e = groups[key].setdefault(f"dp{eng}" if sglang else eng, {"series": [], "samples": 0})
         e["series"].append(s)
     out: dict[tuple, dict[Any, dict]] = {}
     for key, engines in groups.items():
