@@ -156,8 +156,11 @@ def check(ctx: Context) -> Check:
             return passed(
                 RULE,
                 confidence="low",
-                title=f"No queue: {what} stayed 0 in all {len(ys)} sample{'s' if len(ys) != 1 else ''} "
-                f"({_span(xs[-1] - xs[0])})",
+                title=(
+                    f"No queue: {what} 0 in the one sample"
+                    if len(ys) == 1
+                    else f"No queue: {what} stayed 0 in all {len(ys)} samples ({_span(xs[-1] - xs[0])})"
+                ),
                 formula=FORMULA,
                 substituted=f"{s.label}: waiting = 0 in every sample; no trend to test",
                 values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": len(ys)},
