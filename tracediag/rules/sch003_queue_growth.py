@@ -153,17 +153,20 @@ def check(ctx: Context) -> Check:
         if zero and len(zero) == sum(1 for s, _ in candidates if s.xy()[1]):
             s, what = max(zero, key=lambda x: len(x[0].xy()[1]))
             xs, ys = _xy(s)
+            n_zero = sum(len(z.xy()[1]) for z, _ in zero)
             return passed(
                 RULE,
                 confidence="low",
                 title=(
-                    f"No queue: {what} 0 in the one sample"
+                    f"No queue: {what} stayed 0 in all {n_zero} samples of {len(zero)} series"
+                    if len(zero) > 1
+                    else f"No queue: {what} 0 in the one sample"
                     if len(ys) == 1
                     else f"No queue: {what} stayed 0 in all {len(ys)} samples ({_span(xs[-1] - xs[0])})"
                 ),
                 formula=FORMULA,
                 substituted=f"{s.label}: waiting = 0 in every sample; no trend to test",
-                values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": len(ys)},
+                values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": n_zero, "series": len(zero)},
                 table=table,
                 evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
             )
