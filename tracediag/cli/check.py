@@ -44,10 +44,10 @@ def check(
         ),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
+        str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
     ] = None,
     annotated_trace: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--annotated-trace",
             metavar="FILE",
@@ -78,7 +78,7 @@ def check(
         ),
     ] = None,
     out: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--out",
             "-o",
@@ -86,6 +86,7 @@ def check(
             help="Also write report.html, findings.json, trace.duckdb and check.json here.",
         ),
     ] = None,
+    force: opt.Force = False,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
@@ -112,7 +113,14 @@ def check(
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
+    paths = {}
+
     def run():
+        paths.update(
+            junit=opt.output_path(junit, "--junit"),
+            annotated_trace=opt.output_path(annotated_trace, "--annotated-trace"),
+            out=opt.output_path(out, "--out"),
+        )
         use_memory_limit(memory_limit)
         with progress(enabled=not quiet) as say:
             return run_check(
@@ -121,12 +129,11 @@ def check(
                 tp=tp,
                 fail_on=fail_on,
                 baseline=baseline,
-                junit=junit,
-                annotated_trace=annotated_trace,
                 rules=rules,
                 require=require,
                 config=config,
-                out=out,
+                force=force,
+                **paths,
                 extra_inputs=extra,
                 store=store,
                 keep_python=keep_python,
@@ -139,7 +146,7 @@ def check(
     result, warnings = _guard(run, debug)
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
-    print_result(result, quiet=quiet, junit=junit, annotated_trace=annotated_trace, out=out)
+    print_result(result, quiet=quiet, **paths)
     raise typer.Exit(0 if result.passed else EXIT_FAILED)
 
 

@@ -38,11 +38,14 @@ def diff(
     ] = None,
     tp: Annotated[
         int | None,
-        typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree (≥ 1) for sides given as traces."),
+        typer.Option(
+            "--tp", min=1, max=4096, metavar="N", help="Tensor-parallel degree (1 to 4096) for sides given as traces."
+        ),
     ] = None,
     out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
-    ] = Path("tracediag-diff"),
+        str, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
+    ] = "tracediag-diff",
+    force: opt.Force = False,
     keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
     jobs: opt.Jobs = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
@@ -57,9 +60,13 @@ def diff(
     """
     from tracediag.cli import _guard
     from tracediag.cli.progress import progress
-    from tracediag.diff import run_diff
+    from tracediag.diff import DIFF_OUTPUT_NAMES, run_diff
+    from tracediag.files import OutputGuard
 
     def run():
+        out_dir = opt.output_path(out, "--out")
+        guard = OutputGuard.of(before, after, model, before_model, after_model, force=force)
+        guard.check_folder(out_dir, DIFF_OUTPUT_NAMES)
         with progress(enabled=not quiet) as say:
             say(f"reading {before} and {after}, analysing the sides given as traces, comparing")
             return run_diff(
@@ -68,7 +75,7 @@ def diff(
                 before_model=before_model or model,
                 after_model=after_model or model,
                 tp=tp,
-                out=out,
+                out=out_dir,
                 keep_python=keep_python,
                 jobs=jobs,
             )

@@ -12,7 +12,9 @@ from pathlib import Path
 from tracediag.diff.compare import diff_runs
 from tracediag.diff.render import write_diff
 from tracediag.errors import UsageError
-from tracediag.runs import load_run
+from tracediag.runs import load_run, read_back
+
+DIFF_OUTPUT_NAMES = ("diff.json", "diff.html")  # what `diff -o DIR` writes into DIR
 
 
 def run_diff(
@@ -34,7 +36,8 @@ def run_diff(
             load_run(p, Path(tmp) / name, model=m, tp=tp, jobs=jobs, keep_python=keep_python)
             for p, m, name in ((before, before_model, "before"), (after, after_model, "after"))
         ]
-        d = diff_runs(*runs)
+        with read_back(*runs):
+            d = diff_runs(*runs)
     if out is not None:
         try:
             write_diff(d, Path(out))

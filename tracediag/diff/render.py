@@ -204,7 +204,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
 
 
 def write_diff(d: dict[str, Any], out_dir: Path) -> list[Path]:
-    from tracediag.output import write_atomic
+    from tracediag.files import write_atomic
 
     out_dir = Path(out_dir)
     paths = [out_dir / "diff.json", out_dir / "diff.html"]

@@ -24,10 +24,10 @@ from typing import Any
 import orjson
 
 from tracediag import __version__
+from tracediag.files import write_atomic
 from tracediag.findings import coverage_sentence
 from tracediag.gate.judge import CheckResult
 from tracediag.gate.outcome import Outcome
-from tracediag.output import write_atomic
 
 SUITES = (
     ("rules", "tracediag.rules"),

@@ -178,7 +178,7 @@ class StoreManifest:
 
 def write_manifest(store: Path, inputs: list[dict[str, Any]], tables: dict[str, dict[str, Any]], **extra: Any) -> None:
     from tracediag.catalog import CATALOG_VERSION
-    from tracediag.output import write_atomic
+    from tracediag.files import write_atomic
 
     doc = {
         "schema": STORE_SCHEMA_ID,
@@ -212,7 +212,31 @@ def read_manifest(store: Path) -> StoreManifest:
             f"store written by tracediag {doc.get('tool', {}).get('version')} with another table layout "
             f"(schema {doc.get('schema_version')}, this version reads {schema_version()}); ingest the traces again",
         )
+    verify_parquet_files(store)
     return StoreManifest(store, doc)
+
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def verify_parquet_files(store: Path) -> None:
+    """Every Parquet file of the store begins and ends with its magic bytes: a file cut short (a copy that did not
+    finish, a full disk) is named now, not as a reader's error deep inside a rule."""
+    for f in sorted(Path(store, TABLES).rglob("*.parquet")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                head = fh.read(4)
+                fh.seek(max(0, size - 4))
+                tail = fh.read(4)
+        except OSError as exc:
+            raise InputError(f, f"cannot read this store file ({exc.strerror or exc})") from None
+        if size < 12 or head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+            raise InputError(
+                f,
+                f"truncated or damaged Parquet file ({size:,} bytes, no {_PARQUET_MAGIC.decode()} footer) in the "
+                f"store {store}; ingest the traces again",
+            )
 
 
 def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
