@@ -77,6 +77,8 @@ def atomic_file(path: str | Path) -> Iterator[IO[bytes]]:
     try:
         if path.is_dir():
             raise UsageError(f"{path} is a folder; give a file path")
+        if path.exists() and not path.is_file():  # renaming onto /dev/null (as root) would replace the device
+            raise UsageError(f"{path} is not a regular file (a FIFO, socket or device); give a file path")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
     except OSError as exc:
@@ -176,6 +178,15 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+@contextlib.contextmanager
+def _probing(path: str | Path, option: str) -> Iterator[None]:
+    """Looking at an output path can itself fail (a name too long, a component that is a file, no permission)."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write there ({exc.strerror or exc})") from None
+
+
 # an input folder with more files than this is not walked file by file (its inode set would cost more than
 # the run); the folder itself is still guarded, and so is every file named on the command line
 _MAX_WALK = 20_000
@@ -228,33 +239,51 @@ class OutputGuard:
         ident = _identity(path)
         return ident is not None and (ident in self._files or ident in self._folders)
 
+    @staticmethod
+    def check_link(p: Path, option: str) -> None:
+        """A symbolic link that leads nowhere (dangling, or a loop) cannot take an output."""
+        try:
+            dangling = p.is_symlink() and not p.exists()
+        except OSError:  # ELOOP on some systems
+            dangling = True
+        if dangling:
+            raise UsageError(f"{option} {p}: is a symbolic link that leads nowhere (dangling or a loop); remove it")
+
     def check_file(self, path: str | Path, option: str) -> None:
         """A single output file (`--junit`, `--annotated-trace`, `scrape -o`, a file inside `--out`)."""
-        p = Path(path)
+        with _probing(path, option):
+            self._check_file(Path(path), str(path), option)
+
+    def check_folder(self, path: str | Path, names: Iterable[str], option: str = "--out") -> None:
+        """An output folder and the files the command writes into it (`--out`, `diff -o`, `capture -o`)."""
+        with _probing(path, option):
+            self._check_folder(Path(path), str(path), tuple(names), option)
+
+    def _check_file(self, p: Path, path: str, option: str) -> None:
         if str(path) == "":
             raise UsageError(f"{option}: empty path; give a file name")
         if self.is_input(p):
             raise UsageError(f"{option} {p}: is one of the inputs; writing there would replace it — give another path")
-        if p.is_symlink() and not p.exists():
-            raise UsageError(f"{option} {p}: is a dangling symbolic link; remove it or give another path")
+        self.check_link(p, option)
+        if p.exists() and not p.is_file() and not p.is_dir():  # replacing /dev/null as root would be a disaster
+            raise UsageError(f"{option} {p}: not a regular file (a FIFO, socket or device); give a file path")
         if p.exists() and p.is_file() and not self.force and not is_tracediag_output(p):
             raise UsageError(
                 f"{option} {p}: a file that tracediag did not write is there; pass --force to replace it, "
                 "or give another path"
             )
 
-    def check_folder(self, path: str | Path, names: Iterable[str], option: str = "--out") -> None:
-        """An output folder and the files the command writes into it (`--out`, `diff -o`, `capture -o`)."""
-        p = Path(path)
+    def _check_folder(self, p: Path, path: str, names: tuple[str, ...], option: str) -> None:
         if str(path) == "":
             raise UsageError(f"{option}: empty path; give a folder (e.g. {option} tracediag-out)")
         if self.is_input(p):
             raise UsageError(f"{option} {p}: is one of the inputs; give another folder for the outputs")
+        self.check_link(p, option)
         if p.is_dir():
             for name in names:
                 target = p / name
                 if target.exists() and not target.is_dir():
-                    self.check_file(target, option)
+                    self._check_file(target, str(target), option)
 
 
 def require_regular_file(path: str | Path) -> None:

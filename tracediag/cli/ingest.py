@@ -72,8 +72,10 @@ def ingest(
 
     def run():
         store_dir = opt.output_path(store, "--store")
-        if OutputGuard.of(inputs, [p for p, _ in extra]).is_input(store_dir):
+        guard = OutputGuard.of(inputs, [p for p, _ in extra])
+        if guard.is_input(store_dir):
             raise UsageError(f"--store {store_dir}: is one of the inputs; give another folder for the store")
+        guard.check_link(store_dir, "--store")
         use_memory_limit(memory_limit)
         try:
             return ingest_store(

@@ -78,13 +78,12 @@ def run_check(
             f"--require {','.join(req_unmatched)} matches no rule in this version (rules: {', '.join(known)})"
         )
     selected = [r for r in known if r in set(selected) | set(required)]
-    for p in (junit, annotated_trace):
-        if p is not None and Path(p).is_dir():
-            raise UsageError(f"{p} is a folder; give a file path")
     guard = OutputGuard.of(inputs, model, baseline, config, store, [p for p, _ in extra_inputs], force=force)
     for option, p in (("--junit", junit), ("--annotated-trace", annotated_trace)):
         if p is not None:
             guard.check_file(p, option)
+            if Path(p).is_dir():
+                raise UsageError(f"{p} is a folder; give a file path")
     if junit is not None and annotated_trace is not None and Path(junit).absolute() == Path(annotated_trace).absolute():
         raise UsageError(f"--junit and --annotated-trace are both {junit}; give each its own file")
     if out is not None:
