@@ -244,8 +244,12 @@ def _commit() -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", action="append", choices=seeds.KINDS + commands.KINDS,
-                    help="input kind (repeatable; default: all of the target's)")
+    ap.add_argument(
+        "--kind",
+        action="append",
+        choices=seeds.KINDS + commands.KINDS,
+        help="input kind (repeatable; default: all of the target's)",
+    )
     ap.add_argument("--per-kind", type=int, default=1000)
     ap.add_argument("--target", choices=["ingest", "store", "analyze", "cli", "commands"], default="ingest")
     ap.add_argument("--salt", default="tracediag-fuzz-1")

@@ -195,10 +195,7 @@ def test_diff_and_check_of_a_findings_json_with_wrong_types(tmp_path, run_folder
     where, value = damage
     node, keys = doc, where.split(".")
     for k in keys[:-1]:
-        if k == "*":
-            node = next(iter(node.values()))
-        else:
-            node = node[int(k)] if isinstance(node, list) else node[k]
+        node = next(iter(node.values())) if k == "*" else node[int(k)] if isinstance(node, list) else node[k]
     node[int(keys[-1]) if isinstance(node, list) else keys[-1]] = value
     (bad / "findings.json").write_text(json.dumps(doc))
     (bad / "trace.duckdb").unlink()  # findings.json alone: every measure is then read from the document
@@ -254,8 +251,7 @@ def test_ingest_on_a_read_only_file_system(tmp_path, trace_copy):
     vol = tmp_path / "vol"
     vol.mkdir()
     script = (
-        f"mount -t tmpfs -o ro none {vol} && {sys.executable} -m tracediag ingest {trace_copy} "
-        f"--store {vol}/store -q"
+        f"mount -t tmpfs -o ro none {vol} && {sys.executable} -m tracediag ingest {trace_copy} --store {vol}/store -q"
     )
     r = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=300)
     one_error_line(r, "--store", "Read-only file system")
@@ -306,7 +302,8 @@ def test_a_kv_usage_of_minus_1e308_is_no_warning_on_stderr(tmp_path):
     prom.write_text("".join(blocks))
     r = run("analyze", "--metrics", prom, "-o", tmp_path / "o", "-q")
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    sch004 = next(c for c in json.loads((tmp_path / "o" / "findings.json").read_text())["checks"] if c["rule"] == "SCH004")
+    checks = json.loads((tmp_path / "o" / "findings.json").read_text())["checks"]
+    sch004 = next(c for c in checks if c["rule"] == "SCH004")
     assert sch004["status"] != "not_applicable" and "70" in json.dumps(sch004["values"])  # the real samples are read
 
 

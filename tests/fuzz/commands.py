@@ -16,6 +16,7 @@ symlink or a loop, a name too long, a FIFO or a device as the output, a folder w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ from fuzz import harness
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "healthy_tp1"
-LOG = REPO / "tests" / "data" / "external" / "vllm" / "log_excerpts" / "vllm-37307_v1_2026-03_waiting_drains_under_prefill.log"
+LOG = REPO / "tests" / "data" / "external" / "vllm" / "log_excerpts" / "vllm-6689_v0_healthy_idle.log"
 
 KINDS = ("command-line", "read-back", "fs-fault")
 EXIT_OK = (0, 1, 2, 4)
@@ -93,10 +94,10 @@ def command_line(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[st
     else:
         args = [command, rnd.choice([trace, str(ws["folder"]), trace])]
     options = {
-        "analyze": ["-o", "-m", "--tp", "--jobs", "--hbm-bandwidth", "--peak-tflops", "--slo", "--log", "--memory-limit",
-                    "--ranks", "--force", "--tp1-baseline"],
-        "check": ["-o", "-m", "--tp", "--junit", "--annotated-trace", "--baseline", "--rules", "--require", "--fail-on",
-                  "--log", "--force", "--jobs"],
+        "analyze": ["-o", "-m", "--tp", "--jobs", "--hbm-bandwidth", "--peak-tflops", "--slo", "--log",
+                    "--memory-limit", "--ranks", "--force", "--tp1-baseline"],
+        "check": ["-o", "-m", "--tp", "--junit", "--annotated-trace", "--baseline", "--rules", "--require",
+                  "--fail-on", "--log", "--force", "--jobs"],
         "diff": ["-o", "-m", "--tp", "--jobs", "--force"],
         "ingest": ["--store", "--jobs", "--log", "--memory-limit"],
     }[command]  # fmt: skip
@@ -166,7 +167,7 @@ def read_back(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[str]:
     return rnd.choice([
         ["diff", str(ws["run"]), trace, "-o", out, "-q"],
         ["diff", str(ws["findings"]), str(ws["run"]), "-o", out, "-q"],
-        ["check", trace, "-m", str(ws["config"]), "--baseline", rnd.choice([str(ws["run"]), str(ws["findings"])]), "-q"],
+        ["check", trace, "-m", str(ws["config"]), "--baseline", str(rnd.choice([ws["run"], ws["findings"]])), "-q"],
         ["analyze", "--store", str(ws["store"]), "-o", out, "-q"],
         ["check", "--store", str(ws["store"]), "-q"],
         ["diff", str(ws["store"]), str(ws["run"]), "-o", out, "-q"],
@@ -267,10 +268,8 @@ def _may_write(args: list[str]) -> set[str]:
         i += 1
     if "--store" in args and args[0] == "ingest":  # the store replaces its own tables and manifest
         store = Path(args[args.index("--store") + 1])
-        try:
+        with contextlib.suppress(OSError):  # a name too long, a loop: nothing there to replace
             outputs |= {str(p) for p in store.rglob("*")} if store.is_dir() else set()
-        except OSError:  # a name too long, a loop: nothing there to replace
-            pass
     resolved = {os.path.realpath(p) for p in inputs}
     return {p for p in outputs if os.path.realpath(p) not in resolved}
 
