@@ -49,7 +49,11 @@ app = typer.Typer(
 
 def _hide_type_placeholders() -> None:
     """Help shows an option's metavar (FILE, N) or nothing — never typer's `<list[Path]>`/`<bool>` labels or
-    `[x>=1]`: bounds are stated in the help text."""
+    `[1<=x<=4096]`: bounds are stated in the help text.
+
+    Why a patch of typer's classes: typer (0.29) has no public setting for these labels; the alternative, a
+    click command class of our own per command, would replace far more of typer than these four attributes.
+    tests/test_cli_polish.py fails when a typer release renames them (the labels would show again)."""
     from typer import core
 
     core.TyperOption.display_type = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]
