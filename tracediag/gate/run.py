@@ -47,7 +47,7 @@ def run_check(
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
     `require` (or the config's `require`): rule globs that must run; a selected rule that could not run then
-    fails the check. Required rules are run even when `rules` leaves them out."""
+    makes the check inconclusive (CheckResult.outcome). Required rules are run even when `rules` leaves them out."""
     t0 = time.monotonic()
     if not inputs and not extra_inputs and store is None:
         raise UsageError("no inputs given: pass the traces of the run to check")
