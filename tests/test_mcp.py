@@ -33,7 +33,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-async def _session(runs: Path) -> dict[str, Any]:
+async def _session(runs: Path, store: Path) -> dict[str, Any]:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "tracediag", "mcp", "--runs-dir", str(runs)], env=_env(), cwd=str(REPO)
     )
@@ -63,6 +63,8 @@ async def _session(runs: Path) -> dict[str, Any]:
         got["slow"] = await call("query", {"run": run, "sql": "SELECT count(*) FROM range(100000000000)",
                                            "time_limit_s": 0.5})  # fmt: skip
         got["missing"] = await call("findings", {"run": str(runs / "nope")})
+        got["store"] = await call("findings", {"run": str(store)})
+        got["store_again"] = await call("findings", {"run": str(store)})
         got["analyze_tp2"] = await call("analyze", {"inputs": [str(TP2)], "model": str(TP2 / "config.json")})
         run2 = got["analyze_tp2"].structured_content["run"]
         got["diff"] = await call("diff", {"before": run, "after": run2})
@@ -79,7 +81,11 @@ async def _session(runs: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory) -> dict[str, Any]:
-    return asyncio.run(_session(tmp_path_factory.mktemp("runs")))
+    store = tmp_path_factory.mktemp("store") / "tp2.store"  # a Parquet store, as `tracediag ingest` writes it
+    r = subprocess.run([sys.executable, "-m", "tracediag", "ingest", str(TP2), "--store", str(store), "-q"],
+                       capture_output=True, text=True, env={**os.environ, **_env()}, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return asyncio.run(_session(tmp_path_factory.mktemp("runs"), store))
 
 
 def test_tools_have_json_schemas_and_output_schemas(session):
@@ -116,6 +122,14 @@ def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(sess
 def test_findings_of_an_existing_run_are_the_same(session):
     assert session["findings"].structured_content == session["analyze"].structured_content
     assert session["still_alive"].structured_content == session["analyze"].structured_content
+
+
+def test_findings_of_a_parquet_store_analyse_it_once(session):
+    s = session["store"].structured_content
+    assert not session["store"].is_error, session["store"].content
+    assert s["tp"] == 2 and s["coverage"]["rules"] == len(RULE_MODULES) and s["findings"]
+    assert Path(s["run"]).parent == session["run"].parent  # analysed into the runs folder...
+    assert session["store_again"].structured_content == s  # ... once: the same run the second time
 
 
 def test_explain_gives_formula_values_evidence_and_next_check(session):
