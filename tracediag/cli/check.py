@@ -12,7 +12,6 @@ import typer
 
 from tracediag.cli import options as opt
 
-EXIT_FAILED = 1
 _MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
 
 
