@@ -1,5 +1,6 @@
 """`tracediag check`: the rules in CI. Exit 0 when nothing at or above --fail-on is new, 1 when something
-is, 2 on usage or input errors (one line on stderr), 3 on an internal error."""
+is, 2 on usage or input errors (one line on stderr), 3 on an internal error, 4 when the check is inconclusive
+(nothing failed, but a required rule could not run or the run cannot be diagnosed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import typer
 
 from tracediag.cli import options as opt
 
-EXIT_FAILED = 1
 _MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
 
 
@@ -65,8 +65,8 @@ def check(
         typer.Option(
             "--require",
             metavar="GLOBS",
-            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) fails the "
-            "check (config: require).",
+            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
+            "check inconclusive, exit 4 (config: require).",
         ),
     ] = None,
     config: Annotated[
@@ -99,6 +99,10 @@ def check(
     debug: opt.Debug = False,
 ) -> None:
     """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline).
+
+    Exit status: 0 passed; 1 failed (something new at or above --fail-on); 2 usage or input error; 3 internal
+    error; 4 inconclusive (nothing failed, but a --require rule could not run, or no selected rule could run
+    or the trace is unfit for diagnosis).
 
     \b
     Examples:
@@ -147,7 +151,7 @@ def check(
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
     print_result(result, quiet=quiet, **paths)
-    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+    raise typer.Exit(result.exit_code)
 
 
 def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None) -> None:
@@ -195,10 +199,12 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         print(f"PASSED: nothing new at or above {result.fail_on} — {ran}{tail}", file=file)
     else:
         parts = []
-        found = [o for o in c["fail"] if not o.required]
+        found = c["fail"]
         if found:
             parts.append(f"{len(found)} new at or above {result.fail_on}: {', '.join(o.id for o in found)}")
         blocked = result.not_run_required
         if blocked:
             parts.append(f"{len(blocked)} required rule(s) could not run: {', '.join(o.id for o in blocked)}")
-        print(f"FAILED: {'; '.join(parts)} — {ran}", file=file)
+        if result.undiagnosable:
+            parts.append(f"the run cannot be diagnosed: {clip(result.undiagnosable)}")
+        print(f"{result.outcome.upper()}: {'; '.join(parts)} — {ran}", file=file)

@@ -1,7 +1,9 @@
 """`tracediag diff` as a library: load (or analyse) two runs and say what changed, as diff.json and diff.html.
 
-`compare.py` computes the differences (step time, shares, kernel families, collectives, payloads,
-dispatch, findings) and the headlines; `render.py` writes them.
+`fingerprint.py` reads what each run ran and served (model, layout, GPU, engine, step shapes, workload,
+fitness), `comparability.py` judges whether the two can be compared, `compare.py` computes the differences
+(step time, shares, kernel families, collectives, payloads, dispatch, findings) and the headlines;
+`render.py` writes them.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ def run_diff(
     out: Path | None = None,
     keep_python: bool = False,
     jobs: int | None = None,
+    force_compare: bool = False,
 ) -> dict:
-    """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given."""
+    """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given.
+
+    Runs that cannot be compared (diff.comparability) get their fingerprints and the reasons, and no changes,
+    unless `force_compare`."""
     if out is not None and Path(out).is_file():
         raise UsageError(f"--out {out} is a file; give a folder")
     with tempfile.TemporaryDirectory(prefix="tracediag-diff-") as tmp:
@@ -37,7 +43,7 @@ def run_diff(
             for p, m, name in ((before, before_model, "before"), (after, after_model, "after"))
         ]
         with read_back(*runs):
-            d = diff_runs(*runs)
+            d = diff_runs(*runs, force_compare=force_compare)
     if out is not None:
         try:
             write_diff(d, Path(out))

@@ -80,7 +80,7 @@ class CheckConfig:
 
     path: Path | None = None  # the file it was read from (None: defaults)
     rules: tuple[str, ...] = ()  # rule id globs; empty: every rule
-    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run fails the check
+    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run makes it inconclusive
     fail_on: str = "warning"
     settings: Settings = field(default_factory=Settings)
     expected_tp: int | None = None
@@ -106,7 +106,7 @@ CHECK_KEYS: dict[str, tuple[str, str]] = {
     "require": (
         "none",
         'rule ids or globs that must run, e.g. `["SHP*", "COL*"]`: a required rule that could not run (not '
-        "applicable: an input is missing) fails the check, with its reason",
+        "applicable: an input is missing) makes the check inconclusive (exit 4), with its reason",
     ),
     "fail_on": ('"warning"', "lowest severity that fails the check: info, warning or error"),
     "expected_tp": ("none", "tensor-parallel degree the deployment must run with"),

@@ -49,7 +49,7 @@ def run_check(
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
     `require` (or the config's `require`): rule globs that must run; a selected rule that could not run then
-    fails the check. Required rules are run even when `rules` leaves them out.
+    makes the check inconclusive (CheckResult.outcome). Required rules are run even when `rules` leaves them out.
 
     Outputs (`junit`, `annotated_trace`, the files in `out`) never replace an input, nor a file tracediag did not
     write unless `force` (tracediag/files.py); both are checked before anything runs."""
