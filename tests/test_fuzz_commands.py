@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fuzz import commands
-from hypothesis import given
+from hypothesis import Phase, given
 from hypothesis import strategies as st
 from test_fuzz import budget
 
@@ -27,7 +27,8 @@ def built(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("kind", commands.KINDS)
 def test_command_lines_outputs_and_file_system_faults_keep_the_contract(kind, built):
-    @budget(EXAMPLES[kind])
+    # no shrinking: each example is a whole CLI run, and the failure message already holds the command line
+    @budget(EXAMPLES[kind], phases=(Phase.explicit, Phase.reuse, Phase.generate))
     @given(rnd=st.randoms(use_true_random=False))
     def check(rnd: random.Random) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"fuzz-{kind}-"))

@@ -331,3 +331,26 @@ def test_sigterm_inside_a_duckdb_query_is_143_and_no_output(tmp_path):
         assert err.strip().splitlines() == ["tracediag: terminated; no output written"]
         assert not out.exists()
     assert landed >= 3
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.update(inputs=None),
+        lambda m: m["views"].update(views=[1, "a"]),
+        lambda m: m["views"].update(step_collectives="CREATE VIEW step_collectives AS SELECT 1; COPY steps TO 'x.csv'"),
+        lambda m: m["views"].update(x="COPY (SELECT 1) TO '/tmp/pwned.csv'"),
+        lambda m: m["tables"].update({"steps; DROP TABLE kernels": m["tables"]["steps"]}),
+        lambda m: m["tables"]["steps"]["columns"].append(["x", "INTEGER); COPY steps TO 'y.csv'; --"]),
+    ],
+    ids=["inputs null", "view not text", "two statements", "a COPY", "table name", "column type"],
+)
+def test_a_store_manifest_that_is_not_ours_runs_no_sql(tmp_path, store, edit):
+    bad = tmp_path / "bad"
+    shutil.copytree(store, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    edit(manifest)
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    for r in (run("check", "--store", bad, "-q", cwd=tmp_path), run("analyze", "--store", bad, "-o", tmp_path / "o")):
+        one_error_line(r, "manifest.json")
+    assert not list(tmp_path.glob("*.csv")) and not Path("/tmp/pwned.csv").exists()

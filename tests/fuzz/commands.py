@@ -121,21 +121,21 @@ def command_line(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[st
 
 
 def _damage_json(rnd: random.Random, path: Path) -> None:
+    """Replace 1-3 values at random depths with values of other types."""
     doc = json.loads(path.read_text())
     for _ in range(rnd.randint(1, 3)):
-        node, key = doc, None
+        parent, key = None, None
+        node = doc
         for _depth in range(rnd.randint(1, 5)):
-            if isinstance(node, dict) and node:
-                key = rnd.choice(list(node))
-            elif isinstance(node, list) and node:
-                key = rnd.randrange(len(node))
-            else:
+            keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
+            if not keys:
                 break
-            if not isinstance(node[key], (dict, list)) or rnd.random() < 0.3:
+            parent, key = node, rnd.choice(keys)
+            node = parent[key]
+            if not isinstance(node, (dict, list)) or rnd.random() < 0.3:
                 break
-            node = node[key]
-        if key is not None:
-            node[key] = rnd.choice([None, 0, -1, 1e308, "text", [], {}, [1, "a"], {"x": 1}, True, 2**70])
+        if parent is not None:
+            parent[key] = rnd.choice([None, 0, -1, 1e308, "text", [], {}, [1, "a"], {"x": 1}, True, 2**70])
     path.write_text(json.dumps(doc))
 
 
