@@ -241,7 +241,9 @@ def _fitness(doc: dict[str, Any]) -> dict[str, Any] | None:
         fit = f.get("fit") if isinstance(f.get("fit"), bool) else None
         reason = f.get("reason") or f.get("summary") or f.get("headline")
     v = doc.get("verdict") or {}
-    if status is None and v.get("status") in ("inconclusive", "undetermined"):
+    # a verdict left open by a rule's own evidence (`undetermined`: SLO attainment between its bounds) says nothing
+    # about the trace's fitness
+    if status is None and v.get("status") in ("inconclusive", "undetermined") and not v.get("undetermined"):
         status, reason = v["status"], v.get("headline")
     if status is None and fit is None:
         return None
