@@ -150,3 +150,14 @@ def test_an_engine_slow_at_even_load_is_a_slow_engine(tmp_path):
     c = _scrape_fleet(tmp_path, FakeFleet(gen=(100, 50), running=(8, 8), waiting=(4, 4)))
     assert c.status == "finding" and c.values["cause"] == "slow engine", c.to_dict()
     assert "the engine itself is slow" in c.title and "COL005" in c.next_check
+
+
+def test_sglang_ttft_splits_into_queue_and_the_rest(tmp_path):
+    """SGLang exports sglang:queue_time_seconds and sglang:time_to_first_token_seconds, no prefill histogram: the
+    split is queueing and everything after it (prefill and the rest together), and says so."""
+    c = _scrape_under_load(
+        tmp_path, "sglang", 12, "Why is my server slow? " * 3, flavor="sglang", max_num_seqs=2, step_floor_s=0.03
+    )
+    assert c.status == "finding" and c.values["dominant"] == "queue", c.to_dict()
+    assert c.values["prefill_mean_s"] is None and "not measured (SGLang)" in c.substituted
+    assert c.table[0]["has_prefill_histogram"] is False
