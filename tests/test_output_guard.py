@@ -314,13 +314,16 @@ def test_sigterm_inside_a_duckdb_query_is_143_and_no_output(tmp_path):
     """A real trace's analysis is signalled at several points; most land in DuckDB's derivations and rule queries
     (parsing takes the first fraction of the run). Before the fix a signal there gave exit 3 'Query interrupted'."""
     landed = 0
-    for delay in (0.5, 0.7, 0.9, 1.1, 1.3):
+    for delay in (0.2, 0.4, 0.6, 0.8, 1.0):
         out = tmp_path / f"o{delay}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "tracediag", "analyze", GPTOSS, "-o", out, "-q", "--jobs", "1"],
             stderr=subprocess.PIPE,
             text=True,
         )
+        deadline = time.monotonic() + 60  # the run has started (its staging folder exists): past start-up
+        while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.02)
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
