@@ -31,7 +31,7 @@ import duckdb
 import orjson
 
 from tracediag import __version__
-from tracediag.output import atomic_file
+from tracediag.files import atomic_file
 
 PID_STRIDE = 10_000  # pids of rank r: r·stride + 1 (findings), + 2... (its host and GPU processes)
 _STEPS_TID = 1

@@ -94,6 +94,9 @@ def _where(s, p: dict) -> str:
     return f"{s.label} scrape {p.get('scrape')}" + (f" (t = {p['t_s']:.0f} s)" if p.get("t_s") is not None else "")
 
 
+KV_PCT_MAX = 100.5  # engines round; a little over 100 % is a full cache, far over it is not a usage
+
+
 def check(ctx: Context) -> Check:
     paths = input_paths(ctx)
     kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
@@ -107,7 +110,10 @@ def check(ctx: Context) -> Check:
     worst_queued: tuple | None = None  # (kv %, waiting, series, index): the fullest sample with a queue
     worst: tuple | None = None  # (kv %, series, index): the fullest sample
     for s in kv_logs + kv_metrics:
-        pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
+        # a usage outside 0-100 % (a corrupt sample, ±1e308) is not a measurement: left out like a missing one
+        pct[~np.isfinite(pct) | (pct < 0) | (pct > KV_PCT_MAX)] = np.nan
         ok = ~np.isnan(pct)
         if not ok.any():
             continue
