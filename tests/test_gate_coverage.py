@@ -118,3 +118,14 @@ def test_check_output_has_the_verdict_and_does_not_wrap():
     (verdict,) = [line for line in lines if line.startswith("Verdict: ")]
     assert "Rank 1 is the straggler" in verdict and "(COL005 warning, impact 65%)" in verdict
     assert any(len(line) > 200 for line in lines)  # long lines stay whole in CI logs
+
+
+def test_unfit_window_makes_the_check_inconclusive():
+    """A sampled trace (1 runtime call in ~36 kept): no rule that could run found a problem, and the window cannot
+    show one — exit 4 with the window's class, not a pass."""
+    from conftest import kineto_file
+
+    r = cli("check", kineto_file("hta_sampled_rank-0.json.gz"), "-j", "1")
+    assert r.exit_code == 4, r.stdout
+    assert "the run cannot be diagnosed: Inconclusive: this window can show neither a problem" in r.stdout
+    assert "sampled" in r.stdout

@@ -38,6 +38,7 @@ class Report:
     sections: list[Section] = field(default_factory=list)
     layout: Layout | None = None
     ranks: dict[str, Any] | None = None  # which ranks were analysed, not deep-analysed, missing (fleet.ranks)
+    fitness: dict[str, Any] | None = None  # the profiled window's class and numbers (tracediag/derive/fitness.py)
 
     @property
     def findings(self) -> list[Check]:
@@ -47,7 +48,7 @@ class Report:
     @property
     def verdict(self) -> dict[str, Any]:
         """What most likely limits the run, its cost, the next check, and how many rules could run."""
-        return build_verdict(self.checks)
+        return build_verdict(self.checks, fitness=self.fitness)
 
     def _repr_html_(self) -> str:  # Jupyter
         from tracediag.reports.html import render_fragment
@@ -74,6 +75,7 @@ class Report:
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
             "layout": self.layout.to_dict() if self.layout else None,
             "ranks": self.ranks,
+            "fitness": self.fitness,
             "cost_model": self.cost_model,
             "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
@@ -281,6 +283,7 @@ def evaluate(
         if plan.present:
             sections.append(ranks_section(plan))
         inputs = _input_rows(con)
+        fitness = ctx.fitness()
     finally:
         copies.drop()
     return Report(
@@ -291,6 +294,7 @@ def evaluate(
         sections=sections,
         layout=layout,
         ranks=plan.to_dict(),
+        fitness=fitness,
     )
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import duckdb
 
+from tracediag.derive.fitness import summarize as summarize_fitness
+from tracediag.derive.fitness import unfit_reason
 from tracediag.derive.layout import Layout, TPDegree
 from tracediag.errors import UsageError
 from tracediag.findings import Check, RuleMeta, not_applicable, severity_follows_impact, walk_key
@@ -116,6 +118,10 @@ class Context:
         finally:
             self._memo = None
 
+    def fitness(self) -> dict[str, Any] | None:
+        """The window's fitness (tracediag/derive/fitness.py summarize): its class, why, numbers per rank."""
+        return self.once("window_fitness", lambda: summarize_fitness(self.con))
+
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
         """compute(), once per key while memoized (every time otherwise); the value is shared, not copied."""
         memo = self._memo
@@ -147,6 +153,7 @@ TABLE_MEANING = {
     "collectives": "collective calls",
     "gemm_shapes": "GEMM input shapes (aten::linear/mm recorded with record_shapes=True)",
     "kernels": "GPU kernels",
+    "memops": "GPU memory copies",
 }
 
 
@@ -154,6 +161,9 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     for table in meta.requires_tables:
         if not ctx.once(("table_count", table), lambda table=table: table_count(ctx.con, table)):
             return f"missing {TABLE_MEANING.get(table, table)}: none in the trace"
+    unfit = unfit_reason(ctx.fitness(), meta.requires_window)
+    if unfit:
+        return unfit
     if meta.requires_model:
         if ctx.model is None:
             fields = ", ".join(meta.requires_model)
@@ -168,8 +178,9 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
 
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
     """One Check per rule, in walk order. Findings get `downstream_of` (the findings among the rule's declared
-    `may_be_downstream_of`), and a finding whose measured impact is below 1 % is `info` whatever the rule said
-    (the rule's own severity stays in `rule_severity`). Ranking by impact and folding under causes read these
+    `may_be_downstream_of`), and a finding under the severity floor (tracediag.findings.below_floor: a share below
+    1 %, or a cost below 1 ms over the window or 10 µs per step) is `info` whatever the rule said (the rule's own
+    severity stays in `rule_severity`, the floor in `floor`). Ranking by impact and folding under causes read these
     fields (tracediag.findings.fold / verdict)."""
     mods = rules if rules is not None else load_rules()
     checks: list[Check] = []

@@ -42,7 +42,7 @@ whether they are comparable) and `check` a run as a CI gate (passed / failed / i
 
 
 class Verdict(TypedDict):
-    status: str | None  # problem / no_problem / nothing_ran (and any status a later version adds)
+    status: str | None  # problem / no_problem / nothing_ran / inconclusive (and any status a later version adds)
     headline: str | None
     rule: str | None
     severity: str | None

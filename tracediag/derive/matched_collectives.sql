@@ -76,14 +76,26 @@ SELECT k.*, s.set_no, k.rank = s.last_rank AS is_last,
 FROM matched_keyed k JOIN matched_sets s USING (pg, key_op, key);
 
 -- Per rank: how often it arrived last, its lateness (median; p90 = the sorted value at index ⌊0.9·n⌋), its
--- collective time and its waiting.
+-- collective time and its waiting; and what its late arrivals cost the others: in the sets it reached last, the
+-- others' waiting (wait_caused_ns: the straggler is the rank whose lateness costs the others most) and how late it
+-- was (the set's spread, median).
 CREATE OR REPLACE TEMP TABLE matched_ranks AS
-SELECT rank,
-       count(*) AS matched_calls,
-       count(*) FILTER (WHERE is_last) AS arrived_last,
-       median(lateness_ns) AS median_lateness_ns,
-       list_sort(list(lateness_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)] AS p90_lateness_ns,
-       sum(dur_ns) AS collective_ns,
-       sum(waiting_ns) AS waiting_ns
-FROM matched_calls
-GROUP BY rank;
+WITH caused AS (
+    SELECT s.last_rank AS rank, sum(c.others_ns) AS wait_caused_ns, median(s.spread_ns) AS median_late_when_last_ns
+    FROM matched_sets s
+    JOIN (SELECT set_no, coalesce(sum(waiting_ns) FILTER (WHERE NOT is_last), 0) AS others_ns
+          FROM matched_calls GROUP BY set_no) c USING (set_no)
+    GROUP BY s.last_rank
+)
+SELECT m.*, coalesce(caused.wait_caused_ns, 0) AS wait_caused_ns, caused.median_late_when_last_ns
+FROM (
+    SELECT rank,
+           count(*) AS matched_calls,
+           count(*) FILTER (WHERE is_last) AS arrived_last,
+           median(lateness_ns) AS median_lateness_ns,
+           list_sort(list(lateness_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)] AS p90_lateness_ns,
+           sum(dur_ns) AS collective_ns,
+           sum(waiting_ns) AS waiting_ns
+    FROM matched_calls
+    GROUP BY rank
+) m LEFT JOIN caused USING (rank);

@@ -27,8 +27,8 @@ CHECK_SCHEMA_ID = "tracediag/check-v1"
 # Exit status of `tracediag check` per outcome (2 and 3 are usage and internal errors, as for every command).
 EXIT_CODES = {"passed": 0, "failed": 1, "inconclusive": 4}
 
-# Verdict statuses that say the run cannot be diagnosed (findings.verdict: "nothing_ran"; a verdict that judges
-# the trace's fitness may say "inconclusive" or "undetermined").
+# Verdict statuses that say the run cannot be diagnosed (findings.verdict: "nothing_ran"; "inconclusive" when the
+# profiled window is unfit and nothing was found — tracediag/derive/fitness.py; "undetermined" kept for others).
 UNDIAGNOSABLE = ("nothing_ran", "inconclusive", "undetermined")
 
 REQUIRED_NOT_RUN = "required, but could not run: "  # the message of a required rule's outcome, before its reason

@@ -40,12 +40,14 @@ def verdict_lines(v: dict) -> list[Text]:
     kicker = {
         "problem": "Verdict",
         "no_problem": "Verdict (no problem found)",
-        "inconclusive": "Verdict (not decided)",
+        "inconclusive": "Verdict",
         "nothing_ran": "Verdict",
     }
-    line = Text(f"{kicker[v['status']]}: ", style=_VERDICT[v["status"]])
+    line = Text(f"{kicker.get(v['status'], 'Verdict')}: ", style=_VERDICT.get(v["status"], "bold"))
     line.append(Text(clip(v["headline"]), style="bold"))
     out.append(line)
+    if v["status"] == "inconclusive" and v.get("next_check"):
+        out.append(Text(f"  Re-capture: {clip(v['next_check'])}"))
     if v.get("rule"):
         meta = Text("  ")
         meta.append(v["rule"], style="bold")
@@ -93,6 +95,9 @@ def print_summary(report, out_dir, console: Console | None = None) -> None:
     console.print(Text(head + (f" ({tp['source']})" if tp else ""), style="bold"))
     for line in verdict_lines(d["verdict"]):
         console.print(line)
+    if d.get("fitness"):
+        f = d["fitness"]
+        console.print(Text(f"Window: {clip(f['why'])}", style="dim" if f["fit"] else "bold magenta"))
     folded = fold([c for c in d["checks"] if c["status"] == "finding"])
     if folded:
         console.print(Text("Findings, ranked by impact (consequences indented under their cause):", style="bold"))

@@ -26,6 +26,7 @@ RULE_MODULES = (
     "tracediag.rules.krn008_unfused_elementwise",
     "tracediag.rules.krn009_gemm_precision",
     "tracediag.rules.krn010_cold_window",
+    "tracediag.rules.krn011_dominant_copies",
     "tracediag.rules.sch001_phase_split",
     "tracediag.rules.sch002_chunked_prefill_stalls",
     "tracediag.rules.sch003_queue_growth",

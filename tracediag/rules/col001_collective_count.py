@@ -45,6 +45,7 @@ RULE = RuleMeta(
     step=3,
     title="All-reduces per step ≈ 2L",
     requires_tables=("steps",),
+    requires_window="complete",
     requires_model=("L",),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002"),

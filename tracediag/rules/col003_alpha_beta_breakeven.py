@@ -62,6 +62,7 @@ RULE = RuleMeta(
     step=3,
     title="α–β fit of the all-reduces and the TP break-even T*",
     requires_tables=("collectives", "steps"),
+    requires_window="steady",
     requires_model=("L", "H"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),

@@ -43,6 +43,7 @@ RULE = RuleMeta(
     step=4,
     title="Exposed communication: collective GPU time not overlapped by compute",
     requires_tables=("collectives",),
+    requires_window="steady",
     may_be_downstream_of=("COL001", "COL002", "COL003", "COL005"),
 )
 EXPOSED_SHARE_FINDING = 0.15  # exposed collective time above this share of step time is a finding
@@ -259,6 +260,8 @@ def check(ctx: Context) -> Check:
         severity="warning",
         confidence="high",
         impact=min(1.0, share),
+        cost_ns=int(exposed),
+        cost_per_step_ns=int(exposed / len(rows)) if rows else None,
         title=(
             f"Collectives are on the critical path: {exposed / 1e6:.2f} ms of {comm / 1e6:.2f} ms collective time "
             f"runs with no compute — {share:.1%} of step time, {share_busy:.1%} of GPU busy time"

@@ -8,11 +8,16 @@ host problem on one rank.
 Formula: the same collective on every rank of its process group is matched by the process group's
 sequence number when the profiler recorded it, else by its order within (process group, op) on each
 rank. Per matched call: spread = max_r start_r − min_r start_r; the latest-arriving rank is the
-straggler of that call; rank r waits w_r = min(dur_r, max start − start_r). Waiting share of the
-other ranks = Σ w_r / Σ dur_r over ranks ≠ straggler.
+straggler of that call; rank r waits w_r = min(dur_r, max start − start_r). The wait a rank causes =
+Σ w of the others over the calls it reached last; the straggler is the rank that causes the most (how
+often it arrives last is secondary: a rank last half the time by a few µs costs less than one last the
+other half by hundreds). Waiting share of the other ranks = Σ w_r / Σ dur_r over ranks ≠ straggler.
+Finding: the others wait at least half their collective time, and the straggler causes at least half of
+all the waiting and three times what any other rank causes.
 
-Evidence: per rank, how often it arrived last, its median lateness, its collective time and the
-share of it spent waiting; the matched calls with the largest spread (rank, step, timestamp, event).
+Evidence: per rank, how often it arrived last and how late (median, when last), the wait it caused, its
+collective time and the share of it spent waiting; the matched calls with the largest spread (rank, step,
+timestamp, event).
 Start times are compared across rank files as written (one host clock; traces from different hosts
 need synchronised clocks — the end-time spread is shown as a check).
 
@@ -38,10 +43,12 @@ RULE = RuleMeta(
     step=4,
     title="Rank skew: a straggler rank makes the others wait in collectives",
     requires_tables=("collectives",),
+    requires_window="complete",
     may_be_downstream_of=("SHP001", "PATH001"),
 )
 WAITING_SHARE_FINDING = 0.5  # "the others' collective time is mostly waiting" (RULEBOOK COL005)
-LAST_SHARE_MIN = 0.5  # the straggler must arrive last in at least this share of matched calls
+CAUSED_SHARE_MIN = 0.5  # the straggler must cause at least this share of all the waiting at matched calls
+DOMINANCE = 3.0  # ... and at least this many times the waiting any other rank causes (two ranks: 75 % of it)
 
 
 def matched_views(ctx: Context) -> None:
@@ -124,6 +131,7 @@ def rank_table(ctx: Context) -> list[dict]:
     """Per rank: arrivals last, lateness, collective time and waiting (the report's skew table)."""
     matched_views(ctx)
     rows = ctx.rows("SELECT * FROM matched_ranks ORDER BY rank")
+    total = sum(r["waiting_ns"] for r in rows)  # every wait at a matched call, each caused by its set's last arriver
     return [
         {
             "rank": r["rank"],
@@ -135,6 +143,11 @@ def rank_table(ctx: Context) -> list[dict]:
             "collective_ns": int(r["collective_ns"]),
             "waiting_ns": int(r["waiting_ns"]),
             "waiting_share": round(r["waiting_ns"] / r["collective_ns"], 3) if r["collective_ns"] else None,
+            "wait_caused_ns": int(r["wait_caused_ns"]),
+            "wait_caused_share": round(r["wait_caused_ns"] / total, 3) if total else None,
+            "median_late_when_last_ns": int(r["median_late_when_last_ns"])
+            if r["median_late_when_last_ns"] is not None
+            else None,
         }
         for r in rows
     ]
@@ -179,17 +192,22 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, "missing matching collectives: no call was found on two ranks of one group")
     table = rank_table(ctx)
     by_rank = {t["rank"]: t for t in table}
-    straggler = max(table, key=lambda t: (t["arrived_last_share"], t["median_lateness_ns"]))["rank"]
+    # the rank whose late arrivals cost the others the most waiting; how often it is last breaks ties
+    straggler = max(table, key=lambda t: (t["wait_caused_ns"], t["arrived_last_share"], t["median_lateness_ns"]))[
+        "rank"
+    ]
     s_row = by_rank[straggler]
+    caused_share = s_row["wait_caused_share"] or 0.0
     others = [t for t in table if t["rank"] != straggler]
     o_dur = sum(t["collective_ns"] for t in others)
     o_wait = sum(t["waiting_ns"] for t in others)
     waiting_share = o_wait / o_dur if o_dur else 0.0
     mismatched = spread["mismatched"]
-    step_ns = ctx.scalar(
-        "SELECT sum(dur_ns) FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
+    step_ns, other_steps = ctx.rows(
+        "SELECT sum(dur_ns) AS ns, count(*) AS n FROM steps "
+        "WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
         [straggler],
-    )
+    )[0].values()
     # where the late arrivals happen: spread by phase of the straggler's step
     by_phase = {r["phase"]: int(r["median_spread_ns"]) for r in ctx.rows(SPREAD_BY_PHASE_SQL)}
     values = {
@@ -203,11 +221,19 @@ def check(ctx: Context) -> Check:
         "straggler_rank": straggler,
         "straggler_last_share": s_row["arrived_last_share"],
         "straggler_median_lateness_ns": s_row["median_lateness_ns"],
+        "straggler_median_late_when_last_ns": s_row["median_late_when_last_ns"],
+        "straggler_wait_caused_ns": s_row["wait_caused_ns"],
+        "straggler_wait_caused_share": caused_share,
         "others_collective_ns": o_dur,
         "others_waiting_ns": o_wait,
         "others_waiting_share": round(waiting_share, 4),
         "median_spread_ns_by_phase": dict(sorted(by_phase.items())),
         "calls_with_mismatched_payload": mismatched,
+        "thresholds": {
+            "others_waiting_share": WAITING_SHARE_FINDING,
+            "wait_caused_share": CAUSED_SHARE_MIN,
+            "dominance_over_next_rank": DOMINANCE,
+        },
     }
     notes = []
     reliable = values["median_end_spread_ns"] <= max(values["median_spread_ns"], 50_000)
@@ -228,20 +254,24 @@ def check(ctx: Context) -> Check:
     )
     substituted = (
         f"{spread['sets']} matched calls: median spread {values['median_spread_ns'] / 1e3:.1f} µs; rank {straggler} "
-        f"arrives last in {s_row['arrived_last']}/{s_row['matched_calls']}; others wait "
-        f"{o_wait / 1e6:.2f} of {o_dur / 1e6:.2f} ms in collectives = {waiting_share:.0%}"
+        f"arrives last in {s_row['arrived_last']}/{s_row['matched_calls']} (median "
+        f"{dur(s_row['median_late_when_last_ns'])} late then) and causes {dur(s_row['wait_caused_ns'])} = "
+        f"{caused_share:.0%} of all the waiting; others wait {o_wait / 1e6:.2f} of {o_dur / 1e6:.2f} ms in collectives "
+        f"= {waiting_share:.0%}"
     )
     evidence = ctx.rows(WORST_SETS_SQL, [ctx.settings.max_evidence])
-    is_finding = waiting_share >= WAITING_SHARE_FINDING and s_row["arrived_last_share"] >= max(
-        LAST_SHARE_MIN, 1.2 / len(ranks)
-    )
+    runner_up = max((t["wait_caused_ns"] for t in others), default=0)
+    values["next_rank_wait_caused_ns"] = runner_up
+    dominant = s_row["wait_caused_ns"] >= DOMINANCE * runner_up
+    is_finding = waiting_share >= WAITING_SHARE_FINDING and caused_share >= CAUSED_SHARE_MIN and dominant
     if not is_finding:
         return passed(
             RULE,
             confidence="medium" if reliable else "low",
             title=(
-                f"No dominant straggler: median start spread {dur(values['median_spread_ns'])}, other "
-                f"ranks wait {waiting_share:.0%} of their collective time"
+                f"No dominant straggler: median start spread {dur(values['median_spread_ns'])}; the rank whose late "
+                f"arrivals cost the most (rank {straggler}) causes {caused_share:.0%} of the waiting, the other ranks "
+                f"wait {waiting_share:.0%} of their collective time"
             ),
             formula=formula,
             substituted=substituted,
@@ -254,10 +284,13 @@ def check(ctx: Context) -> Check:
         severity="warning",
         confidence=("high" if s_row["arrived_last_share"] >= 0.75 else "medium") if reliable else "low",
         impact=min(1.0, o_wait / step_ns) if step_ns else waiting_share,
+        cost_ns=int(o_wait),
+        cost_per_step_ns=int(o_wait / other_steps) if other_steps else None,
         title=(
-            f"Rank {straggler} is the straggler: it arrives last at {s_row['arrived_last_share']:.0%} of the "
-            f"collectives (median {dur(s_row['median_lateness_ns'])} late); the other ranks spend "
-            f"{waiting_share:.0%} of their collective time waiting"
+            f"Rank {straggler} is the straggler: its late arrivals cause {caused_share:.0%} of the waiting at "
+            f"collectives ({dur(s_row['wait_caused_ns'])}; last at {s_row['arrived_last_share']:.0%} of them, median "
+            f"{dur(s_row['median_late_when_last_ns'])} late then); the other ranks spend {waiting_share:.0%} of their "
+            "collective time waiting"
         ),
         formula=formula,
         substituted=substituted,

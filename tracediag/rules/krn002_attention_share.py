@@ -27,6 +27,7 @@ RULE = RuleMeta(
     step=5,
     title="Attention share f per phase and the Amdahl bound 1/((1−f)+f/s)",
     requires_tables=("steps",),
+    requires_window="steady",
     may_be_downstream_of=("KRN001",),
 )
 SPEEDUP = 2.0  # s: a kernel twice as fast

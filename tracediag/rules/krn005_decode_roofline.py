@@ -47,6 +47,7 @@ RULE = RuleMeta(
     step=5,
     title="Decode step time vs the floor max(bytes/BW, FLOPs/peak)",
     requires_tables=("steps",),
+    requires_window="steady",
     requires_model=("L", "H", "I", "h", "H_kv", "D"),
     may_be_downstream_of=("KRN001", "KRN003", "KRN006"),
 )

@@ -42,6 +42,7 @@ RULE = RuleMeta(
     step=6,
     title="Prefill/decode split, T distribution and t_step = a·T + b",
     requires_tables=("steps",),
+    requires_window="steady",
     may_be_downstream_of=("COL001", "COL002", "COL003", "COL004", "COL005", "KRN001", "KRN005", "KRN006"),
 )
 FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fixed-cost dominated

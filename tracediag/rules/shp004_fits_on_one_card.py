@@ -173,8 +173,20 @@ def check(ctx: Context) -> Check:
             f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights of "
             f"{values['gpu_memory_gib']:.0f} GiB)"
         )
+    elif p_used == min_p:
+        below = max(p for p in ps if p < min_p)
+        title = (
+            f"TP={p_used} is needed for capacity: the model does not fit at p = {below} (smallest p that fits: {min_p})"
+        )
+    elif p_used > min_p:
+        title = (
+            f"TP={p_used} is more than capacity needs: the smallest p that fits is {min_p}; compare "
+            f"{p_used // min_p if p_used % min_p == 0 else 'several'} TP={min_p} replicas by per-card goodput"
+        )
+        values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
     else:
-        title = f"TP={p_used} is needed for capacity: the smallest p that fits is {min_p}"
-        if p_used > min_p:
-            values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
+        title = (
+            f"TP={p_used} runs, but the estimate says it needs p = {min_p} to hold one full context "
+            f"({ctx_len or 1:,} tokens) of KV: the deployment may serve shorter contexts, or check the config"
+        )
     return passed(RULE, **common, confidence="medium", title=title)
