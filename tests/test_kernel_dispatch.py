@@ -9,12 +9,12 @@ import functools
 import pytest
 from conftest import EXTERNAL, REPO, kineto_file
 
+from tracediag.analyses.kernels import bandwidth, w16_w4_bytes
 from tracediag.analysis import analyze
 from tracediag.derive import build_all, kernel_steps
 from tracediag.engine import Context, Settings
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import load_model_config
-from tracediag.rules._kernels import bandwidth, w16_w4_bytes
 from tracediag.rules.krn002_attention_share import amdahl
 from tracediag.rules.krn003_w4a16_dispatch import dequant_budget
 from tracediag.rules.krn004_w4_read_bound import s_read

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._tp_collectives import (
+from tracediag.analyses.tp_collectives import (
     SEQUENCE_PARALLEL,
     empty_steps,
     example_calls,
@@ -39,6 +37,8 @@ from tracediag.rules._tp_collectives import (
     tp_scheme,
     tp_sp_where,
 )
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="COL001",

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 
 import duckdb
 
+from tracediag.analyses.kernels import dur
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import dur
 from tracediag.store import _sql
 
 RULE = RuleMeta(

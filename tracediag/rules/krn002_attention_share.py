@@ -18,9 +18,9 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 
 from __future__ import annotations
 
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN002",

@@ -25,10 +25,7 @@ dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up to S_rea
 
 from __future__ import annotations
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     decode_steps,
     kv_cache_dtype,
@@ -38,6 +35,9 @@ from tracediag.rules._kernels import (
     tp_degree,
     w16_formats,
 )
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN004",

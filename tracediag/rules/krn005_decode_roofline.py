@@ -25,10 +25,7 @@ only fewer bytes help (W4A16 where weights dominate — KRN004 — or KV quantiz
 
 from __future__ import annotations
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     SOURCE_LABEL,
     SPEC_PEAK,
@@ -41,6 +38,9 @@ from tracediag.rules._kernels import (
     step_events,
     tp_degree,
 )
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN005",

@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import Trend, mann_kendall
-from tracediag.rules._serving import (
+from tracediag.analyses.serving import (
     MIN_TREND_POINTS,
     SIGNIFICANCE,
     Series,
@@ -36,6 +33,9 @@ from tracediag.rules._serving import (
     metric_series,
     series_evidence,
 )
+from tracediag.engine import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import Trend, mann_kendall
 
 RULE = RuleMeta(
     id="SCH003",

@@ -26,6 +26,7 @@ follow the walk: queue (SCH003), KV pressure (SCH004), prefill stalls (SCH002).
 
 from __future__ import annotations
 
+from tracediag.analyses.serving import bench_evidence, bench_percentiles, bench_runs, run_label
 from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import (
@@ -36,7 +37,6 @@ from tracediag.model.servingmath import (
     metric_bounds_from_percentiles,
     nearest_rank,
 )
-from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
 
 RULE = RuleMeta(
     id="SCH010",

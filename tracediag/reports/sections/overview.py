@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from tracediag.analyses.kernels import PHASES, prepare
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import PHASES, prepare
 
 PHASE_LABEL = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", None: "unphased"}
 
