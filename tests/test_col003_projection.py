@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, SAMPLES
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config, tpmath
 from tracediag.rules.col003_alpha_beta_breakeven import MOE_TP_ASSUMPTION, projection_account
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import EXTERNAL, REPO
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.errors import InputError
 from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions

@@ -11,8 +11,8 @@ from conftest import EXTERNAL, REPO, kineto_file
 
 from tracediag.analyses.kernels import bandwidth, w16_w4_bytes
 from tracediag.analysis import analyze
+from tracediag.context import Context, Settings
 from tracediag.derive import build_all, kernel_steps
-from tracediag.engine import Context, Settings
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.model import load_model_config
 from tracediag.rules.krn002_attention_share import amdahl

@@ -16,7 +16,7 @@ from conftest import REPO, SAMPLES, kineto_file
 
 from tracediag.analysis import analyze
 from tracediag.catalog import classify_kernel
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.rules.shp004_fits_on_one_card import capacity

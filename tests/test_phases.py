@@ -127,7 +127,7 @@ def test_fit_line():
 def test_phase_table_shares_add_up():
     con = _store(str(PHASES_DATA / "hf_generate"))
     from tracediag.analyses.kernels import prepare
-    from tracediag.engine import Context
+    from tracediag.context import Context
 
     ctx = Context(con=con, model=None, tp=None)
     prepare(ctx)

@@ -8,7 +8,7 @@ import pytest
 from conftest import EXTERNAL, SAMPLES
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nccl_tests import parse_nccl_tests
 from tracediag.model import tpmath

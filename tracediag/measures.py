@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from tracediag.engine import Context
+from tracediag.context import Context
 
 WHOLE_TRACE = "whole trace (no step markers)"  # steps.marker_source of the fallback step (derive/steps.sql)
 

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from tracediag.catalog import family_label
+from tracediag.context import Context
 from tracediag.derive import kernel_steps
-from tracediag.engine import Context
 from tracediag.model import accounting
 from tracediag.model.config import DTYPE_BYTES
 from tracediag.model.kernel_formats import kernel_format

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from tracediag.engine import Context
+from tracediag.context import Context
 
 ALL_REDUCE = "all_reduce"
 SEQUENCE_PARALLEL = "sequence_parallel"  # reduce-scatter + all-gather per row-/column-parallel GEMM pair

@@ -63,7 +63,7 @@ def analyze(
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.cli.progress import progress
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
     from tracediag.output import staged_outputs
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)

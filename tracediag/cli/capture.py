@@ -58,7 +58,7 @@ def capture(
     """
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
     from tracediag.live.capture import capture as run_capture
     from tracediag.live.capture import capture_inputs
     from tracediag.live.scrape import parse_duration

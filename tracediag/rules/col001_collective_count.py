@@ -37,7 +37,7 @@ from tracediag.analyses.tp_collectives import (
     tp_scheme,
     tp_sp_where,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tracediag.analyses.tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.dtypes import element_size
 

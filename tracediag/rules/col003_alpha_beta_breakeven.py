@@ -51,11 +51,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracediag.analyses.stragglers import matched_views
 from tracediag.analyses.tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting, tpmath
-from tracediag.rules.col005_rank_skew import matched_views
 
 RULE = RuleMeta(
     id="COL003",

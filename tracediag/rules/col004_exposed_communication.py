@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tracediag.context import Context
 from tracediag.derive.intervals import clip as _clip
 from tracediag.derive.intervals import merge_intervals, overlap_each
-from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

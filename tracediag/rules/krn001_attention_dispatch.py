@@ -40,7 +40,7 @@ from tracediag.analyses.kernels import (
     prepare,
     source_of,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

@@ -19,7 +19,7 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 from __future__ import annotations
 
 from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

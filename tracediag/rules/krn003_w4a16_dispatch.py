@@ -39,7 +39,7 @@ from tracediag.analyses.kernels import (
     source_of,
     tp_degree,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
 

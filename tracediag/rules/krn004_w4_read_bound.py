@@ -35,7 +35,7 @@ from tracediag.analyses.kernels import (
     tp_degree,
     w16_formats,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
 

@@ -33,7 +33,7 @@ from collections import defaultdict
 import orjson
 
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, prepare, source_of
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import orjson
 
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

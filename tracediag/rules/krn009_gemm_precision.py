@@ -25,7 +25,7 @@ import re
 
 from tracediag.analyses.kernels import ms, prepare, source_of
 from tracediag.catalog import gemm_precision
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

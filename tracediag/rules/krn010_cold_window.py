@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass
 
 from tracediag.analyses.kernels import ms
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

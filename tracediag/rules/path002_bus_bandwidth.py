@@ -32,7 +32,7 @@ import math
 import statistics
 from collections import defaultdict
 
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
 from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples

@@ -34,7 +34,7 @@ from tracediag.analyses.kernels import (
     step_events,
     step_rows,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

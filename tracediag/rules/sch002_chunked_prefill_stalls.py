@@ -23,7 +23,7 @@ from __future__ import annotations
 from statistics import median
 
 from tracediag.analyses.serving import bench_evidence, bench_runs, run_label
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import nearest_rank
 

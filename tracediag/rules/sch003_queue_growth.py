@@ -33,7 +33,7 @@ from tracediag.analyses.serving import (
     metric_series,
     series_evidence,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import Trend, mann_kendall
 

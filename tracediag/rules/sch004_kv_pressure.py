@@ -39,7 +39,7 @@ from tracediag.analyses.serving import (
     series_evidence,
     startup_facts,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
 from tracediag.model.servingmath import paged_tail_waste_bound

@@ -27,7 +27,7 @@ import math
 
 from tracediag.analyses.kernels import kv_cache_dtype
 from tracediag.analyses.serving import input_paths, log_evidence, short, startup_facts
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import DTYPE_BYTES, accounting
 

@@ -26,7 +26,7 @@ before crediting or blaming it — the engine's hit rate may count block lookups
 from __future__ import annotations
 
 from tracediag.analyses.serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

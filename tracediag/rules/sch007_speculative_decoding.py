@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 
 from tracediag.analyses.serving import input_paths, log_evidence, metric_evidence, series_label
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import conditional_acceptance, expected_tokens_per_round
 

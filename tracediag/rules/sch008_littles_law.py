@@ -31,7 +31,7 @@ from tracediag.analyses.serving import (
     run_label,
     short,
 )
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import littles_law_l
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from tracediag.analyses.serving import bench_evidence, bench_runs, bench_stat, finite, run_label
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(id="SCH009", step=6, title="The load test measured open-loop arrivals without dropping errors")

@@ -27,7 +27,7 @@ follow the walk: queue (SCH003), KV pressure (SCH004), prefill stalls (SCH002).
 from __future__ import annotations
 
 from tracediag.analyses.serving import bench_evidence, bench_percentiles, bench_runs, run_label
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import (
     RequestOutcome,

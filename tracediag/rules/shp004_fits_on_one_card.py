@@ -29,7 +29,7 @@ latency of one stream). Informational until per-card goodput data shows TP losin
 from __future__ import annotations
 
 from tracediag.analyses.kernels import kv_cache_dtype, served_formats
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
 

@@ -65,7 +65,7 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
 
 
 def build(ctx) -> Section | None:
-    from tracediag.rules.col005_rank_skew import matched_summary, rank_table
+    from tracediag.analyses.stragglers import matched_summary, rank_table
 
     tables: dict[str, list[dict]] = {}
     charts: list[str] = []
