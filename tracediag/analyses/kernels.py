@@ -16,6 +16,7 @@ from tracediag.context import Context
 from tracediag.derive import kernel_steps
 from tracediag.model import accounting
 from tracediag.model.config import DTYPE_BYTES
+from tracediag.model.gemm_roles import expected_roles
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.model.quant import Format
 
@@ -453,8 +454,6 @@ def role_group(role: str) -> str | None:
 def dense_projection_gemms(ctx: Context, p: int) -> list[dict[str, Any]] | None:
     """Dense GEMM ops whose (K, N) is a projection of the config at TP degree p (lm_head excluded): the
     weight is full-size 16-bit. Each carries its role and module group. None when no GEMM shapes were recorded."""
-    from tracediag.rules.shp002_config_trace_consistency import expected_roles  # the same role table
-
     if not ctx.scalar("SELECT count(*) FROM gemm_shapes"):
         return None
     roles: dict[tuple[int, int], str] = {}

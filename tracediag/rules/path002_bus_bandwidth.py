@@ -32,11 +32,11 @@ import math
 import statistics
 from collections import defaultdict
 
+from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
+from tracediag.analyses.topology import group_gpus, snapshots
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
-from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples
-from tracediag.rules.path001_link_class import group_gpus, snapshots
 
 RULE = RuleMeta(
     id="PATH002",
