@@ -16,6 +16,7 @@ from tracediag.context import Context
 from tracediag.derive import kernel_steps
 from tracediag.model import accounting
 from tracediag.model.config import DTYPE_BYTES
+from tracediag.model.fitting import ols
 from tracediag.model.gemm_roles import expected_roles
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.model.quant import Format
@@ -126,20 +127,14 @@ def phase_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fit_line(points: list[tuple[float, float]]) -> dict[str, Any] | None:
-    """Least squares t = a·T + b with R²; None unless there are >= 3 points and >= 2 distinct T."""
+    """Least squares t = a·T + b with R² (tracediag.model.fitting.ols) over (T, step ns) points; None unless there
+    are >= 3 points and >= 2 distinct T."""
     if len(points) < 3 or len({x for x, _ in points}) < 2:
         return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    sxy = sum((x - mx) * (y - my) for x, y in points)
-    a = sxy / sxx
-    b = my - a * mx
-    ss_tot = sum((y - my) ** 2 for _, y in points)
-    ss_res = sum((y - (a * x + b)) ** 2 for x, y in points)
-    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return {"a_ns_per_token": a, "b_ns": b, "r2": r2, "n": n, "distinct_T": len({x for x, _ in points})}
+    fit = ols([x for x, _ in points], [y for _, y in points])
+    if fit is None:
+        return None
+    return {"a_ns_per_token": fit.slope, "b_ns": fit.intercept, "r2": fit.r2, "n": fit.n, "distinct_T": fit.distinct_x}
 
 
 # ------------------------------------------------------------------ model byte counts (per rank)

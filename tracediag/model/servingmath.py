@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tracediag.model.fitting import SAMPLE_PAIRS, ols, sen_slope
+
 # ---------------------------------------------------------------- percentiles
 
 
@@ -260,8 +262,6 @@ def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
 
 EXACT_MAX_N = 10  # no ties: exact permutation distribution of S (Mahonian numbers) up to this n
 EXACT_TIES_MAX_N = 7  # with ties: enumeration of the 7! = 5,040 orders; above, the tie-corrected normal approximation
-SEN_EXACT_MAX_PAIRS = 200_000  # Theil-Sen over all pairs up to this many; above, the median of as many random pairs
-SEN_SEED = 20240101  # fixed: the same series gives the same slope on every run
 
 
 @dataclass(frozen=True)
@@ -334,38 +334,6 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, str]:
-    """Median of the pairwise slopes (y_j − y_i)/(x_j − x_i), i < j, x_j ≠ x_i; with the method used.
-
-    Exact over all pairs up to SEN_EXACT_MAX_PAIRS pairs; above, the median of SEN_EXACT_MAX_PAIRS pairs drawn
-    uniformly at random with a fixed seed (a consistent estimator of the same median; O(n) memory).
-    """
-    import numpy as np
-
-    x = np.asarray(xs, dtype=float)
-    y = np.asarray(ys, dtype=float)
-    n = len(x)
-    if n < 2:
-        return None, "all pairs"
-    pairs = n * (n - 1) // 2
-    if pairs <= SEN_EXACT_MAX_PAIRS:
-        i, j = np.triu_indices(n, k=1)
-        method = "all pairs"
-    else:
-        rng = np.random.default_rng(SEN_SEED)
-        i = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        j = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        lo, hi = np.minimum(i, j), np.maximum(i, j)
-        keep = lo != hi
-        i, j = lo[keep], hi[keep]
-        method = f"median of {len(i):,} random pairs of {pairs:,} (seed {SEN_SEED})"
-    dx = x[j] - x[i]
-    ok = dx != 0
-    if not ok.any():
-        return None, method
-    return float(np.median((y[j] - y[i])[ok] / dx[ok])), method
-
-
 def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
     """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes; O(n log n).
 
@@ -408,10 +376,9 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
             z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
             p_inc, p_dec = _normal_sf(z), _normal_sf(-z)
         method = "normal (tie-corrected)"
-    sen, sen_method = theil_sen(xs, ys)
-    mx, my = (sum(xs) / n, sum(ys) / n) if n else (0.0, 0.0)
-    sxx = sum((v - mx) ** 2 for v in xs)
-    ols = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx if sxx > 0 else None
+    # Sen's slope over all pairs up to SEN_EXACT_MAX_PAIRS pairs, else over as many random pairs (O(n) memory)
+    sen, sen_method = sen_slope(xs, ys, SAMPLE_PAIRS)
+    line = ols(xs, ys, with_r2=False)
     return Trend(
         n=n,
         s=s,
@@ -419,7 +386,7 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
         p_decrease=p_dec,
         method=method,
         sen_slope=sen,
-        ols_slope=ols,
+        ols_slope=line.slope if line is not None else None,
         alpha=alpha,
         sen_method=sen_method,
     )

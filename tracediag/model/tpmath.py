@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracediag.model.fitting import LineFit, theil_sen
+
 
 def allreduce_payload_bytes(T: int, H: int, e_a: int) -> int:
     """S = T·H·e_a: bytes of the [T, H] activation one all-reduce sums."""
@@ -138,81 +140,6 @@ def breakeven_tokens(
 
 
 # --- Robust straight-line fits (numpy only) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LineFit:
-    """y ≈ intercept + slope·x, fitted robustly (Theil–Sen slope, median intercept)."""
-
-    intercept: float
-    slope: float
-    n: int  # points used
-    distinct_x: int  # distinct x values among them
-    r2: float | None  # 1 − SS_res/SS_tot of the robust line on all points (None when y is constant)
-    median_abs_rel_residual: float  # median |y − ŷ| / y: typical relative error of the line
-    method: str = "Theil–Sen"
-
-
-MAX_PAIRWISE_POINTS = 2000  # Theil–Sen is O(n²) pairs; larger inputs are sub-sampled deterministically
-
-
-_FEW_DISTINCT_X = 64  # at most this many distinct x values: slopes built per pair of x groups
-
-
-def _pairwise_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """(y_j − y_i)/(x_j − x_i) over every pair of points with different x. With few distinct x (payload sizes,
-    token counts) built group pair by group pair, without the O(n²) index arrays; the same values either way
-    ((−a)/(−b) is a/b exactly), so the median does not depend on the path."""
-    ux, inverse = np.unique(xs, return_inverse=True)
-    if ux.size > _FEW_DISTINCT_X:
-        i, j = np.triu_indices(xs.size, k=1)
-        dx = xs[j] - xs[i]
-        keep = dx != 0
-        return (ys[j] - ys[i])[keep] / dx[keep]
-    groups = [ys[inverse == g] for g in range(ux.size)]
-    parts = [
-        np.subtract.outer(groups[v], groups[u]).ravel() / (ux[v] - ux[u])
-        for u in range(ux.size)
-        for v in range(u + 1, ux.size)
-    ]
-    return np.concatenate(parts) if parts else np.empty(0)
-
-
-def theil_sen(x, y) -> LineFit | None:
-    """Theil–Sen line: slope = median of pairwise slopes over pairs with different x, intercept = median of
-    y − slope·x. Robust to up to ~29% outliers (e.g. calls that waited for a late rank). None with fewer
-    than two distinct x values."""
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    ok = np.isfinite(xa) & np.isfinite(ya)
-    xa, ya = xa[ok], ya[ok]
-    distinct = int(np.unique(xa).size)
-    if distinct < 2:
-        return None
-    xs, ys = xa, ya
-    if xs.size > MAX_PAIRWISE_POINTS:
-        idx = np.random.default_rng(0).choice(xs.size, MAX_PAIRWISE_POINTS, replace=False)
-        xs, ys = xs[idx], ys[idx]
-    slopes = _pairwise_slopes(xs, ys)
-    if not slopes.size:  # the sub-sample lost the second x value: fall back to all points by group medians
-        ux = np.unique(xa)
-        slopes = _pairwise_slopes(ux, np.array([np.median(ya[xa == u]) for u in ux]))
-    slope = float(np.median(slopes))
-    intercept = float(np.median(ya - slope * xa))
-    pred = intercept + slope * xa
-    ss_tot = float(np.sum((ya - ya.mean()) ** 2))
-    r2 = 1 - float(np.sum((ya - pred) ** 2)) / ss_tot if ss_tot > 0 else None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.abs(ya - pred) / np.abs(ya)
-    rel = rel[np.isfinite(rel)]
-    return LineFit(
-        intercept=intercept,
-        slope=slope,
-        n=int(xa.size),
-        distinct_x=distinct,
-        r2=r2,
-        median_abs_rel_residual=float(np.median(rel)) if rel.size else float("nan"),
-    )
 
 
 MIN_R2_FOR_BANDWIDTH = 0.25  # below this the per-byte term explains too little of the call times to report B

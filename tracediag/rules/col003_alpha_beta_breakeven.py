@@ -63,6 +63,7 @@ from tracediag.context import Context
 from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting, tpmath
+from tracediag.model.fitting import LineFit, theil_sen
 from tracediag.rules import upstream_check
 from tracediag.store import query_dicts
 
@@ -151,10 +152,10 @@ def gemm_time_per_step(rows: Rows, model, p: int) -> tuple[list[dict], str]:
     return cpu, f"CPU time of the outermost GEMM and weight-only GEMM ops per step, {lm}"
 
 
-def projection_slope(rows: Rows, model, p: int) -> tuple[tpmath.LineFit | None, str, int]:
+def projection_slope(rows: Rows, model, p: int) -> tuple[LineFit | None, str, int]:
     """Theil–Sen slope of per-step GEMM time (s) over T; returns (fit, source, points)."""
     per_step, source = gemm_time_per_step(rows, model, p)
-    fit = tpmath.theil_sen([r["T"] for r in per_step], [r["gemm_ns"] / 1e9 for r in per_step])
+    fit = theil_sen([r["T"] for r in per_step], [r["gemm_ns"] / 1e9 for r in per_step])
     return fit, source, len(per_step)
 
 
