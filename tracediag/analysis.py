@@ -11,7 +11,6 @@ from typing import Any
 
 import duckdb
 
-from tracediag import __version__
 from tracediag.analyses.stragglers import rank_groups
 from tracediag.context import Context, Settings
 from tracediag.derive import build_all
@@ -25,6 +24,7 @@ from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
 from tracediag.store import comment_columns, open_store, query_dicts
+from tracediag.version import __version__
 
 SCHEMA_ID = "tracediag/findings-v1"
 

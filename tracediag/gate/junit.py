@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 
-from tracediag import __version__
 from tracediag.findings import coverage_sentence
 from tracediag.gate.judge import CheckResult
 from tracediag.gate.outcome import Outcome
 from tracediag.output import write_atomic
+from tracediag.version import __version__
 
 SUITES = (
     ("rules", "tracediag.rules"),
