@@ -272,41 +272,8 @@ def served_formats(ctx: Context, phase: str | None = None) -> tuple[dict[str, Fo
     )
 
 
-def bytes_table(m, p: int, fmts: dict[str, Format]) -> list[dict[str, Any]]:
-    """The per-group weight table a rule used (for findings.json): params, format, bits, bytes per rank."""
-    return [g.row() for g in accounting.weights(m, p, fmts)]
-
-
 def w16_formats(m) -> dict[str, Format]:
     return {g: accounting.W16 for g in accounting.formats(m)}
-
-
-def w16_w4_bytes(m, p: int) -> dict[str, Any] | None:
-    """The seed's pair for the projections and lm_head one rank reads (every expert counted): W16 at 2 bytes per
-    weight, W4 with the projection groups at 4 bits + one 16-bit scale per G; f = the projections' share."""
-    if None in (m.h, m.H_kv, m.D) or (m.I is None and m.moe is None):
-        return None
-    _, g, g_source = accounting.hypothetical_w4(m)
-    seed4 = Format("int4 (seed)", 4, 4 + 16 / g, 16, "bf16", f"4 bits + one 16-bit scale per {g}")
-    w4_fmts = {
-        k: seed4 if k in ("attention", "dense_mlp", "experts", "shared_experts") else v
-        for k, v in w16_formats(m).items()
-    }
-    full = m.moe.experts if m.moe else 1
-    w16 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w16_formats(m)).rows
-    w4 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w4_fmts).rows
-    proj = sum(r["bytes_read"] for r in w16 if r["group"] in ("attention", "dense_mlp", "experts", "shared_experts"))
-    total16 = sum(r["bytes_read"] for r in w16)
-    total4 = sum(r["bytes_read"] for r in w4)
-    return {
-        "W16_bytes": round(total16),
-        "W4_bytes": round(total4),
-        "quantized_share_f": proj / total16 if total16 else 1.0,
-        "G": g,
-        "G_source": g_source,
-        "ratio": total4 / total16 if total16 else 1.0,
-        "experts_counted": full,
-    }
 
 
 # ------------------------------------------------------------------ bandwidth

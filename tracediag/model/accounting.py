@@ -419,7 +419,3 @@ def kv_layout(m: ModelConfig) -> str:
         cap = m.sliding_window or m.chunk_size
         return f"{m.L - sliding} full + {sliding} {what} ({cap} tokens) layers, {kind}"
     return f"full attention on all {m.L} layers, {kind}"
-
-
-def is_uniform_full_attention(m: ModelConfig) -> bool:
-    return all(c is None for c in kv_layer_caps(m)) and not (m.attention and m.attention.kind == "MLA")

@@ -174,10 +174,6 @@ class ModelConfig:
         return self.quant.main_bits if self.quant is not None else None
 
     @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
-
-    @property
     def sliding_layers(self) -> int:
         return sum(t == "sliding" for t in self.layer_types)
 

@@ -30,42 +30,6 @@ def nearest_rank(values: Iterable[float], p: float) -> float | None:
     return ys[max(0, math.ceil(p / 100 * len(ys)) - 1)]
 
 
-# ---------------------------------------------------------------- prefix cache
-
-
-def prefill_cost(n: float, a: float = 1.0, b: float = 1.0 / 1024) -> float:
-    """C(n) = a·n + b·n(n+1)/2: linear per-token work plus causal attention pairs (arbitrary units)."""
-    return a * n + b * n * (n + 1) / 2
-
-
-def reusable_prefix(h: int, block_size: int | None) -> int:
-    """Only full blocks are reused: floor(h/B)·B (h itself when the block size is unknown)."""
-    return h if not block_size else (h // block_size) * block_size
-
-
-@dataclass(frozen=True)
-class PrefixCacheRatios:
-    request_hit_rate: float  # requests with h > 0 / requests
-    token_reuse_rate: float  # Σh / Σn
-    compute_saved: float  # Σ C(h) / Σ C(n): the remaining work is C(n) − C(h), not C(n − h)
-
-
-def prefix_cache_ratios(
-    requests: Sequence[tuple[int, int]], a: float = 1.0, b: float = 1.0 / 1024, block_size: int | None = None
-) -> PrefixCacheRatios:
-    """The three ratios over (prompt tokens n, cached prefix tokens h) per request."""
-    if not requests:
-        raise ValueError("no requests")
-    hs = [reusable_prefix(h, block_size) for _, h in requests]
-    ns = [n for n, _ in requests]
-    total_n = sum(ns)
-    return PrefixCacheRatios(
-        request_hit_rate=sum(h > 0 for h in hs) / len(requests),
-        token_reuse_rate=sum(hs) / total_n if total_n else 0.0,
-        compute_saved=sum(prefill_cost(h, a, b) for h in hs) / sum(prefill_cost(n, a, b) for n in ns),
-    )
-
-
 # ---------------------------------------------------------------- speculative decoding
 
 
@@ -78,11 +42,6 @@ def expected_tokens_per_round(joint: Sequence[float]) -> float:
     return 1.0 + sum(joint)
 
 
-def expected_tokens_constant(alpha: float, k: int) -> float:
-    """Constant conditional acceptance α: 1 + α + α² + … + α^k (k=4, α=0.8 → 3.3616)."""
-    return sum(alpha**i for i in range(k + 1))
-
-
 def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
     """P(A_i | A_1…A_{i−1}) = joint[i] / joint[i−1]; None where the previous position was never accepted."""
     out: list[float | None] = []
@@ -91,29 +50,6 @@ def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
         out.append(j / prev if prev > 0 else None)
         prev = j
     return out
-
-
-def joint_from_conditional(cond: Sequence[float]) -> list[float]:
-    out, acc = [], 1.0
-    for c in cond:
-        acc *= c
-        out.append(acc)
-    return out
-
-
-def spec_time_per_token(t_round: float, expected_tokens: float) -> float:
-    """T_round / E[tokens/round]: time per emitted token with speculative decoding."""
-    return t_round / expected_tokens
-
-
-def spec_pays_off(t_round: float, t_base: float, expected_tokens: float) -> bool:
-    """Break-even: speculative decoding is faster only when T_round / E[tokens/round] < T_base."""
-    return spec_time_per_token(t_round, expected_tokens) < t_base
-
-
-def marginal_cost_per_token(extra_round_time: float, joint_next: float) -> float:
-    """Adding position k+1 yields P(A1…A_{k+1}) tokens per round for its extra round time."""
-    return math.inf if joint_next <= 0 else extra_round_time / joint_next
 
 
 # ---------------------------------------------------------------- KV cache
@@ -125,11 +61,6 @@ def kv_bytes_per_token(L: int, H_kv: int, D: int, b: float, p: int = 1, pp: int 
     KV heads, not attention heads; with p > H_kv the heads are replicated (each rank keeps one).
     """
     return 2 * (L / pp) * math.ceil(H_kv / p) * D * b
-
-
-def kv_token_capacity(total_bytes: float, weights: float, runtime: float, margin: float, per_token: float) -> int:
-    """floor((M_total − weights − runtime − margin) / per-token bytes)."""
-    return max(0, math.floor((total_bytes - weights - runtime - margin) / per_token))
 
 
 def paged_tail_waste_bound(active_sequences: int, block_size: int) -> int:

@@ -18,11 +18,6 @@ import numpy as np
 from tracediag.model.fitting import LineFit, theil_sen
 
 
-def allreduce_payload_bytes(T: int, H: int, e_a: int) -> int:
-    """S = T·H·e_a: bytes of the [T, H] activation one all-reduce sums."""
-    return T * H * e_a
-
-
 def allreduce_bus_bytes(S: float, p: int) -> float:
     """V_AR = 2(p−1)/p · S."""
     return 2 * (p - 1) / p * S
@@ -31,26 +26,6 @@ def allreduce_bus_bytes(S: float, p: int) -> float:
 def allreduce_calls_per_step(L: int) -> int:
     """2L: one after attention, one after the MLP, per layer."""
     return 2 * L
-
-
-def step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
-    """V_step = 4L·(p−1)/p·T·H·e_a, bytes per rank per step."""
-    return 4 * L * (p - 1) / p * T * H * e_a
-
-
-def sp_calls_per_step(L: int) -> int:
-    """4L: a reduce-scatter and an all-gather in place of each of the 2L all-reduces."""
-    return 4 * L
-
-
-def reduce_scatter_bus_bytes(S: float, p: int) -> float:
-    """(p−1)/p · S for a reduce-scatter of the full S-byte input (an all-gather of an S-byte output alike)."""
-    return (p - 1) / p * S
-
-
-def sp_step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
-    """2L·(V_RS + V_AG) = 4L·(p−1)/p·T·H·e_a: the same bytes per step as 2L all-reduces."""
-    return 2 * L * 2 * reduce_scatter_bus_bytes(T * H * e_a, p)
 
 
 def allreduce_time_s(S: float, p: int, alpha_s: float, bus_bw_bytes_per_s: float) -> float:
@@ -67,33 +42,6 @@ def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa:
     H_KV is the *width* of the K/V projection (H_kv·D), not the KV head count.
     """
     return 4 * T * (H * H + H * H_KV) + 6 * T * H * I
-
-
-def seconds_per_token_tp1(L: int, H: int, I: int, H_KV: int, flops_per_s: float) -> float:  # noqa: E741
-    """a = L·F_proj/(T·peak): projection compute time per token at TP=1 with an effective FLOP rate."""
-    return L * proj_flops_per_layer(1, H, I, H_KV) / flops_per_s
-
-
-def tp_speedup(
-    T: float,
-    p: int,
-    *,
-    L: int,
-    H: int,
-    I: int,  # noqa: E741
-    H_KV: int,
-    e_a: int,
-    flops_per_s: float,
-    alpha_s: float,
-    bus_bw_bytes_per_s: float,
-) -> float:
-    """t_1/t_p with t_p = t_1/p + 2L·τ_AR(T·H·e_a, p): the seed's cost-model enumeration (ideal 1/p compute,
-    t_other ignored). It is a model for choosing what to measure, not a measurement."""
-    t1 = L * proj_flops_per_layer(T, H, I, H_KV) / flops_per_s
-    if p == 1:
-        return 1.0
-    tp = t1 / p + allreduce_calls_per_step(L) * allreduce_time_s(T * H * e_a, p, alpha_s, bus_bw_bytes_per_s)
-    return t1 / tp
 
 
 def breakeven_denominator(

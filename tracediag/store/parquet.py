@@ -19,7 +19,6 @@ import datetime as _dt
 import functools
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from importlib import resources
@@ -228,7 +227,3 @@ def clear_store(store: Path) -> None:
 
 def is_store(path: Path) -> bool:
     return Path(path, MANIFEST).is_file() and Path(path, TABLES).is_dir()
-
-
-def store_size_bytes(store: Path) -> int:
-    return sum(f.stat().st_size for f in Path(store, TABLES).rglob("*.parquet")) if os.path.isdir(store) else 0
