@@ -518,7 +518,7 @@ def detailed_result(n: int = 40, seed: int = 1, stall_every: int = 10, errors: i
     ttfts and itls in seconds, errors '' when none, failed requests with ttft 0, itl [], output_len 0).
 
     SYNTHETIC: no detailed result exists among the real files. Every `stall_every`-th request has one 500 ms gap
-    among 10 ms gaps — the RULEBOOK's stall example — and the first `errors` requests fail."""
+    among 10 ms gaps — docs/method.md's stall example (SCH002) — and the first `errors` requests fail."""
     import random
 
     rng = random.Random(seed)

@@ -100,22 +100,23 @@ def test_cpu_only_trace_counts_outermost_ops():
     assert src["source"] == "cpu_op"
 
 
-# ------------------------------------------------------------------ formulas (seed examples)
+# ------------------------------------------------------------------ formulas (worked examples)
 
 
-def test_amdahl_seed_example():
-    assert amdahl(0.3, 2) == pytest.approx(1.1765, abs=1e-4)  # seed: f = 0.3, s = 2 -> 1.18
+def test_amdahl_example():
+    assert amdahl(0.3, 2) == pytest.approx(1.1765, abs=1e-4)  # docs/method.md: f = 0.3, s = 2 -> 1.18
 
 
-def test_s_read_seed_table():
+def test_s_read_table():
     gib = 2**30
-    # seed: W16 = 14 GiB, W4 = 4 GiB, K = 1 GiB per sequence; B = 1, 8, 32
+    # W16 = 14 GiB, W4 = 4 GiB, K = 1 GiB per sequence; B = 1, 8, 32 sequences
     assert [round(s_read(14 * gib, 4 * gib, b * gib), 2) for b in (1, 8, 32)] == [3.0, 1.83, 1.28]
 
 
-def test_dequant_budget_seed_example():
+def test_dequant_budget_example():
     gib, tib = 2**30, 2**40
-    assert dequant_budget(14 * gib, 4 * gib, tib) * 1e3 == pytest.approx(9.77, abs=0.01)  # seed: ≈ 9.77 ms
+    # (14 − 4) GiB / 1 TiB/s ≈ 9.77 ms
+    assert dequant_budget(14 * gib, 4 * gib, tib) * 1e3 == pytest.approx(9.77, abs=0.01)
 
 
 # ------------------------------------------------------------------ bandwidth

@@ -1,4 +1,4 @@
-"""The serving math against the RULEBOOK's and the seed articles' worked examples (SCH002-SCH010)."""
+"""The serving math against the worked examples docs/method.md quotes (step 6, SCH002-SCH010)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tracediag.model.servingmath import (
 GIB = 1024**3
 
 
-# ------------------------------------------------------------ percentiles (continuous-batching article)
+# ------------------------------------------------------------ percentiles (SCH002)
 
 
 def test_mean_itl_hides_the_stall_and_nearest_rank_p99_too():
@@ -45,7 +45,7 @@ def test_nearest_rank_definition():
         nearest_rank([1], 101)
 
 
-# ------------------------------------------------------------ speculative decoding article
+# ------------------------------------------------------------ speculative decoding (SCH007)
 
 
 def test_expected_tokens_per_round_k4_alpha08_is_3_3616():
@@ -63,7 +63,7 @@ def test_conditional_from_vllm_per_position_rates():
     assert conditional_acceptance([0.0, 0.0]) == [0.0, None]
 
 
-# ------------------------------------------------------------ KV cache article
+# ------------------------------------------------------------ KV cache (SCH004, SCH005)
 
 
 def test_kv_bytes_per_token_128_kib_and_capacity_458752():
@@ -83,7 +83,7 @@ def test_paged_tail_waste():
     assert paged_tail_waste_bound(3, 16) >= 13 + 15 + 0
 
 
-# ------------------------------------------------------------ SLO attainment and goodput (capacity article)
+# ------------------------------------------------------------ SLO attainment and goodput (SCH010)
 
 
 def test_tpot_undefined_for_one_token_outputs():
@@ -114,7 +114,8 @@ def test_joint_attainment_is_not_the_separate_p99s():
     assert joint_attainment(reqs, slo).attainment == pytest.approx(0.98)
 
 
-def test_seed_goodput_example_a_vs_b():
+def test_goodput_example_a_vs_b():
+    # two runs of 100 s: 600 of 1,000 requests within a 1 s TTFT budget against 810 of 900
     a = joint_attainment(
         [RequestOutcome(True, 0.1, 1, 2)] * 600 + [RequestOutcome(True, 9, 10, 2)] * 400, {"ttft": 1000}, duration_s=100
     )

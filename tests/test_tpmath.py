@@ -1,4 +1,4 @@
-"""The RULEBOOK's worked example for the TP communication account (seed, "TP article")."""
+"""docs/method.md's worked example for the TP communication account (step 3)."""
 
 from tracediag.model import tpmath
 

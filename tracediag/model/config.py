@@ -1,4 +1,4 @@
-"""The served model from a Hugging Face `config.json`: the RULEBOOK's symbols (L, H, I, h, H_kv, D) and the
+"""The served model from a Hugging Face `config.json`: the symbols of docs/method.md (L, H, I, h, H_kv, D) and the
 architecture the byte accounting needs — dense vs expert MLP widths and which layers are MoE, attention kind
 (MHA/GQA/MQA/MLA) and per-layer KV shape, sliding windows, and the quantization of each module group.
 

@@ -1,8 +1,6 @@
-"""Serving math of the RULEBOOK's step 6, as pure functions (no store, no I/O).
-
-Sources: the seed notes' "prefix cache", "speculative decoding", "KV cache", "continuous batching" and
-"capacity" articles (RULEBOOK SCH002-SCH010). Every worked example of those articles is a test in
-tests/test_servingmath.py.
+"""Serving math of step 6 (docs/method.md), as pure functions (no store, no I/O): percentiles, speculative
+decoding, KV bytes per token, SLO attainment and goodput, Little's law and the trend test. The worked examples
+docs/method.md quotes for them are tests in tests/test_servingmath.py.
 """
 
 from __future__ import annotations

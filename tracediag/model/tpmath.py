@@ -1,4 +1,4 @@
-"""Tensor-parallel communication accounting (RULEBOOK step 3, the seed's "TP article").
+"""Tensor-parallel communication accounting and the break-even T* (docs/method.md, step 3).
 
 Megatron-style TP runs 2 all-reduces per layer per forward step, each with logical payload
 S = T·H·e_a bytes; the bus-equivalent bytes per call are V_AR = 2(p−1)/p·S (the nccl-tests bus
@@ -33,10 +33,10 @@ def allreduce_time_s(S: float, p: int, alpha_s: float, bus_bw_bytes_per_s: float
     return alpha_s + allreduce_bus_bytes(S, p) / bus_bw_bytes_per_s
 
 
-# --- Projection compute and TP profitability (seed, "TP article": 加速成立需要满足什么不等式) ---------------
+# --- Projection compute and TP profitability: when TP=p beats TP=1 (docs/method.md, COL003) -------------
 
 
-def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa: E741 (the RULEBOOK's symbol)
+def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa: E741 (docs/method.md's symbol)
     """F_proj = 4T(H² + H·H_KV) + 6T·H·I: Q/K/V/O and the three SwiGLU projections, 2 FLOPs per multiply-add.
 
     H_KV is the *width* of the K/V projection (H_kv·D), not the KV head count.

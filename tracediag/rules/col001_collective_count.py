@@ -19,7 +19,7 @@ Evidence: per rank and step, the all-reduce calls of the TP group and the other 
 example calls (rank, step, timestamp, event name).
 
 What to do: when the count is neither ≈ 2L all-reduces nor the sequence-parallel pairs, stop applying the
-2L·τ_AR(T·H·e_a) model (seed: "stop applying the simplified formula") and rebuild the communication
+2L·τ_AR(T·H·e_a) model (the simplified formula does not describe this run) and rebuild the communication
 account from the trace.
 """
 

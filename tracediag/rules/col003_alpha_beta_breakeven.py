@@ -2,7 +2,7 @@
 
 Hypothesis: each TP all-reduce costs a fixed latency α plus its bus bytes over a bandwidth B; a
 decode step makes 2L *dependent* calls, so at small T the fixed part 2L·α is not paid back by the
-compute TP saves and TP=p is slower than TP=1 ("TP article": 加速成立需要满足什么不等式).
+compute TP saves and TP=p is slower than TP=1 (docs/method.md, step 3: the inequality TP=p must satisfy).
 
 Formula: τ = α + V_AR/B with V_AR = 2(p−1)/p·S, fitted robustly (Theil–Sen) over the trace's
 all-reduce calls per group size; per step t_comm = 2L·τ_AR(T·H·e_a, p) and its share of the step
@@ -12,7 +12,7 @@ T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); a non-positive denom
 Sequence parallelism (COL001): the fit runs over the reduce-scatters and all-gathers, each V = (p−1)/p·S
 of its full [T, H] side (a reduce-scatter the backend ran as an all-reduce, as gloo does: 2(p−1)/p·S), and
 t_comm and T* count 4L calls per step: T* = 4L·α / (a(1−1/p) − 2L·(v_RS + v_AG)·H·e_a/B).
-The α–β line is a screening device (the notes: linear only for large messages): the per-T-bucket
+The α–β line is a screening device (collective time is linear in the payload only for large messages): the per-T-bucket
 measured times are shown beside it. T* assumes ideal 1/p compute and ignores the rest of the step, so it
 is optimistic: decode T below it is a sound finding, T above it proves nothing — with one correction: the a·T
 model leaves out the GEMM time's fixed part c (the same fit's intercept, at TP=1 scale: weight reads as T → 0),
@@ -20,14 +20,15 @@ which TP divides too. TP=p is called slower at T only when 2L·α − c(1−1/p)
 decode steps (T*_c = (2L·α − c(1−1/p)) / (a(1−1/p) − bw)); when T* says slower but T*_c does not, the finding is
 info ("not decided").
 F_proj (tracediag.model.accounting): the projection FLOPs per token a stands for, 2 per multiply-add with the
-weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), the RULEBOOK's 4(H² + H·H_KV) + 6H·I per layer
+weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), docs/method.md's 4(H² + H·H_KV) + 6H·I per layer
 when h·D = H; MoE-active: attention (MLA: q_a, q_b, kv_a, kv_b, o) of all L layers, the dense layers' MLPs at
 their width (first_k_dense_replace, mlp_only_layers, ...), and per MoE layer the router H·E, the shared experts
 and k of the E routed experts of the expert width; attention scores over the context are left out. a is never
-taken from F_proj and a peak (the notes): F_proj shows the throughput a implies (F/a), and with --peak-tflops
-the compute floor F/peak — an a below it is not compute time (weight reads, which TP also divides and the a·T
-model leaves out), so the finding is lowered to info ("not decided"). MoE: the 2L account assumes the experts
-split over the TP group with one all-reduce after each MoE block; all-to-all dispatch/combine fails COL001.
+taken from F_proj and a peak (a nominal peak is not what GEMMs reach): F_proj shows the throughput a implies
+(F/a), and with --peak-tflops the compute floor F/peak — an a below it is not compute time (weight reads, which
+TP also divides and the a·T model leaves out), so the finding is lowered to info ("not decided"). MoE: the 2L
+account assumes the experts split over the TP group with one all-reduce after each MoE block; all-to-all
+dispatch/combine fails COL001.
 
 Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
 range, where the call times came from (the shortest rank's time of each matched call when several
@@ -220,7 +221,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
             f"the per-step GEMM time does not rise with T ({n} rank-steps, slope {fit.slope * 1e9:.3g} ns/token): "
             "compute time is hidden by overheads or contention"
         )
-    # a is never taken from a nominal peak (the notes: fit it from a TP=1 trace bucketed by T)
+    # a is never taken from a nominal peak: it is fitted from a TP=1 trace bucketed by T, or estimated above
     return None, "", True, notes, 0.0
 
 

@@ -1,9 +1,9 @@
 """KRN007 Narrow shards.
 
 Hypothesis: tensor parallelism divides each projection GEMM by p, and the cost model assumes each rank then
-runs its 1/p of the FLOPs at the same rate ("TP article": ideal 1/p; 真实小矩阵还可能因每卡的 I/p 过窄而降低
-计算效率). When the shards get narrow — I/p or h·D/p columns on a rank — a GEMM kernel runs at a lower
-FLOP rate, so TP=p buys less than 1/p and the break-even T* (COL003) is optimistic.
+runs its 1/p of the FLOPs at the same rate (ideal 1/p, docs/method.md step 3; real small matrices can lose
+efficiency when each card's I/p is too narrow). When the shards get narrow — I/p or h·D/p columns on a rank —
+a GEMM kernel runs at a lower FLOP rate, so TP=p buys less than 1/p and the break-even T* (COL003) is optimistic.
 
 Formula: per projection role (q/k/v or fused qkv, o, gate/up, down, matched by their (K, N) at TP=p from the
 config) and T: FLOPs = 2·T·K·N per call, achieved rate R_p = Σ FLOPs / Σ time (GPU kernel time of the op on

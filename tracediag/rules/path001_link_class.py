@@ -3,7 +3,7 @@
 Hypothesis: the GPUs of the tensor-parallel group are not joined by NVLink (or NVSwitch): the group
 spans PCIe-only pairs, pairs without P2P (staged through host memory), GPUs on different CPU sockets,
 another node, or NVLink links that are down. The expected bus bandwidth is then an order of magnitude
-lower and every TP all-reduce pays for it ("TP article", troubleshooting step 2: nvidia-smi topo -m
+lower and every TP all-reduce pays for it (docs/method.md, step 2 of the walk: nvidia-smi topo -m
 and P2P status).
 
 Formula: for each pair of GPUs in the group, the link class from the NVML snapshot — nvlink (direct

@@ -2,8 +2,8 @@
 
 Hypothesis: the collectives are slow either because the path is slow (the micro-benchmark is slow
 too: NVLink down, PCIe, NIC, NUMA, GPUDirect) or because the application uses a good path badly
-(rank placement, concurrent streams, CPU affinity, framework syncs, contention). The "TP article"'s
-troubleshooting steps 3 and 4: measure the collective alone at the same payloads, then compare it
+(rank placement, concurrent streams, CPU affinity, framework syncs, contention). Steps 3 and 4
+of the walk (docs/method.md): measure the collective alone at the same payloads, then compare it
 with the application's.
 
 Formula: step 3 — peak bus bandwidth of the nccl-tests all_reduce_perf table (out-of-place) vs the

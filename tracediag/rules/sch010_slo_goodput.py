@@ -44,7 +44,7 @@ RULE = RuleMeta(
     title="Requests meet every latency budget jointly (errors counted)",
     may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH002", "SCH004"),
 )
-TARGET = 0.95  # attainment a run must reach (the capacity article's example target q)
+TARGET = 0.95  # attainment a run must reach (the example target q of the capacity method, docs/method.md SCH010)
 FORMULA = "attainment = Σ_i [success ∧ TTFT≤B_f ∧ TPOT≤B_d ∧ E2E≤B_e] / N (errors in N); goodput = ΣI / T"
 
 
