@@ -57,6 +57,8 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "missing per-request inter-token latencies",
         "missing a gap budget",
         "missing request counts over time",
+        "missing TTFT histogram",
+        "missing a second data-parallel engine",
     )
     if reason.startswith(no_input_given):
         return True  # no --model / --topology / --nccl-tests / telemetry was given

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -199,3 +200,64 @@ def test_trend_test_scales():
     assert time.perf_counter() - t0 < 20
     assert t.method == "normal (tie-corrected)" and t.increasing
     assert t.sen_method.startswith("median of") and t.sen_slope == pytest.approx(0.001, rel=0.05)
+
+
+# ------------------------------------------------------------ same-second samples, growth size, histograms, fleets
+
+
+def test_spread_ties_orders_samples_of_one_printed_second_by_position():
+    from tracediag.model.servingmath import spread_ties
+
+    assert spread_ties([0, 0, 0, 1, 1, 2]) == [0.0, 1 / 3, 2 / 3, 1.0, 1.5, 2.0]
+    assert spread_ties([5.0, 7.0]) == [5.0, 7.0]  # distinct stamps are left alone
+    out = spread_ties([0.0, float("nan"), float("nan")])
+    assert out[0] == 0.0 and all(math.isnan(x) for x in out[1:])
+    # the queue of SGLang #25960, seven lines in one second: a trend with a slope, not "all at one time"
+    t = mann_kendall(spread_ties([0] * 7), [28, 51, 51, 50, 73, 96, 119])
+    assert t.increasing and t.sen_slope > 0
+
+
+def test_queue_rise_threshold_is_relative_to_the_running_batch():
+    from tracediag.model.servingmath import queue_rise_threshold
+
+    assert queue_rise_threshold(None) == 2.0 and queue_rise_threshold(8) == 2.0  # one stuck request is not growth
+    assert queue_rise_threshold(256) == pytest.approx(25.6)
+
+
+def test_histogram_quantile_as_prometheus_with_bucket_bounds():
+    from tracediag.model.servingmath import histogram_quantile
+
+    inf = float("inf")
+    # production-stack #318's queue-time buckets: 291 of 293 requests ≤ 0.3 s
+    b = [(0.3, 291), (0.5, 292), (2.5, 293), (5.0, 293), (inf, 293)]
+    med = histogram_quantile(b, 0.5)
+    assert (med.low, med.high) == (0.0, 0.3) and med.estimate == pytest.approx(0.3 * 146.5 / 291)
+    p999 = histogram_quantile(b, 0.999)
+    assert (p999.low, p999.high) == (0.5, 2.5)
+    assert p999.estimate == pytest.approx(0.5 + 2.0 * (0.999 * 293 - 292) / 1)
+    top = histogram_quantile([(1.0, 0), (inf, 3)], 0.5)  # in the +Inf bucket: the highest finite edge, unbounded
+    assert (top.estimate, top.low, top.high) == (1.0, 1.0, inf)
+    assert histogram_quantile([(1.0, 0), (inf, 0)], 0.5) is None
+    with pytest.raises(ValueError):
+        histogram_quantile(b, 1.5)
+
+
+def test_capacity_lost_against_the_fastest_engine():
+    from tracediag.model.servingmath import capacity_lost
+
+    assert capacity_lost([100, 100]) == 0.0
+    assert capacity_lost([100, 40]) == pytest.approx(0.3)  # 1 − 140 / 200
+    assert capacity_lost([141.75, 35.42, 35.42, 141.74, 35.44, 35.44, 140.76]) == pytest.approx(0.4296, abs=1e-4)
+    assert capacity_lost([5.0]) == 0.0
+
+
+def test_acceptance_drift_needs_significance_and_size():
+    from tracediag.model.servingmath import acceptance_drift
+
+    t = list(range(0, 100, 10))
+    decay = acceptance_drift(t, [0.82, 0.80, 0.79, 0.76, 0.74, 0.71, 0.69, 0.66, 0.64, 0.61])
+    assert decay.decaying and decay.trend.p_decrease < 0.05 and decay.drop == pytest.approx(0.21, abs=0.01)
+    wobble = acceptance_drift(t, [0.80, 0.79, 0.80, 0.79, 0.80, 0.79, 0.80, 0.79, 0.80, 0.79])
+    assert not wobble.decaying
+    tiny = acceptance_drift(t, [0.800, 0.799, 0.798, 0.797, 0.796, 0.795, 0.794, 0.793, 0.792, 0.791])
+    assert tiny.trend.decreasing and not tiny.decaying  # significant, but 1 % of the median is not a drift

@@ -39,10 +39,16 @@ class Settings:
 SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
 
 
+_MAX_SLO_MS = 86_400_000.0  # one day: a budget beyond it (or inf, nan) is a typo, not a latency target
+
+
 def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
-    """'ttft=500,tpot=50' -> (("ttft", 500.0), ("tpot", 50.0)); milliseconds."""
-    if not text:
+    """'ttft=500,tpot=50' -> (("ttft", 500.0), ("tpot", 50.0)); milliseconds. None: no budgets; an empty text
+    is an error (a shell variable that was meant to hold the budgets and did not)."""
+    if text is None:
         return ()
+    if not text.strip():
+        raise UsageError(f"--slo: empty; give budgets such as ttft=500,tpot=50 (keys: {', '.join(SLO_KEYS)})")
     out = []
     for part in text.split(","):
         key, sep, value = part.partition("=")
@@ -51,8 +57,10 @@ def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
             ms = float(value.strip().removesuffix("ms"))
         except ValueError:
             ms = -1.0
-        if not sep or key not in SLO_KEYS or ms <= 0:
-            raise UsageError(f"--slo: '{part}' is not KEY=MS with KEY one of {', '.join(SLO_KEYS)} and MS > 0")
+        if not sep or key not in SLO_KEYS or not (0 < ms <= _MAX_SLO_MS):
+            raise UsageError(
+                f"--slo: '{part}' is not KEY=MS with KEY one of {', '.join(SLO_KEYS)} and 0 < MS ≤ 86400000 (a day)"
+            )
         out.append((key, ms))
     return tuple(out)
 

@@ -56,6 +56,7 @@ class Check:
     cost_model_applies: bool | None = None  # COL001/COL002: does the 2L / T·H·e_a accounting hold?
     impact_basis: str | None = None  # what `impact` is a share of, in words ("decode step time"), when the rule says
     rule_severity: Severity | None = None  # the rule's own severity when the engine lowered it (impact below 1 %)
+    undetermined: str | None = None  # the evidence cannot decide the hypothesis: what would (an input or a rerun)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"rule": self.rule, "step": self.step, "status": self.status, "title": self.title}
@@ -75,6 +76,8 @@ class Check:
             d["cost_model_applies"] = self.cost_model_applies
         if self.rule_severity is not None:
             d["rule_severity"] = self.rule_severity
+        if self.undetermined is not None:
+            d["undetermined"] = self.undetermined
         return d
 
 
@@ -290,7 +293,9 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
     `largest_effect`, when its impact is far larger than the problem's (at least twice and 10 points more).
 
     `status`: "problem" (a warning or error was found), "no_problem" (only `info` findings, or none),
-    "nothing_ran" (every rule was not applicable: an empty result that is not a clean one).
+    "inconclusive" (no problem found, but a rule that could decide one says its evidence cannot: `undetermined`
+    lists them with what would decide each), "nothing_ran" (every rule was not applicable: an empty result that is
+    not a clean one).
     """
     cov = coverage(checks)
     folded = fold([c for c in checks if _get(c, "status") == "finding"])
@@ -301,6 +306,13 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
             "headline": f"No rule could run on these inputs ({cov['rules']} not applicable): this is not a clean "
             "result.",
         }
+    open_ = [
+        {"rule": _get(c, "rule"), "title": _get(c, "title"), "decide": _get(c, "undetermined")}
+        for c in checks
+        if _get(c, "undetermined")
+    ]
+    if open_:
+        out["undetermined"] = open_
     if not folded:
         return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed."}
     candidates = []  # (problem, what it may explain), in rank order
@@ -312,6 +324,11 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
     if candidates:
         cause, consequences = candidates[0]
         status, headline = "problem", _get(cause, "title")
+    elif open_:  # "no problem" needs the rules that decide it to have decided
+        cause, consequences = next(((c, k) for c, k in folded if _get(c, "undetermined")), folded[0])
+        status = "inconclusive"
+        u = open_[0]
+        headline = f"Not decided ({u['rule']}): {u['title']}"
     else:
         cause, consequences = folded[0]
         status = "no_problem"
@@ -329,6 +346,8 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
         "explains": [_get(c, "rule") for c in consequences],
         "also": _also(candidates[1:], folded, cause, also_limit),
     }
+    if status == "inconclusive":
+        out["next_check"] = f"To decide: {open_[0]['decide']}"
     if status == "problem":
         mine = _get(cause, "impact") or 0.0
         big = [c for c, _ in folded if not _is_problem(c) and (_get(c, "impact") or 0.0) >= max(2 * mine, mine + 0.1)]

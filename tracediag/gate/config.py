@@ -9,11 +9,15 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import re
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from tracediag.context import Settings
 from tracediag.errors import InputError, UsageError
@@ -80,7 +84,7 @@ class CheckConfig:
 
     path: Path | None = None  # the file it was read from (None: defaults)
     rules: tuple[str, ...] = ()  # rule id globs; empty: every rule
-    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run fails the check
+    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run makes it inconclusive
     fail_on: str = "warning"
     settings: Settings = field(default_factory=Settings)
     expected_tp: int | None = None
@@ -106,7 +110,7 @@ CHECK_KEYS: dict[str, tuple[str, str]] = {
     "require": (
         "none",
         'rule ids or globs that must run, e.g. `["SHP*", "COL*"]`: a required rule that could not run (not '
-        "applicable: an input is missing) fails the check, with its reason",
+        "applicable: an input is missing) makes the check inconclusive (exit 4), with its reason",
     ),
     "fail_on": ('"warning"', "lowest severity that fails the check: info, warning or error"),
     "expected_tp": ("none", "tensor-parallel degree the deployment must run with"),
@@ -233,8 +237,7 @@ def attention_families() -> set[str]:
 
 
 def _settings_value(path: Path, key: str, fname: str, v: Any) -> Any:
-    """Coerce a config value to the type of the Settings field (read from its annotation)."""
-    ftype = str(next(f.type for f in dataclasses.fields(Settings) if f.name == fname))
+    """A config value checked against the type of its Settings field (msgspec), numbers also finite and ≥ 0."""
     if fname == "slo_ms":
         from tracediag.context import SLO_KEYS, parse_slo
 
@@ -251,20 +254,22 @@ def _settings_value(path: Path, key: str, fname: str, v: Any) -> Any:
                 raise _unknown_key(path, f"'{key}'", k, list(SLO_KEYS))
             out.append((k, float(_number(path, f"{key}.{k}", ms, minimum=1e-9))))
         return tuple(out)
-    base = ftype.replace(" ", "").split("|")[0]
-    if base == "int":
-        return _number(path, key, v, integer=True)
-    if base == "float":
-        return _number(path, key, v)
-    if base == "str":
-        if not isinstance(v, str):
-            raise InputError(path, f"'{key}' must be a string, got {v!r}")
-        return v
-    if base == "bool":
-        if not isinstance(v, bool):
-            raise InputError(path, f"'{key}' must be true or false, got {v!r}")
-        return v
-    return tuple(v) if isinstance(v, list) else v
+    want = _settings_types()[fname]
+    try:
+        value = msgspec.convert(v, want, strict=True)  # the field's own type: int, float | None, str, tuple…
+    except msgspec.ValidationError:
+        kind = {int: "an integer ≥ 0", float: "a number ≥ 0", str: "a string", bool: "true or false"}
+        base = next((t for t in kind if t == want or t in typing.get_args(want)), None)
+        raise InputError(path, f"'{key}' must be {kind.get(base, str(want))}, got {v!r}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # finite and ≥ 0, which types do not say
+        return _number(path, key, value, integer=isinstance(value, int))
+    return value
+
+
+@functools.cache
+def _settings_types() -> dict[str, Any]:
+    """Settings field -> its type (the annotations resolved: the module uses `from __future__ import annotations`)."""
+    return typing.get_type_hints(Settings)
 
 
 def _expect_entry(path: Path, i: int, e: Any) -> Expectation:

@@ -319,3 +319,129 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
         alpha=alpha,
         sen_method=sen_method,
     )
+
+
+# ---------------------------------------------------------------- samples that share a printed second
+
+
+def spread_ties(t: Sequence[float]) -> list[float]:
+    """Times in file order, with the samples that share one printed whole second spread across that second by
+    position: the j-th of m samples stamped s gets s + j/m.
+
+    Engines print whole seconds (SGLang logs a batch line every few decode steps, many per second), so equal stamps
+    are real order, not simultaneity; a printed stamp s means a time in [s, s + 1). Spreading keeps that order for
+    the trend tests and gives Sen's slope a time difference between them. Times that differ are left as they are;
+    NaN stays NaN.
+    """
+    out = [float(x) for x in t]
+    i, n = 0, len(out)
+    while i < n:
+        j = i + 1
+        while j < n and out[j] == out[i]:
+            j += 1
+        m = j - i
+        if m > 1 and not math.isnan(out[i]):
+            base = out[i]
+            for k in range(m):
+                out[i + k] = base + k / m
+        i = j
+    return out
+
+
+# ---------------------------------------------------------------- queue growth that matters
+
+QUEUE_MIN_RISE = 2.0  # requests: a queue must rise by more than this to be growth (one stuck request is not)
+QUEUE_RISE_SHARE = 0.10  # ... and by at least this share of the running batch
+
+
+def queue_rise_threshold(running_median: float | None) -> float:
+    """The rise a queue must exceed to count as growth: max(QUEUE_MIN_RISE, QUEUE_RISE_SHARE × median running).
+
+    A trend test alone calls 0 → 1 growth; a queue of one request next to a batch of 32 is one slow admission
+    (or a stuck request: SCH011's), not arrivals outpacing completions."""
+    return max(QUEUE_MIN_RISE, QUEUE_RISE_SHARE * (running_median or 0.0))
+
+
+# ---------------------------------------------------------------- histograms (Prometheus buckets)
+
+
+@dataclass(frozen=True)
+class HistogramQuantile:
+    q: float  # the quantile asked, 0-1
+    estimate: float  # Prometheus histogram_quantile: linear inside the bucket that holds the rank
+    low: float  # the bucket's lower edge: the true quantile is in [low, high]
+    high: float  # the bucket's upper edge (inf in the +Inf bucket)
+    count: float  # observations in the histogram
+
+
+def histogram_quantile(buckets: Sequence[tuple[float, float]], q: float) -> HistogramQuantile | None:
+    """The q-quantile of a cumulative histogram [(le, count ≤ le)] with its error bounds; None when it is empty.
+
+    As Prometheus's histogram_quantile: rank = q·N, the first bucket whose cumulative count reaches it holds the
+    quantile, linearly interpolated between its edges (the lowest bucket from 0 when its edge is positive); in the
+    +Inf bucket the estimate is the highest finite edge. The bounds are the edges themselves: a histogram knows a
+    quantile only to its bucket.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    bs = sorted((float(le), float(c)) for le, c in buckets)
+    if not bs or bs[-1][1] <= 0:
+        return None
+    total = bs[-1][1]
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    if bs[0][0] <= 0:
+        prev_le = bs[0][0]
+    for le, c in bs:
+        if c >= rank and c > prev_c:
+            if math.isinf(le):
+                finite = [b for b, _ in bs if not math.isinf(b)]
+                top = finite[-1] if finite else 0.0
+                return HistogramQuantile(q, top, top, math.inf, total)
+            lo = prev_le if prev_le < le else le
+            est = lo + (le - lo) * (rank - prev_c) / (c - prev_c)
+            return HistogramQuantile(q, est, lo, le, total)
+        prev_le, prev_c = le, c
+    return None
+
+
+# ---------------------------------------------------------------- data-parallel engines
+
+
+def capacity_lost(throughputs: Sequence[float]) -> float:
+    """Share of the engines' combined capacity not delivered: 1 − Σ tput_e / (n · max tput_e).
+
+    What the fleet would gain if every engine generated as fast as the fastest one did in the same window (an upper
+    estimate: the fastest engine may have had the most work)."""
+    xs = [x for x in throughputs if x is not None and not math.isnan(x)]
+    if len(xs) < 2 or max(xs) <= 0:
+        return 0.0
+    return 1.0 - sum(xs) / (len(xs) * max(xs))
+
+
+# ---------------------------------------------------------------- speculative acceptance over time
+
+DRIFT_MIN_DROP = 0.10  # a decay must lose at least this share of the series' median acceptance over the window
+
+
+@dataclass(frozen=True)
+class Drift:
+    trend: Trend
+    window_s: float
+    drop: float  # −Sen slope × window: acceptance lost over the window (units of the series)
+    median: float
+    decaying: bool  # significant decrease (one-sided, α) and drop ≥ DRIFT_MIN_DROP · median
+
+
+def acceptance_drift(t: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Drift:
+    """Mann-Kendall test for a decrease of acceptance over time, with the Sen drop over the window.
+
+    A few noisy intervals are not drift: the decrease must be significant and lose at least DRIFT_MIN_DROP of the
+    median acceptance (0.80 → 0.70 is a decay; 0.54 → 0.45 over five intervals is one only if the test says so)."""
+    tr = mann_kendall(t, y, alpha)
+    ts = sorted(float(x) for x in t)
+    window = ts[-1] - ts[0] if ts else 0.0
+    drop = -(tr.sen_slope or 0.0) * window
+    ys = sorted(float(v) for v in y)
+    med = ys[len(ys) // 2] if len(ys) % 2 else (ys[len(ys) // 2 - 1] + ys[len(ys) // 2]) / 2 if ys else 0.0
+    return Drift(tr, window, drop, med, tr.decreasing and drop >= DRIFT_MIN_DROP * med)

@@ -190,7 +190,7 @@ def _gist(text: str, limit: int = 110) -> str:
 def _verdict_view(v: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
     cov = v["coverage"]
     return {
-        **{k: None for k in ("rule", "severity", "confidence", "cost", "next_check")},
+        **{k: None for k in ("rule", "severity", "confidence", "cost", "next_check", "undetermined")},
         **v,
         "headline": _title(v["headline"]),
         "explains": [{"rule": r, "title": _gist(titles.get(r, ""))} for r in v.get("explains", [])],

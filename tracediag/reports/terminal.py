@@ -24,7 +24,7 @@ def clip(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_VERDICT = {"problem": "bold", "no_problem": "bold green", "nothing_ran": "bold red"}
+_VERDICT = {"problem": "bold", "no_problem": "bold green", "inconclusive": "bold yellow", "nothing_ran": "bold red"}
 
 
 def make_console(file=None, stderr: bool = False) -> Console:
@@ -37,7 +37,12 @@ def make_console(file=None, stderr: bool = False) -> Console:
 def verdict_lines(v: dict) -> list[Text]:
     """The verdict as a few lines of text (shared by `analyze` and `check`)."""
     out = []
-    kicker = {"problem": "Verdict", "no_problem": "Verdict (no problem found)", "nothing_ran": "Verdict"}
+    kicker = {
+        "problem": "Verdict",
+        "no_problem": "Verdict (no problem found)",
+        "inconclusive": "Verdict (not decided)",
+        "nothing_ran": "Verdict",
+    }
     line = Text(f"{kicker[v['status']]}: ", style=_VERDICT[v["status"]])
     line.append(Text(clip(v["headline"]), style="bold"))
     out.append(line)
@@ -59,6 +64,9 @@ def verdict_lines(v: dict) -> list[Text]:
         also.append(a["severity"] or "", style=_SEV.get(a["severity"] or "", ""))
         also.append(f" {a['cost']}: {clip(a['title'])}")
         out.append(also)
+    if v.get("undetermined") and v["status"] != "inconclusive":
+        for u in v["undetermined"]:
+            out.append(Text(f"  Not decided: {u['rule']}: {clip(u['decide'])}"))
     if v.get("largest_effect"):
         e = v["largest_effect"]
         out.append(Text(f"  Largest measured effect (info, not a fault): {e['rule']} {e['cost']}: {clip(e['title'])}"))

@@ -49,6 +49,8 @@ RULE_MODULES = (
     "tracediag.rules.sch009_load_test_validity",
     "tracediag.rules.sch010_slo_goodput",
     "tracediag.rules.sch011_engine_stall",
+    "tracediag.rules.sch012_ttft_decomposition",
+    "tracediag.rules.sch013_engine_imbalance",
 )
 
 

@@ -209,6 +209,16 @@ def _canonical_column_comments() -> dict[str, str]:
     return canonical
 
 
+def column_docs() -> dict[str, dict[str, str]]:
+    """{table: {column: unit and meaning}} of every table and view the schema and derivation files document
+    (a copy: the comments trace.duckdb carries), the schema files' columns first."""
+    docs = {}
+    for table, cols in sorted(_all_column_comments().items()):
+        said_here = SUPPLEMENT.get(table, {})
+        docs[table] = dict(sorted(cols.items(), key=lambda kv: kv[0] in said_here))  # stable: file order kept
+    return docs
+
+
 def comment_columns(con: duckdb.DuckDBPyConnection) -> int:
     """Set a comment on every column of the store's tables and views that a schema or derivation file
     documents; a column documented nowhere for its own table takes the comment of the same column of the
