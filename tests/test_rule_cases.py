@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO
 
 from tracediag.analysis import analyze
-from tracediag.engine import BUILTIN_RULES, Settings
+from tracediag.context import Settings
+from tracediag.engine import BUILTIN_RULES
 
 CASES_DIR = Path(__file__).parent / "cases"
 

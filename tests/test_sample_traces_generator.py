@@ -1,7 +1,7 @@
 """The committed sample traces (and the generator that makes them) show what their README promises.
 
 The expectations are computed from each scenario's ``config.json``, the TP degree in the trace's
-``distributedInfo`` and ``T`` parsed from vLLM's step annotation, with the rulebook's formulas
+``distributedInfo`` and ``T`` parsed from vLLM's step annotation, with docs/method.md's formulas
 (``2L`` all-reduces per step plus the embedding all-reduce, ``T*H*e_a`` bytes per call), and
 cross-checked against the generator's own ``scenario.json``.
 """

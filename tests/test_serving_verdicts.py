@@ -15,7 +15,8 @@ sys.path.insert(0, str(HERE))
 from conftest import REPO  # noqa: E402
 from test_ingest_vllm import ALL_FILES, SERVING_RULES  # noqa: E402
 
-from tracediag.engine import Context, Settings, run_rules  # noqa: E402
+from tracediag.context import Context, Settings  # noqa: E402
+from tracediag.engine import run_rules  # noqa: E402
 from tracediag.ingest import load, parse_all  # noqa: E402
 from tracediag.store import open_store  # noqa: E402
 

@@ -204,7 +204,7 @@ def test_percentile_bounds_around_the_target_are_inconclusive_on_a_real_bench_re
     from conftest import REPO
 
     from tracediag.analysis import analyze
-    from tracediag.engine import Settings
+    from tracediag.context import Settings
 
     bench = REPO / "tests/data/external/vllm/bench/vllm-0.33.0_rate2_save-result.json"
     report = analyze(

@@ -11,10 +11,11 @@ from typing import Any
 
 import duckdb
 
-from tracediag import __version__
+from tracediag.analyses.stragglers import rank_groups
+from tracediag.context import Context, Settings
 from tracediag.derive import build_all
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
-from tracediag.engine import Context, Settings, load_rules, run_rules
+from tracediag.engine import load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
@@ -23,6 +24,7 @@ from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
 from tracediag.store import comment_columns, open_store, query_dicts
+from tracediag.version import __version__
 
 SCHEMA_ID = "tracediag/findings-v1"
 
@@ -246,7 +248,6 @@ def evaluate(
     Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
     from tracediag.fleet.groups import evaluate_groups
     from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
-    from tracediag.rules.col005_rank_skew import rank_groups
 
     say = progress or (lambda stage: None)
     settings = settings or Settings()

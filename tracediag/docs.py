@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from tracediag.engine import Settings, load_rules
+from tracediag.context import Settings
+from tracediag.engine import load_rules
 from tracediag.findings import WALK_STEPS
 
 REQUIRED_SECTIONS = ("Hypothesis:", "Formula:", "Evidence:", "What to do:")

@@ -25,7 +25,7 @@ WALK_STEPS = {
 class RuleMeta:
     """What a rule module declares at its top; the engine reads it before running the rule."""
 
-    id: str  # RULEBOOK id, e.g. "COL001"; never reused
+    id: str  # the rule id docs/rules.md lists, e.g. "COL001"; never reused
     step: int  # walk step 1-6
     title: str  # what the rule checks, in plain words
     requires_tables: tuple[str, ...] = ()  # canonical/derived tables that must have rows

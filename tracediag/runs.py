@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 import orjson
 
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.errors import InputError
 from tracediag.measures import run_measures
 

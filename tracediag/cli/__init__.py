@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from tracediag import __version__
 from tracediag.errors import TracediagError, UsageError
+from tracediag.version import __version__
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -116,7 +116,7 @@ def one_line(text: str) -> str:
 
 def use_memory_limit(text: str | None) -> None:
     """Apply --memory-limit (or the default when not given) to this run's parsers and DuckDB."""
-    from tracediag.ingest.memory import parse_size, set_memory_limit
+    from tracediag.memory import parse_size, set_memory_limit
 
     try:
         set_memory_limit(parse_size(text) if text else None)

@@ -68,7 +68,7 @@ def analyze(
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.cli.progress import progress
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
     from tracediag.files import OutputGuard
     from tracediag.output import staged_outputs
 

@@ -58,9 +58,9 @@ def capture(
     """
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
+    from tracediag.ingest.capture_folder import capture_inputs
     from tracediag.live.capture import capture as run_capture
-    from tracediag.live.capture import capture_inputs
     from tracediag.live.scrape import parse_duration
     from tracediag.output import staged_outputs
     from tracediag.reports.terminal import print_summary

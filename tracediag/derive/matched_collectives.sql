@@ -1,8 +1,10 @@
 -- Collective calls matched across the ranks of their process group (COL005 rank skew; COL003 and PATH002
 -- take their call times from it; the report's waiting-per-rank chart). Temporary tables built from `collectives`
--- by tracediag.rules.col005_rank_skew.matched_views() when a rule first needs them (again when `collectives`
+-- by tracediag.analyses.stragglers.matched_views() when a rule first needs them (again when `collectives`
 -- changes: a view restricted to other ranks): every aggregate over the calls is done here, the rules read one
--- row per matched call set or per rank.
+-- row per matched call set or per rank. A call whose process group is recorded nowhere takes the group the
+-- macro unrecorded_pg(rank) names (its rank's TP group in a multi-group report; NULL otherwise), defined by
+-- matched_views() before this runs.
 --
 -- Matching key: (process group, seq) when every call of the group carries the collective sequence number
 -- (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call in host-call
@@ -12,7 +14,7 @@ WITH c AS (
     SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, seq,
            call_name, coalesce(kernel_name, exec_name) AS work_event,
            coalesce(cpu_ts_ns, ts_ns) AS order_ts,
-           coalesce(pg_name, pg_ranks, '') AS pg
+           coalesce(pg_name, pg_ranks, unrecorded_pg(collectives.rank), '') AS pg
     FROM collectives WHERE ts_ns IS NOT NULL AND dur_ns IS NOT NULL
 ),
 g AS (SELECT pg, bool_and(seq IS NOT NULL) AS by_seq FROM c GROUP BY pg),

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracediag import __version__
 from tracediag.diff.comparability import comparability
 from tracediag.diff.fingerprint import fingerprint
 from tracediag.gate.outcome import finding_id
@@ -16,6 +15,7 @@ from tracediag.measures import fmt_measure
 from tracediag.reports.html import fmt
 from tracediag.reports.units import percent
 from tracediag.runs import RunData
+from tracediag.version import __version__
 
 DIFF_SCHEMA_ID = "tracediag/diff-v1"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.errors import InputError, UsageError
 
 FAIL_ON_LEVELS = ("info", "warning", "error")
@@ -146,7 +146,7 @@ _RULE_GLOB = re.compile(r"^[A-Za-z0-9_*?\[\]!-]+$")
 
 
 def settings_keys() -> dict[str, str]:
-    """Config key -> Settings field, for every field of tracediag.engine.Settings."""
+    """Config key -> Settings field, for every field of tracediag.context.Settings."""
     inverse = {v: k for k, v in _SETTINGS_ALIASES.items()}
     return {inverse.get(f.name, f.name): f.name for f in dataclasses.fields(Settings)}
 
@@ -160,7 +160,7 @@ def config_reference() -> list[tuple[str, str, str]]:
             continue
         default = getattr(defaults, fname)
         shown = "none" if default in (None, ()) else repr(default)
-        rows.append((key, shown, SETTINGS_MEANING.get(key, "engine setting (tracediag.engine.Settings)")))
+        rows.append((key, shown, SETTINGS_MEANING.get(key, "engine setting (tracediag.context.Settings)")))
     tol = Tolerances()
     for f in dataclasses.fields(Tolerances):
         rows.append((f"tolerances.{f.name}", f"{getattr(tol, f.name):g}", TOLERANCE_MEANING[f.name]))
@@ -239,7 +239,7 @@ def attention_families() -> set[str]:
 def _settings_value(path: Path, key: str, fname: str, v: Any) -> Any:
     """A config value checked against the type of its Settings field (msgspec), numbers also finite and ≥ 0."""
     if fname == "slo_ms":
-        from tracediag.engine import SLO_KEYS, parse_slo
+        from tracediag.context import SLO_KEYS, parse_slo
 
         if isinstance(v, str):
             try:

@@ -24,11 +24,11 @@ from typing import Any
 
 import orjson
 
-from tracediag import __version__
 from tracediag.files import write_atomic
 from tracediag.findings import coverage_sentence
 from tracediag.gate.judge import REQUIRED_NOT_RUN, CheckResult
 from tracediag.gate.outcome import Outcome
+from tracediag.version import __version__
 
 SUITES = (
     ("rules", "tracediag.rules"),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
+from tracediag.ingest.capture_folder import capture_inputs
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -130,8 +131,6 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and (p / "capture.json").is_file():  # a `tracediag capture` incident folder
-            from tracediag.live.capture import capture_inputs
-
             files = [f for f, _ in capture_inputs(p)]
             if not files:
                 raise InputError(p, "capture folder holds no trace, metrics or log")

@@ -41,8 +41,8 @@ from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
 from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
-from tracediag.ingest.memory import chunk_bytes, spill_bytes
 from tracediag.ingest.validate import BadRecords
+from tracediag.memory import chunk_bytes, spill_bytes
 
 _EMPTY = msgspec.Raw(b"")
 

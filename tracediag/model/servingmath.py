@@ -1,8 +1,6 @@
-"""Serving math of the RULEBOOK's step 6, as pure functions (no store, no I/O).
-
-Sources: the seed notes' "prefix cache", "speculative decoding", "KV cache", "continuous batching" and
-"capacity" articles (RULEBOOK SCH002-SCH010). Every worked example of those articles is a test in
-tests/test_servingmath.py.
+"""Serving math of step 6 (docs/method.md), as pure functions (no store, no I/O): percentiles, speculative
+decoding, KV bytes per token, SLO attainment and goodput, Little's law and the trend test. The worked examples
+docs/method.md quotes for them are tests in tests/test_servingmath.py.
 """
 
 from __future__ import annotations
@@ -11,6 +9,8 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from tracediag.model.fitting import SAMPLE_PAIRS, ols, sen_slope
 
 # ---------------------------------------------------------------- percentiles
 
@@ -28,42 +28,6 @@ def nearest_rank(values: Iterable[float], p: float) -> float | None:
     return ys[max(0, math.ceil(p / 100 * len(ys)) - 1)]
 
 
-# ---------------------------------------------------------------- prefix cache
-
-
-def prefill_cost(n: float, a: float = 1.0, b: float = 1.0 / 1024) -> float:
-    """C(n) = a·n + b·n(n+1)/2: linear per-token work plus causal attention pairs (arbitrary units)."""
-    return a * n + b * n * (n + 1) / 2
-
-
-def reusable_prefix(h: int, block_size: int | None) -> int:
-    """Only full blocks are reused: floor(h/B)·B (h itself when the block size is unknown)."""
-    return h if not block_size else (h // block_size) * block_size
-
-
-@dataclass(frozen=True)
-class PrefixCacheRatios:
-    request_hit_rate: float  # requests with h > 0 / requests
-    token_reuse_rate: float  # Σh / Σn
-    compute_saved: float  # Σ C(h) / Σ C(n): the remaining work is C(n) − C(h), not C(n − h)
-
-
-def prefix_cache_ratios(
-    requests: Sequence[tuple[int, int]], a: float = 1.0, b: float = 1.0 / 1024, block_size: int | None = None
-) -> PrefixCacheRatios:
-    """The three ratios over (prompt tokens n, cached prefix tokens h) per request."""
-    if not requests:
-        raise ValueError("no requests")
-    hs = [reusable_prefix(h, block_size) for _, h in requests]
-    ns = [n for n, _ in requests]
-    total_n = sum(ns)
-    return PrefixCacheRatios(
-        request_hit_rate=sum(h > 0 for h in hs) / len(requests),
-        token_reuse_rate=sum(hs) / total_n if total_n else 0.0,
-        compute_saved=sum(prefill_cost(h, a, b) for h in hs) / sum(prefill_cost(n, a, b) for n in ns),
-    )
-
-
 # ---------------------------------------------------------------- speculative decoding
 
 
@@ -76,11 +40,6 @@ def expected_tokens_per_round(joint: Sequence[float]) -> float:
     return 1.0 + sum(joint)
 
 
-def expected_tokens_constant(alpha: float, k: int) -> float:
-    """Constant conditional acceptance α: 1 + α + α² + … + α^k (k=4, α=0.8 → 3.3616)."""
-    return sum(alpha**i for i in range(k + 1))
-
-
 def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
     """P(A_i | A_1…A_{i−1}) = joint[i] / joint[i−1]; None where the previous position was never accepted."""
     out: list[float | None] = []
@@ -89,29 +48,6 @@ def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
         out.append(j / prev if prev > 0 else None)
         prev = j
     return out
-
-
-def joint_from_conditional(cond: Sequence[float]) -> list[float]:
-    out, acc = [], 1.0
-    for c in cond:
-        acc *= c
-        out.append(acc)
-    return out
-
-
-def spec_time_per_token(t_round: float, expected_tokens: float) -> float:
-    """T_round / E[tokens/round]: time per emitted token with speculative decoding."""
-    return t_round / expected_tokens
-
-
-def spec_pays_off(t_round: float, t_base: float, expected_tokens: float) -> bool:
-    """Break-even: speculative decoding is faster only when T_round / E[tokens/round] < T_base."""
-    return spec_time_per_token(t_round, expected_tokens) < t_base
-
-
-def marginal_cost_per_token(extra_round_time: float, joint_next: float) -> float:
-    """Adding position k+1 yields P(A1…A_{k+1}) tokens per round for its extra round time."""
-    return math.inf if joint_next <= 0 else extra_round_time / joint_next
 
 
 # ---------------------------------------------------------------- KV cache
@@ -123,11 +59,6 @@ def kv_bytes_per_token(L: int, H_kv: int, D: int, b: float, p: int = 1, pp: int 
     KV heads, not attention heads; with p > H_kv the heads are replicated (each rank keeps one).
     """
     return 2 * (L / pp) * math.ceil(H_kv / p) * D * b
-
-
-def kv_token_capacity(total_bytes: float, weights: float, runtime: float, margin: float, per_token: float) -> int:
-    """floor((M_total − weights − runtime − margin) / per-token bytes)."""
-    return max(0, math.floor((total_bytes - weights - runtime - margin) / per_token))
 
 
 def paged_tail_waste_bound(active_sequences: int, block_size: int) -> int:
@@ -260,8 +191,6 @@ def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
 
 EXACT_MAX_N = 10  # no ties: exact permutation distribution of S (Mahonian numbers) up to this n
 EXACT_TIES_MAX_N = 7  # with ties: enumeration of the 7! = 5,040 orders; above, the tie-corrected normal approximation
-SEN_EXACT_MAX_PAIRS = 200_000  # Theil-Sen over all pairs up to this many; above, the median of as many random pairs
-SEN_SEED = 20240101  # fixed: the same series gives the same slope on every run
 
 
 @dataclass(frozen=True)
@@ -334,38 +263,6 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, str]:
-    """Median of the pairwise slopes (y_j − y_i)/(x_j − x_i), i < j, x_j ≠ x_i; with the method used.
-
-    Exact over all pairs up to SEN_EXACT_MAX_PAIRS pairs; above, the median of SEN_EXACT_MAX_PAIRS pairs drawn
-    uniformly at random with a fixed seed (a consistent estimator of the same median; O(n) memory).
-    """
-    import numpy as np
-
-    x = np.asarray(xs, dtype=float)
-    y = np.asarray(ys, dtype=float)
-    n = len(x)
-    if n < 2:
-        return None, "all pairs"
-    pairs = n * (n - 1) // 2
-    if pairs <= SEN_EXACT_MAX_PAIRS:
-        i, j = np.triu_indices(n, k=1)
-        method = "all pairs"
-    else:
-        rng = np.random.default_rng(SEN_SEED)
-        i = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        j = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        lo, hi = np.minimum(i, j), np.maximum(i, j)
-        keep = lo != hi
-        i, j = lo[keep], hi[keep]
-        method = f"median of {len(i):,} random pairs of {pairs:,} (seed {SEN_SEED})"
-    dx = x[j] - x[i]
-    ok = dx != 0
-    if not ok.any():
-        return None, method
-    return float(np.median((y[j] - y[i])[ok] / dx[ok])), method
-
-
 def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
     """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes; O(n log n).
 
@@ -408,10 +305,9 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
             z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
             p_inc, p_dec = _normal_sf(z), _normal_sf(-z)
         method = "normal (tie-corrected)"
-    sen, sen_method = theil_sen(xs, ys)
-    mx, my = (sum(xs) / n, sum(ys) / n) if n else (0.0, 0.0)
-    sxx = sum((v - mx) ** 2 for v in xs)
-    ols = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx if sxx > 0 else None
+    # Sen's slope over all pairs up to SEN_EXACT_MAX_PAIRS pairs, else over as many random pairs (O(n) memory)
+    sen, sen_method = sen_slope(xs, ys, SAMPLE_PAIRS)
+    line = ols(xs, ys, with_r2=False)
     return Trend(
         n=n,
         s=s,
@@ -419,7 +315,7 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
         p_decrease=p_dec,
         method=method,
         sen_slope=sen,
-        ols_slope=ols,
+        ols_slope=line.slope if line is not None else None,
         alpha=alpha,
         sen_method=sen_method,
     )

@@ -1,8 +1,20 @@
-"""Built-in rules, one module each, named by RULEBOOK id and slug.
+"""Built-in rules, one module each, named by rule id and slug (docs/rules.md lists them, docs/adding-a-rule.md
+says how to add one).
 
 Registration is explicit: RULE_MODULES is the list the engine runs, in walk order. Third-party rules
-register modules in the `tracediag.rules` entry-point group and go through the same path.
+register modules in the `tracediag.rules` entry-point group and go through the same path. A rule never
+imports another rule: what several share is in tracediag.analyses, and a rule that reads another's verdict
+asks `upstream_check` for it by id.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracediag.context import Context
+    from tracediag.findings import Check
 
 RULE_MODULES = (
     "tracediag.rules.shp001_tp_divisibility",
@@ -41,3 +53,12 @@ RULE_MODULES = (
     "tracediag.rules.sch012_ttft_decomposition",
     "tracediag.rules.sch013_engine_imbalance",
 )
+
+
+def upstream_check(ctx: Context, rule_id: str) -> Check:
+    """The check of the built-in rule `rule_id` on `ctx`, its module found in RULE_MODULES by id: how a rule reads
+    an upstream rule's verdict (COL003 reads COL001's and COL002's on the cost model). Those rules keep their
+    check once per memoized stretch, so the engine's run and this one share it."""
+    prefix = rule_id.lower() + "_"
+    (name,) = [m for m in RULE_MODULES if m.rpartition(".")[2].startswith(prefix)]
+    return importlib.import_module(name).check(ctx)

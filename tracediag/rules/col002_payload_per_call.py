@@ -28,10 +28,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tracediag.engine import Context
+from tracediag.analyses.tp_collectives import (
+    SEQUENCE_PARALLEL,
+    activation_element_bytes,
+    tp_allreduce_where,
+    tp_scheme,
+    tp_sp_where,
+)
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.dtypes import element_size
-from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
 
 RULE = RuleMeta(
     id="COL002",
@@ -43,21 +48,6 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002", "COL001"),
 )
 MATCH_SHARE = 0.9  # share of calls within tolerance for a pass
-
-
-def activation_element_bytes(ctx: Context) -> tuple[int | None, str]:
-    """e_a from the GEMM activations in the trace; the config dtype only as a labelled fallback."""
-    row = ctx.rows(
-        "SELECT act_type, count(*) AS n FROM gemm_shapes WHERE act_type IS NOT NULL "
-        "GROUP BY act_type ORDER BY n DESC LIMIT 1"
-    )
-    if row and element_size(row[0]["act_type"]):
-        t = row[0]["act_type"]
-        return element_size(t), f"GEMM activation type in the trace ({t})"
-    m = ctx.model
-    if m.dtype_bytes:
-        return m.dtype_bytes, f"config torch_dtype ({m.dtype}); the trace recorded no GEMM input types"
-    return None, "unknown"
 
 
 def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> str:

@@ -2,8 +2,8 @@
 
 Hypothesis: what costs step time is not the sum of collective kernel time but the part of it that no
 computation hides: GPU time during which a collective kernel runs and no compute kernel runs on any
-stream of the same rank is on the critical path ("TP article": collective 位于关键路径上的时间，而不只是
-所有 kernel 时间之和). Decode TP all-reduces are usually fully exposed (they depend on the GEMM
+stream of the same rank is on the critical path (the time a collective sits on the critical path, not the sum
+of all kernel time; docs/method.md, step 4). Decode TP all-reduces are usually fully exposed (they depend on the GEMM
 before them); overlap exists only where the engine runs communication on its own stream.
 
 Formula: per rank and step window W (first to last GPU work the step launched, clipped at the next
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tracediag.context import Context
 from tracediag.derive.intervals import clip as _clip
 from tracediag.derive.intervals import merge_intervals, overlap_each
-from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(

@@ -34,9 +34,9 @@ from collections import defaultdict
 
 import orjson
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import median, ms, phase_name, phase_order, prepare, source_of
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import median, ms, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN006",

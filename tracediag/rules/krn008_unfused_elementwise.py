@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import ms, prepare, source_of
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN008",

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import re
 
+from tracediag.analyses.kernels import ms, prepare, source_of
 from tracediag.catalog import gemm_precision
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN009",

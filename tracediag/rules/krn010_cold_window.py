@@ -24,9 +24,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import ms
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms
 
 RULE = RuleMeta(
     id="KRN010",

@@ -31,10 +31,10 @@ from collections import defaultdict
 
 import numpy as np
 
+from tracediag.analyses.kernels import _bw_from_props, ms
+from tracediag.context import Context
 from tracediag.derive import intervals as iv
-from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import _bw_from_props, ms
 
 RULE = RuleMeta(
     id="KRN011",

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     SOURCE_LABEL,
     fit_line,
     median,
@@ -36,6 +34,8 @@ from tracediag.rules._kernels import (
     step_events,
     step_rows,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="SCH001",

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from statistics import median
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import bench_evidence, bench_runs, run_label
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import nearest_rank
-from tracediag.rules._serving import bench_evidence, bench_runs, run_label
 
 RULE = RuleMeta(
     id="SCH002",

@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import Trend, mann_kendall, queue_rise_threshold, spread_ties
-from tracediag.rules._serving import (
+from tracediag.analyses.serving import (
     MIN_TREND_POINTS,
     SIGNIFICANCE,
     Series,
@@ -40,6 +37,9 @@ from tracediag.rules._serving import (
     metric_series,
     series_evidence,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import Trend, mann_kendall, queue_rise_threshold, spread_ties
 
 RULE = RuleMeta(
     id="SCH003",

@@ -34,12 +34,8 @@ import re
 
 import numpy as np
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.model.servingmath import paged_tail_waste_bound
-from tracediag.rules._kernels import kv_cache_dtype
-from tracediag.rules._serving import (
+from tracediag.analyses.kernels import kv_cache_dtype
+from tracediag.analyses.serving import (
     input_paths,
     log_evidence,
     log_series,
@@ -47,6 +43,10 @@ from tracediag.rules._serving import (
     series_evidence,
     startup_facts,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
+from tracediag.model.servingmath import paged_tail_waste_bound
 
 RULE = RuleMeta(
     id="SCH004",

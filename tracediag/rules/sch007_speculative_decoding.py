@@ -33,7 +33,15 @@ from __future__ import annotations
 
 import json
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import (
+    MIN_TREND_POINTS,
+    SIGNIFICANCE,
+    input_paths,
+    log_evidence,
+    metric_evidence,
+    series_label,
+)
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import (
     DRIFT_MIN_DROP,
@@ -41,14 +49,6 @@ from tracediag.model.servingmath import (
     conditional_acceptance,
     expected_tokens_per_round,
     spread_ties,
-)
-from tracediag.rules._serving import (
-    MIN_TREND_POINTS,
-    SIGNIFICANCE,
-    input_paths,
-    log_evidence,
-    metric_evidence,
-    series_label,
 )
 
 RULE = RuleMeta(

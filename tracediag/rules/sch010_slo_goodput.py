@@ -29,7 +29,8 @@ one rerun that decides it: per-request results (`vllm bench serve --save-detaile
 
 from __future__ import annotations
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import bench_evidence, bench_percentiles, bench_runs, run_label
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import (
     RequestOutcome,
@@ -39,7 +40,6 @@ from tracediag.model.servingmath import (
     metric_bounds_from_percentiles,
     nearest_rank,
 )
-from tracediag.rules._serving import bench_evidence, bench_percentiles, bench_runs, run_label
 
 RULE = RuleMeta(
     id="SCH010",
@@ -47,7 +47,7 @@ RULE = RuleMeta(
     title="Requests meet every latency budget jointly (errors counted)",
     may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH013", "SCH012", "SCH002", "SCH004"),
 )
-TARGET = 0.95  # attainment a run must reach (the capacity article's example target q)
+TARGET = 0.95  # attainment a run must reach (the example target q of the capacity method, docs/method.md SCH010)
 FORMULA = "attainment = Σ_i [success ∧ TTFT≤B_f ∧ TPOT≤B_d ∧ E2E≤B_e] / N (errors in N); goodput = ΣI / T"
 
 

@@ -36,10 +36,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import input_paths, metric_evidence, series_label
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import histogram_quantile
-from tracediag.rules._serving import input_paths, metric_evidence, series_label
 
 RULE = RuleMeta(
     id="SCH012",

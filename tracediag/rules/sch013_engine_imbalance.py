@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import Series, log_series, metric_series, series_evidence, short
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import capacity_lost
-from tracediag.rules._serving import Series, log_series, metric_series, series_evidence, short
 
 RULE = RuleMeta(
     id="SCH013",

@@ -2,7 +2,7 @@
 
 Hypothesis: the model would fit on one GPU, yet it is served with tensor parallelism; then the fair
 baseline for throughput is p replicas of TP=1 on the same p cards, compared by per-card goodput —
-not TP=1 vs TP=p latency ("TP article": 先把“放得下”和“跑得快”拆开; vLLM's deployment guidance
+not TP=1 vs TP=p latency (separate "it fits" from "it runs fast"; vLLM's deployment guidance
 starts from single-GPU serving when the model fits). Capacity is necessary, not proof of speed.
 
 Formula: M_rank(p) = M_weight(p) + M_KV(p) + M_runtime ≤ M_usable. M_weight(p): every module group's
@@ -28,10 +28,10 @@ latency of one stream). Informational until per-card goodput data shows TP losin
 
 from __future__ import annotations
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import kv_cache_dtype, served_formats
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
-from tracediag.rules._kernels import kv_cache_dtype, served_formats
 
 RULE = RuleMeta(
     id="SHP004",

@@ -7,9 +7,9 @@ Layout of a store folder (readable by DuckDB, Spark, Trino or pyarrow unchanged)
     tables/<table>/*.parquet          tables without a rank column (inputs metadata, serving telemetry...)
 
 `tracediag ingest TRACES --store DIR` writes it; `analyze/check/diff --store DIR` read it through DuckDB views
-(no re-parsing, no re-deriving). Ingest workers write their own partition files (`write_parsed`) and send back
-only metadata, so a trace's tables never travel through a pipe. A store is valid for the tracediag version that
-wrote it: its `schema_version` fingerprints the schema and derivation SQL, and a mismatch is an input error
+(no re-parsing, no re-deriving). Ingest workers write their own partition files (`tracediag.fleet.write_parsed`)
+and send back only metadata, so a trace's tables never travel through a pipe. A store is valid for the tracediag
+version that wrote it: its `schema_version` fingerprints the schema and derivation SQL, and a mismatch is an input error
 that says to ingest again.
 """
 
@@ -19,7 +19,6 @@ import datetime as _dt
 import functools
 import hashlib
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -30,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import msgspec
 
-from tracediag import __version__
 from tracediag.errors import InputError
+from tracediag.version import __version__
 
 if TYPE_CHECKING:  # imported where files are written: reading a store through views needs no Arrow
     import pyarrow as pa
@@ -109,37 +108,6 @@ def conform(table: str, data: pa.Table) -> pa.Table:
         for f in schema
     ]
     return pa.table(cols, schema=schema)
-
-
-def write_parsed(store: Path, parsed: Any, input_id: int) -> dict[str, Any]:
-    """Write a parser's tables into the store; return what the coordinator needs (no table data).
-
-    A table the parser spilled (ingest.base.SpilledTable: Parquet parts already in the store's columns) is
-    moved in a part at a time, so a multi-GB rank is never held whole."""
-    from tracediag.ingest.base import SpilledTable
-
-    counts = {}
-    for name, t in parsed.tables.items():
-        if isinstance(t, SpilledTable):
-            counts[name] = sum(_move_part(store, name, f, f"input-{input_id}-{i}") for i, f in enumerate(t.files))
-        else:
-            counts[name] = write_arrow(store, name, conform(name, t), f"input-{input_id}")
-    return {
-        "input_id": input_id,
-        "path": parsed.path,
-        "format": parsed.format,
-        "inputs_rows": parsed.inputs_rows,
-        "process_groups": parsed.process_groups,
-        "rows": {k: v for k, v in counts.items() if v},
-    }
-
-
-def _move_part(store: Path, table: str, part: str, name: str) -> int:
-    import pyarrow.parquet as papq
-
-    n = write_arrow(store, table, papq.read_table(part), name)
-    os.unlink(part)
-    return n
 
 
 def copy_table(con: duckdb.DuckDBPyConnection, store: Path, table: str) -> int:
@@ -329,7 +297,3 @@ def clear_store(store: Path) -> None:
 
 def is_store(path: Path) -> bool:
     return Path(path, MANIFEST).is_file() and Path(path, TABLES).is_dir()
-
-
-def store_size_bytes(store: Path) -> int:
-    return sum(f.stat().st_size for f in Path(store, TABLES).rglob("*.parquet")) if os.path.isdir(store) else 0
