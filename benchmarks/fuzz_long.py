@@ -7,6 +7,8 @@ with its signature and the first (kind, index) that produced it, which `--replay
     python benchmarks/fuzz_long.py --per-kind 10000 --target ingest                # every ingester alone
     python benchmarks/fuzz_long.py --per-kind 1000 --target analyze                # + derive, rules, JSON
     python benchmarks/fuzz_long.py --per-kind 200 --target cli                     # the CLI's exit contract
+    python benchmarks/fuzz_long.py --per-kind 300 --target commands                # command lines, read-back
+                                                                                   # outputs, file-system faults
     python benchmarks/fuzz_long.py --kind kineto --replay 1234 --keep /tmp/case    # write one variant back out
 
 Results: benchmarks/results/fuzz_long_<target>.json (merged per kind across runs; the command, salt and commit of
@@ -35,7 +37,10 @@ from typing import ClassVar
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fuzz import harness, mutate, seeds  # noqa: E402
+from fuzz import commands, harness, mutate, seeds  # noqa: E402
+
+# --target commands: its kinds are tests/fuzz/commands.py's; the run folder and store they damage are built once
+COMMANDS_CACHE = Path(tempfile.gettempdir()) / "tracediag-fuzz-commands"
 
 TARGET_OF = {  # what "ingest" / "analyze" mean for each kind
     "ingest": {k: "ingest" for k in harness.FORMAT} | {"model": "config", "check-toml": "config"},
@@ -54,6 +59,10 @@ def _one(kind: str, index: int, salt: str, target: str, timeout: float) -> dict:
     """Mutate and run one input in this (worker) process; a soft time limit catches Python-level hangs."""
     work = Path(tempfile.mkdtemp(prefix="fuzz-"))
     try:
+        if target == "commands":
+            case = commands.make_case(kind, random.Random(f"{salt}:{kind}:{index}"), work, COMMANDS_CACHE)
+            out = commands.check_case(case, timeout)
+            return {"status": out.status, "detail": out.detail, "where": out.where}
         path = variant(kind, index, salt, work)
         if target == "cli":
             out = harness.check_cli(kind, path, work, timeout)
@@ -129,7 +138,7 @@ def _run_kind(kind: str, per_kind: int, target: str, salt: str, jobs: int, timeo
     todo = iter(range(per_kind))
     workers: list[_Worker] = []
     pending = per_kind
-    hard_limit = timeout * (3 if target == "cli" else 1.5) + 10
+    hard_limit = timeout * (3 if target in ("cli", "commands") else 1.5) + 10
 
     def record(i: int, res: dict) -> None:
         o = harness.Outcome(res["status"], res["detail"], res["where"])
@@ -191,8 +200,10 @@ def run(kinds: list[str], per_kind: int, target: str, salt: str, jobs: int, time
     import tracediag.ingest.nsys  # noqa: F401
 
     results: dict[str, dict] = {}
+    if target == "commands":
+        commands._built(str(COMMANDS_CACHE))
     for kind in kinds:
-        for s in seeds.seed_files(kind):
+        for s in seeds.seed_files(kind) if target != "commands" else ():
             if kind in ("kineto", "topology", "model") or (kind == "vllm-bench" and s.suffix == ".json"):
                 mutate.seed_doc(s)  # parsed once, shared by the forked workers
             if kind == "nsys":
@@ -233,9 +244,14 @@ def _commit() -> str | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kind", action="append", choices=seeds.KINDS, help="input kind (repeatable; default: all)")
+    ap.add_argument(
+        "--kind",
+        action="append",
+        choices=seeds.KINDS + commands.KINDS,
+        help="input kind (repeatable; default: all of the target's)",
+    )
     ap.add_argument("--per-kind", type=int, default=1000)
-    ap.add_argument("--target", choices=["ingest", "store", "analyze", "cli"], default="ingest")
+    ap.add_argument("--target", choices=["ingest", "store", "analyze", "cli", "commands"], default="ingest")
     ap.add_argument("--salt", default="tracediag-fuzz-1")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per input before it counts as a hang")
@@ -243,7 +259,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="folder for --replay")
     ap.add_argument("--results", type=Path, default=None, help="JSON results file (default benchmarks/results/…)")
     a = ap.parse_args()
-    kinds = a.kind or list(seeds.KINDS)
+    kinds = a.kind or list(commands.KINDS if a.target == "commands" else seeds.KINDS)
     if a.replay is not None:
         if len(kinds) != 1 or a.keep is None:
             ap.error("--replay needs one --kind and --keep")

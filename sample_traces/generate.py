@@ -113,6 +113,10 @@ class RunSpec:
     # each row-parallel output is reduce-scattered (instead of all-reduced) and each column-parallel input
     # all-gathered (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models").
     sequence_parallel: bool = False
+    # The MLP's row-parallel output all-reduced at a padded width: [T, H] padded with zeros to the hidden size
+    # rounded up to this multiple, all-reduced, sliced back to [T, H] (an MLP/MoE kernel that works on a padded
+    # hidden size and returns its padded output); 0: no padding.
+    mlp_allreduce_pad_multiple: int = 0
     expected_findings: tuple[tuple[str, str, str], ...] = ()  # (rule, status, what) for scenario.json
 
 
@@ -235,6 +239,18 @@ SCENARIOS: dict[str, RunSpec] = {
                 "no all-reduce: 2L + 1 reduce-scatters and 2L + 1 all-gathers per step (sequence "
                 "parallelism); the SP variant of the cost model applies",
             ),
+        ),
+    ),
+    "padded_mlp_allreduce_tp2": RunSpec(
+        name="padded_mlp_allreduce_tp2",
+        tp=2,
+        shape=ModelShape(hidden_size=240),
+        mlp_allreduce_pad_multiple=256,
+        description="As healthy_tp2 with H = 240 (8 heads of D = 32), and the MLP's down_proj output padded with "
+        "zeros to 256 columns (H rounded up to a multiple of 256, +6.7 %) before its all-reduce and sliced back "
+        "after: L of the 2L + 1 all-reduces per step are [T, 256], the others [T, 240].",
+        expected_findings=(
+            ("COL002", "pass", "payloads within tolerance of T*H*e_a; L of 2L + 1 all-reduces padded to 256 (+6.7 %)"),
         ),
     ),
     "healthy_tp1": RunSpec(
@@ -380,12 +396,12 @@ def planned_steps(spec: RunSpec) -> list[dict]:
                 }
                 del step["all_reduce_layer_payload_bytes"], step["all_reduce_layer_dtype"]
                 del step["all_reduce_embedding_payload_bytes"]
-            step.update(_extra_step_facts(spec, phase))
+            step.update(_extra_step_facts(spec, phase, t))
             steps.append(step)
     return steps
 
 
-def _extra_step_facts(spec: RunSpec, phase: str) -> dict:
+def _extra_step_facts(spec: RunSpec, phase: str, t: int = 0) -> dict:
     """Per-step expectations of the later scenarios (empty for the first four, whose scenario.json is fixed)."""
     s = spec.shape
     layers = s.num_hidden_layers
@@ -397,6 +413,10 @@ def _extra_step_facts(spec: RunSpec, phase: str) -> dict:
         int4 = spec.w4 == "int4mm"
         out["int4pack_mm_calls"] = 4 * layers if int4 else 0  # qkv, o, gate_up, down per layer
         out["linear_calls"] = 1 if int4 else 4 * layers + 1  # + lm_head (never quantized)
+    if spec.mlp_allreduce_pad_multiple:
+        width = s.hidden_size + (-s.hidden_size % spec.mlp_allreduce_pad_multiple)
+        out["all_reduce_padded_calls"] = layers  # the MLP's; the attention block's stay at H
+        out["all_reduce_padded_payload_bytes"] = t * width * DTYPE_BYTES[s.torch_dtype]
     if spec.delay_rank is not None:
         delayed = phase == "decode"
         out["delayed_rank"] = spec.delay_rank
@@ -483,6 +503,17 @@ def _extra_record(spec: RunSpec) -> dict:
             record["packed_weights"] = {name: [n, k // 2] for name, (n, k) in shards.items()}
             record["scales_and_zeros"] = {name: [k // g, n, 2] for name, (n, k) in shards.items()}
         out["w4"] = record
+    if spec.mlp_allreduce_pad_multiple:
+        h = spec.shape.hidden_size
+        padded = h + (-h % spec.mlp_allreduce_pad_multiple)
+        out["padded_mlp_allreduce"] = {
+            "hidden_size": h,
+            "pad_multiple": spec.mlp_allreduce_pad_multiple,
+            "all_reduce_width": padded,
+            "extra_bytes_share": round(padded / h - 1, 4),
+            "calls_per_step": spec.shape.num_hidden_layers,
+            "how": "down_proj output F.pad-ded with zeros to [T, all_reduce_width], all-reduced, sliced to [T, H]",
+        }
     if spec.delay_rank is not None:
         out["injected_delay"] = {
             "rank": spec.delay_rank,
@@ -762,7 +793,12 @@ def forward(model: RankModel, ids: torch.Tensor, num_seqs: int, start_pos: int) 
         gate_up = project(x, lw, "gate_up", g)  # column-parallel: [T, 2 I/p]
         gate, up = gate_up.chunk(2, dim=-1)
         mlp = project(F.silu(gate) * up, lw, "down", g)  # row-parallel partial sum: [T, H]
-        mlp = sp_reduce_scatter(model, mlp) if sp else layer_all_reduce(model, mlp, decode)
+        pad = -s.hidden_size % spec.mlp_allreduce_pad_multiple if spec.mlp_allreduce_pad_multiple else 0
+        if pad and not sp:
+            # the output of a kernel that works on a padded hidden size: [T, H + pad] all-reduced, then sliced
+            mlp = layer_all_reduce(model, F.pad(mlp, (0, pad)), decode)[:, : s.hidden_size]
+        else:
+            mlp = sp_reduce_scatter(model, mlp) if sp else layer_all_reduce(model, mlp, decode)
         if lw.down_bias_share is not None:
             # Fault: the bias is split across ranks and reduced on its own instead of being added once
             # after the down_proj all-reduce.

@@ -4,7 +4,9 @@ It serves a small real torch model on the CPU with continuous batching and expos
 
 - `POST /v1/completions` (OpenAI completions, streamed as server-sent events or whole), `GET /v1/models`,
   `GET /health`;
-- `GET /metrics`: Prometheus text written by prometheus_client, with vLLM's metric names and labels
+- `GET /metrics`: Prometheus text written by prometheus_client, with vLLM's metric names and labels (the request
+  phases as vLLM measures them: queue = first QUEUED → first SCHEDULED, prefill = first SCHEDULED → first token,
+  vllm/v1/metrics/stats.py update_from_finished_request)
   (vllm/v1/metrics/loggers.py PrometheusStatLogger) or SGLang's (python/sglang/srt/metrics/collector.py),
   whose values are the server's own state: requests running and waiting, KV blocks in use, finished requests,
   their latencies;
@@ -174,6 +176,13 @@ class Metrics:
             self.queue = Histogram(
                 "vllm:request_queue_time_seconds",
                 "Histogram of time spent in WAITING phase for request.",
+                lab,
+                buckets=[0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0],
+                registry=r,
+            )
+            self.prefill = Histogram(  # first SCHEDULED to first token, observed when the request finishes (as vLLM)
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
                 lab,
                 buckets=[0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0],
                 registry=r,
@@ -393,6 +402,8 @@ class EngineServer:
                 else:
                     self.metrics.success.labels(*self.metrics.lv).inc()
                 self.metrics.e2e.labels(*self.metrics.lv).observe(now - r.arrived)
+                if self.flavor == "vllm":
+                    self.metrics.prefill.labels(*self.metrics.lv).observe(r.first_token - r.scheduled)
             self._update_gauges()
         self.steps += 1
         if self._profiler is not None:

@@ -8,9 +8,11 @@ rule's verdict on it.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 import sqlite3
+import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +28,20 @@ ENGINE_STEP = re.compile(r"^(?:execute_\d|execute_context_|execute_new_|step\[|\
 STEP_LIKE = re.compile(r"^(?:execute_|(?:draft )?step\[|ProfilerStep#|\[Executor\]|_forward_step)")
 GEMM_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul")
 BACKWARD = re.compile(r"autograd::engine::evaluate_function|Backward\d*$|PostBackward|^Optimizer\.step#")
+# an engine-step annotation with decoding requests
+DECODING_STEP = re.compile(r"_generation_[1-9]|^step\[DECODE|^(?:draft )?step\[.*DECODE")
+# host calls that are not start-up work: a synchronize, a copy (KRN006's kinds when they block)
+NOT_STARTUP = re.compile(r"Synchronize|Memcpy|Memset", re.I)
+RECORDED = (
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "cuda_runtime",
+    "cuda_driver",
+    "cpu_op",
+    "user_annotation",
+    "gpu_user_annotation",
+)  # fmt: skip  (Kineto categories of recorded events: tracediag's events)
 
 
 @dataclass
@@ -47,6 +63,15 @@ class Inventory:
     attention_kernels: int
     backward_or_optimizer_events: int
     gemm_ops_with_shapes: int
+    # what the window fitness rests on (tracediag/derive/fitness.py), counted here from the file
+    recorded_events: int = 0  # kernels, copies/memsets, runtime calls, CPU ops, annotations
+    gpu_copies: int = 0  # memcpy and memset activities
+    gpu_backend: bool = False  # distributedInfo names NCCL/RCCL, or the file has device properties or runtime calls
+    external_id_gap_median: float | None = None  # CPU ops' consecutive external ids (>= 20 ops)
+    correlation_gap_median: float | None = None  # runtime calls' consecutive correlation ids (>= 20 calls)
+    kernels_after_last_slow_call: int | None = None  # kernels after the last >= 1 ms host call (not a sync or copy)
+    # that starts before the last kernel
+    decoding_step_annotations: int = 0  # engine-step annotations with decoding requests
 
 
 def _kineto(path: Path) -> Inventory:
@@ -68,7 +93,31 @@ def _kineto(path: Path) -> Inventory:
     device = ""
     if isinstance(props, list) and props and isinstance(props[0], dict):
         device = str(props[0].get("name") or "")
+    ids = sorted({(e.get("args") or {}).get("External id") for e in cat("cpu_op")} - {None, 0})
+    corr = sorted({(e.get("args") or {}).get("correlation") for e in runtime} - {None, 0})
+    last_kernel = max((e["ts"] for e in kernels), default=None)
+    slow_end = max(
+        (
+            e["ts"] + e["dur"]
+            for e in runtime
+            if e.get("dur", 0) >= 1000  # Kineto times are µs
+            and not NOT_STARTUP.search(str(e.get("name")))
+            and (last_kernel is None or e["ts"] < last_kernel)  # teardown after the last kernel is not start-up
+        ),
+        default=None,
+    )
     return Inventory(
+        recorded_events=sum(1 for e in xs if e.get("cat") in RECORDED),
+        gpu_copies=len(cat("gpu_memcpy")) + len(cat("gpu_memset")),
+        gpu_backend=bool(
+            (isinstance(dist, dict) and re.search(r"nccl|rccl", str(dist.get("backend") or ""), re.I))
+            or props
+            or runtime
+        ),
+        external_id_gap_median=_gap_median(ids),
+        correlation_gap_median=_gap_median(corr),
+        kernels_after_last_slow_call=sum(1 for e in kernels if slow_end is None or e["ts"] >= slow_end),
+        decoding_step_annotations=sum(1 for e in ann if DECODING_STEP.search(str(e.get("name", "")))),
         trace=path.name,
         format="kineto",
         device=device,
@@ -134,8 +183,36 @@ def _nsys(path: Path) -> Inventory:
     if "TARGET_INFO_GPU" in tables:
         device = str(q("SELECT name FROM TARGET_INFO_GPU LIMIT 1", "") or "")
     gpu_pids = q("SELECT count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL", 0) if names else 0
+    copy_tables = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+    copies = sum(q(f"SELECT count(*) FROM {t}") for t in copy_tables if t in tables)
+    corr, slow_end, after = [], None, None
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        rows = con.execute(
+            "SELECT r.correlationId, r.start, r.end, (SELECT value FROM StringIds WHERE id = r.nameId) "
+            "FROM CUPTI_ACTIVITY_KIND_RUNTIME r"
+        ).fetchall()
+        # one id per GPU process (a two-GPU export numbers each process's calls apart): the median over processes
+        corr = sorted({r[0] for r in rows} - {None, 0})
+        last_kernel = q("SELECT max(start) FROM CUPTI_ACTIVITY_KIND_KERNEL", None) if names else None
+        slow = [
+            r[2]
+            for r in rows
+            if r[2] - r[1] >= 1_000_000
+            and not NOT_STARTUP.search(r[3] or "")
+            and (last_kernel is None or r[1] < last_kernel)
+        ]
+        slow_end = max(slow, default=None)
+    if names:
+        after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {int(slow_end or 0)}")
     con.close()
     return Inventory(
+        recorded_events=len(names) + copies + len(rt_names) + len(nvtx),
+        gpu_copies=copies,
+        gpu_backend=bool(names or rt_names),
+        external_id_gap_median=None,
+        correlation_gap_median=_gap_median(corr) if gpu_pids <= 1 else None,
+        kernels_after_last_slow_call=after,
+        decoding_step_annotations=sum(1 for n in nvtx if DECODING_STEP.search(n)),
         trace=path.name,
         format="nsys-sqlite",
         device=device,
@@ -157,6 +234,13 @@ def _nsys(path: Path) -> Inventory:
     )
 
 
+def _gap_median(ids: list[int]) -> float | None:
+    """Median step between consecutive sorted ids (None below 20 ids)."""
+    if len(ids) < 21:
+        return None
+    return float(statistics.median(b - a for a, b in itertools.pairwise(ids)))
+
+
 def inventory(path: Path) -> Inventory:
     return _kineto(path) if path.name.endswith(".json.gz") else _nsys(path)
 
@@ -165,6 +249,25 @@ def verdicts(path: Path) -> list[dict]:
     from tracediag.analysis import analyze
 
     return [c.to_dict() for c in analyze([path]).checks]
+
+
+def fitness(path: Path) -> dict | None:
+    from tracediag.analysis import analyze
+
+    return analyze([path]).fitness
+
+
+def expected_window(i: Inventory) -> str:
+    """The window class these counts call for (tracediag/derive/fitness.py's order), without tracediag."""
+    if i.recorded_events < 10:
+        return "too_short"
+    if not i.kernels and not i.gpu_copies:
+        return "gpu_stripped" if i.gpu_backend else "cpu_only"
+    if (i.external_id_gap_median or 0) >= 2 or (i.correlation_gap_median or 0) >= 25:
+        return "sampled"
+    if i.kernels_after_last_slow_call == 0:
+        return "startup_only"
+    return "steady or clipped"
 
 
 def kernel_names(path: Path) -> set[str]:
@@ -192,9 +295,11 @@ def kernel_names(path: Path) -> set[str]:
 MARK = {"pass": "pass", "finding": "**{sev}**", "not_applicable": "n/a"}
 
 
-def render(checks_of=None) -> str:
-    """The page; `checks_of(path)` gives a trace's checks as dicts (default: analyze it)."""
+def render(checks_of=None, fitness_of=None) -> str:
+    """The page; `checks_of(path)` gives a trace's checks as dicts, `fitness_of(path)` its window fitness (default:
+    analyze it)."""
     checks_of = checks_of or verdicts
+    fitness_of = fitness_of or fitness
     invs = [inventory(p) for p in TRACES]
     from tracediag.rules import RULE_MODULES
 
@@ -224,6 +329,32 @@ def render(checks_of=None) -> str:
             f"{i.kernels:,} ({i.distinct_kernels:,}) | {i.cpu_ops:,} | {i.annotations:,} "
             f"({i.engine_step_annotations} / {i.step_like_annotations}) | {i.runtime_calls:,} ({i.graph_launches}) | "
             f"{i.collective_kernels} | {i.attention_kernels} | {i.backward_or_optimizer_events} |"
+        )
+    out += [
+        "",
+        "## What the window holds (fitness)",
+        "",
+        "Counted by this script: recorded events (kernels, copies, runtime calls, CPU ops, annotations), GPU copies",
+        "and memsets, whether it is a GPU job (NCCL/RCCL backend, device properties or runtime calls), the median step",
+        "between consecutive external ids of the CPU ops and correlation ids of the runtime calls (1 when nothing is",
+        "left out; only with at least 20 ids, one GPU process), kernels after the last host call of ≥ 1 ms that is not",
+        "a synchronisation or copy and starts before the last kernel (0: start-up only). `tracediag` is the class",
+        "tracediag/derive/fitness.py gives the window; the test checks it against the class these counts call for.",
+        "",
+        "| trace | recorded events | GPU copies | GPU job | external-id gap | correlation-id gap | kernels after the "
+        "last start-up call | counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, p in zip(invs, TRACES):
+        f = fitness_of(p) or {}
+
+        def g(x):
+            return "—" if x is None else f"{x:g}"
+
+        out.append(
+            f"| `{i.trace}` | {i.recorded_events:,} | {i.gpu_copies:,} | {'yes' if i.gpu_backend else 'no'} | "
+            f"{g(i.external_id_gap_median)} | {g(i.correlation_gap_median)} | {g(i.kernels_after_last_slow_call)} | "
+            f"{expected_window(i)} | {f.get('class', '—')} |"
         )
     out += ["", "## Verdicts", "", "pass · **W** warning / **I** info / **E** error finding · n/a not applicable", ""]
     out.append("| trace | " + " | ".join(rules) + " |")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tracediag.cli import extra_inputs_from
-from tracediag.engine import parse_slo
+from tracediag.context import parse_slo
 from tracediag.errors import UsageError
 
 

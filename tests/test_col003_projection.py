@@ -1,7 +1,7 @@
 """F_proj, the projection FLOPs per token COL003 reads its a against, on the published configs.
 
 MoE models count their *active* weights (attention incl. MLA, dense layers at their own width, router, shared
-experts, k of the E routed experts of the expert width), not the RULEBOOK's dense 4(H² + H·H_KV) + 6H·I with
+experts, k of the E routed experts of the expert width), not docs/method.md's dense 4(H² + H·H_KV) + 6H·I with
 `intermediate_size`. Every expected count below is written out by hand from the config fields
 (tests/data/configs/README.md: source of each file), independently of tracediag.model.accounting; each MoE test
 also checks that the dense formula would give another number, so it fails on a dense count.
@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, SAMPLES
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config, tpmath
 from tracediag.rules.col003_alpha_beta_breakeven import MOE_TP_ASSUMPTION, projection_account
 
@@ -28,22 +28,22 @@ def _model(name: str):
     return load_model_config(CONFIGS / f"{name}.config.json")
 
 
-# ------------------------------------------------------------------ dense: the RULEBOOK's formula, unchanged
+# ------------------------------------------------------------------ dense: docs/method.md's formula, unchanged
 
 
-def test_dense_llama_equals_the_rulebook_formula():
+def test_dense_llama_equals_the_method_formula():
     m = load_model_config(LLAMA_8B)
     fp = accounting.projection_flops(m)
     # 32 × (4(4096² + 4096·1024) + 6·4096·14336) = 32 × 436,207,616
     assert fp.kind == "dense" and fp.layers == 32 * 436_207_616 == 13_958_643_712
-    rulebook = m.L * tpmath.proj_flops_per_layer(1, m.H, m.I, m.H_kv * m.D)
-    assert fp.layers == rulebook == accounting.dense_formula_flops(m)
+    dense = m.L * tpmath.proj_flops_per_layer(1, m.H, m.I, m.H_kv * m.D)
+    assert fp.layers == dense == accounting.dense_formula_flops(m)
     assert fp.lm_head == 2 * 128256 * 4096  # untied lm_head, kept apart
     assert set(fp.by_group) == {"attention", "dense_mlp"}
 
 
-def test_the_seeds_shape_gives_the_rulebooks_a():
-    # The RULEBOOK's check (H = 8192, I = 28672, H_KV = 1024, L = 80, the Llama-3.1-70B shape): F_proj per layer
+def test_the_method_examples_shape_gives_its_a():
+    # docs/method.md's check (H = 8192, I = 28672, H_KV = 1024, L = 80, the Llama-3.1-70B shape): F_proj per layer
     # 1,711,276,032 FLOP per token, a = 80·F_proj/120e12 = 1.141 ms. Built from the 8B config with the 70B shape.
     m = load_model_config(LLAMA_8B)
     m70 = replace(m, L=80, H=8192, h=64, H_kv=8, D=128, I=28672, dense_I=28672)

@@ -94,7 +94,11 @@ def test_diff_of_findings_json_and_output_folders(tmp_module):
         r = cli("check", SAMPLES / name, "-m", SAMPLES / name / "config.json", "--out", out, "-q")
         assert r.exit_code in (0, 1)
         outs[name] = out
-    d, _, _ = diffed(tmp_module, str(outs["healthy_tp2"]), str(outs["kv_replicated_tp4"] / "findings.json"))
+    # another model (H_kv) at another TP: not comparable; compared anyway here, to read what changed
+    d, _, _ = diffed(tmp_module, str(outs["healthy_tp2"]), str(outs["kv_replicated_tp4"] / "findings.json"),
+                     "--force-compare")  # fmt: skip
+    assert d["comparability"]["verdict"].startswith("not comparable: model: H_kv 4 → 2 (config hash ")
+    assert d["comparability"]["verdict"].endswith("; TP 2 → 4") and d["comparability"]["forced"]
     assert d["before"]["kind"] == "output" and d["after"]["kind"] == "findings"
     assert d["before"]["measures_source"] == d["after"]["measures_source"] == "store"
     assert [f["id"] for f in d["findings"]["added"]] == ["SHP001"]

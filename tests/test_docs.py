@@ -36,3 +36,27 @@ def test_readme_documents_every_command_and_output():
         ".ci/run",
     ):
         assert needle in readme, needle
+
+
+def test_readme_documents_every_command():
+    from tracediag.cli.commands import COMMAND_MODULES
+
+    readme = (REPO / "README.md").read_text()
+    for module in COMMAND_MODULES:
+        command = module.rsplit(".", 1)[1]
+        assert f"tracediag {command}" in readme, f"README does not show `tracediag {command}`"
+
+
+def test_readme_shows_mcp_registration_and_docs_say_how_runs_are_compared():
+    readme = (REPO / "README.md").read_text()
+    needles = ("claude mcp add tracediag -- tracediag mcp", "claude_desktop_config.json", ".vscode/mcp.json",
+               ".cursor/mcp.json", "pip install 'tracediag[mcp]'", "--force-compare", "`4` inconclusive")  # fmt: skip
+    for needle in needles:
+        assert needle in readme, needle
+    method = (REPO / "docs" / "method.md").read_text()
+    assert "## Comparing two runs" in method
+    from tracediag.diff import comparability
+
+    for threshold in (f"{comparability.PHASE_MIX_POINTS * 100:.0f} points", f"{comparability.T_RATIO:g}×",
+                      f"{comparability.RATE_REL * 100:.0f} %"):  # fmt: skip
+        assert threshold in method, threshold  # the thresholds the code uses are the ones the method states

@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 SCALE = int(os.environ.get("TRACEDIAG_FUZZ_EXAMPLES", "0"))
 
 
-def budget(default: int) -> settings:
+def budget(default: int, **extra) -> settings:
     return settings(
+        **extra,
         max_examples=SCALE or default,
         derandomize=not SCALE,  # the normal suite: the same inputs every run
         deadline=None,

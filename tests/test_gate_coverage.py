@@ -1,8 +1,9 @@
 """An honest gate: `tracediag check` says how many rules ran, warns without --model, and with --require (or
-the `require` config key) fails when a rule that must run could not, naming it and why."""
+the `require` config key) is inconclusive (exit 4) when a rule that must run could not, naming it and why."""
 
 from __future__ import annotations
 
+import json
 import re
 import xml.etree.ElementTree as ET
 
@@ -53,16 +54,41 @@ def test_faulty_sample_without_model_is_not_an_unqualified_pass(tmp_path):
     assert props["coverage"].startswith(f"{ran} of {N} rules ran")
 
 
-def test_require_fails_when_required_rules_could_not_run(tmp_path):
-    r = cli("check", FP32, "--require", "SHP*,COL*", "--junit", tmp_path / "j.xml", "-j", "1")
+def test_require_is_inconclusive_when_required_rules_could_not_run(tmp_path):
+    out = tmp_path / "out"
+    r = cli("check", FP32, "--require", "SHP*,COL*", "--junit", tmp_path / "j.xml", "-o", out, "-j", "1")
+    assert r.exit_code == 4, r.stdout  # nothing that ran failed, but the check cannot say the run is fine
+    line = last_line(r.stdout)
+    assert line.startswith("INCONCLUSIVE: ") and "required rule(s) could not run: SHP001, SHP002" in line, line
+    assert "skip  COL002: required, but could not run: missing model config (H); pass --model config.json" in r.stdout
+    root = ET.parse(tmp_path / "j.xml").getroot()
+    cases = {tc.get("name").split(" ", 1)[0]: tc for tc in root.iter("testcase")}
+    assert cases["SHP001"].find("failure") is None  # skipped with its reason, not failed and not passed
+    skipped = cases["SHP001"].find("skipped")
+    assert skipped is not None and skipped.get("message").startswith("required rule could not run (check inconclusive)")
+    assert "pass --model config.json" in skipped.get("message")
+    assert cases["KRN001"].find("skipped") is None and cases["KRN001"].find("failure") is None  # ran and passed
+    assert {p.get("name"): p.get("value") for p in root.iter("property")}["outcome"] == "inconclusive"
+    assert root.get("failures") == "0"
+    doc = json.loads((out / "check.json").read_text())
+    assert doc["outcome"] == "inconclusive" and doc["passed"] is False
+    assert doc["inconclusive"][0].startswith("required rule SHP001 could not run: missing model config")
+
+
+def test_a_new_finding_fails_even_when_required_rules_could_not_run():
+    # COL002 finds the fp32 upcast (exit 1); KRN007 cannot run without a TP=1 trace: the failure wins
+    r = cli("check", FP32, "-m", FP32 / "config.json", "--require", "COL002,KRN007", "--rules", "COL002", "-j", "1")
     assert r.exit_code == 1, r.stdout
     line = last_line(r.stdout)
-    assert line.startswith("FAILED") and "required rule(s) could not run: SHP001, SHP002" in line, line
-    assert "FAIL  COL002: required, but could not run: missing model config (H); pass --model config.json" in r.stdout
-    cases = {tc.get("name").split(" ", 1)[0]: tc for tc in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
-    failure = cases["SHP001"].find("failure")
-    assert failure is not None and failure.get("type") == "required rule could not run"
-    assert cases["KRN001"].find("failure") is None  # not required: ran and passed
+    assert line.startswith("FAILED: 1 new at or above warning: COL002; 1 required rule(s) could not run: KRN007"), line
+
+
+def test_nothing_could_run_is_inconclusive():
+    # no --model: SHP001 cannot run; a check of nothing is not a pass
+    r = cli("check", FP32, "--rules", "SHP001", "-j", "1")
+    assert r.exit_code == 4, r.stdout
+    line = last_line(r.stdout)
+    assert line.startswith("INCONCLUSIVE: the run cannot be diagnosed: No rule could run on these inputs"), line
 
 
 def test_require_passes_when_the_required_rules_ran():
@@ -77,7 +103,7 @@ def test_require_config_key(tmp_path):
     cfg = tmp_path / "tracediag.toml"
     cfg.write_text('require = ["SHP*"]\n')
     r = cli("check", FP32, "--config", cfg, "-q", "-j", "1")
-    assert r.exit_code == 1 and "required rule(s) could not run: SHP001, SHP002, SHP003, SHP004" in r.stdout
+    assert r.exit_code == 4 and "required rule(s) could not run: SHP001, SHP002, SHP003, SHP004" in r.stdout
 
 
 def test_require_unknown_rule_is_a_usage_error():
@@ -92,3 +118,14 @@ def test_check_output_has_the_verdict_and_does_not_wrap():
     (verdict,) = [line for line in lines if line.startswith("Verdict: ")]
     assert "Rank 1 is the straggler" in verdict and "(COL005 warning, impact 65%)" in verdict
     assert any(len(line) > 200 for line in lines)  # long lines stay whole in CI logs
+
+
+def test_unfit_window_makes_the_check_inconclusive():
+    """A sampled trace (1 runtime call in ~36 kept): no rule that could run found a problem, and the window cannot
+    show one — exit 4 with the window's class, not a pass."""
+    from conftest import kineto_file
+
+    r = cli("check", kineto_file("hta_sampled_rank-0.json.gz"), "-j", "1")
+    assert r.exit_code == 4, r.stdout
+    assert "the run cannot be diagnosed: Inconclusive: this window can show neither a problem" in r.stdout
+    assert "sampled" in r.stdout

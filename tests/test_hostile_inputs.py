@@ -226,7 +226,7 @@ def test_a_side_input_beyond_the_read_budget_is_refused_before_it_is_read(tmp_pa
 
 
 def test_the_read_budget_follows_the_memory_limit(tmp_path):
-    from tracediag.ingest.inputfile import read_input
+    from tracediag.inputfile import read_input
 
     f = sparse_copy(PROM, tmp_path / "metrics.prom", 12 * MIB)
     with pytest.raises(InputError, match="more than the 8 MiB one file may take under --memory-limit 64 MiB"):
@@ -254,7 +254,7 @@ def test_a_gzip_bomb_given_as_metrics_stops_at_the_read_budget(tmp_path):
 def test_a_gzip_bomb_given_as_a_log_stops_at_its_ratio(tmp_path):
     """A streamed log holds a line at a time, but a gzip of one line repeated expands ~1000x: stopped at
     GZIP_MAX_RATIO times the file (beyond the read budget), with the way out (decompress it)."""
-    from tracediag.ingest.inputfile import GZIP_MAX_RATIO
+    from tracediag.inputfile import GZIP_MAX_RATIO
 
     f = gzip_bomb(VLLM_LOG, tmp_path / "server.log.gz", 100 * MIB)
     assert f.stat().st_size * GZIP_MAX_RATIO < 100 * MIB

@@ -16,7 +16,7 @@ import pytest
 from conftest import EXTERNAL, REPO
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.errors import InputError
 from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions
@@ -76,19 +76,38 @@ def test_the_data_folder_has_the_files_this_suite_expects():
     kinds = {}
     for _, fmt in ALL_FILES:
         kinds[fmt] = kinds.get(fmt, 0) + 1
-    assert kinds == {"vllm-log": 38, "prometheus": 4, "vllm-bench": 5, "sglang-log": 15, "sglang-bench": 3}, kinds
+    assert kinds == {"vllm-log": 38, "prometheus": 5, "vllm-bench": 5, "sglang-log": 22, "sglang-bench": 3}, kinds
 
 
 # Stats records the file itself truncates (the record is cut in the source text, not by the parser).
 TRUNCATED_IN_SOURCE = {"tt-inference-server-0246_terminal_hardwrap_and_glued_record.log": 1}
 STATS_START = re.compile(r"Avg prompt throughput:|\] Throughput: |(?:Prefill|Decode) batch[.,] #")
+# A sample line of the Prometheus text exposition format: name, optional {labels}, value, optional timestamp.
+PROM_SAMPLE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?[ \t]+\S+(?:[ \t]+-?\d+)?[ \t]*$", re.M)
+BENCH_RESULT_TABLE = re.compile(r"=+ Serving Benchmark Result =+")
+
+
+def _events_in_text(path: Path, fmt: str) -> int:
+    """What events_total counts, read from the file without the parser: a scrape's sample lines; a benchmark's
+    requests when it saved them per request (`ttfts`), else its runs (JSON objects, JSONL lines, result tables)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if fmt == "prometheus":
+        return len(PROM_SAMPLE.findall(text))
+    if path.suffix == ".log":
+        return len(BENCH_RESULT_TABLE.findall(text))
+    docs = (
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+        if path.suffix == ".jsonl"
+        else [json.loads(text)]
+    )
+    return sum(len(d.get("ttfts") or []) for d in docs) or len(docs)
 
 
 @pytest.mark.parametrize(("path", "fmt"), ALL_FILES, ids=[p.name for p, _ in ALL_FILES])
 def test_every_real_file_ingests(path, fmt):
     parsed = PARSER[fmt](path, 0, OPTS)
     row = parsed.inputs_rows[0]
-    assert row["rank"] is None and row["events_total"] >= 0
+    assert row["rank"] is None
     meta = json.loads(row["meta_json"])
     assert meta.get("malformed_lines", 0) == TRUNCATED_IN_SOURCE.get(path.name, 0), meta
     assert sum(t.num_rows for t in parsed.tables.values()) > 0
@@ -99,6 +118,9 @@ def test_every_real_file_ingests(path, fmt):
             == in_text
             == meta["stats_lines"] + (meta["malformed_lines"])
         )
+        assert row["events_total"] >= in_text  # every stats line is a record
+    else:
+        assert row["events_total"] == _events_in_text(path, fmt) > 0
 
 
 def test_all_real_files_together_telemetry_only_analysis():
@@ -496,7 +518,7 @@ def detailed_result(n: int = 40, seed: int = 1, stall_every: int = 10, errors: i
     ttfts and itls in seconds, errors '' when none, failed requests with ttft 0, itl [], output_len 0).
 
     SYNTHETIC: no detailed result exists among the real files. Every `stall_every`-th request has one 500 ms gap
-    among 10 ms gaps — the RULEBOOK's stall example — and the first `errors` requests fail."""
+    among 10 ms gaps — docs/method.md's stall example (SCH002) — and the first `errors` requests fail."""
     import random
 
     rng = random.Random(seed)

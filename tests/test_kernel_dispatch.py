@@ -4,17 +4,18 @@ and the kernels report section — on real traces."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sqlite3
 
 import pytest
 from conftest import EXTERNAL, REPO, kineto_file
 
+from tracediag.analyses.kernels import bandwidth
 from tracediag.analysis import analyze
+from tracediag.context import Context, Settings
 from tracediag.derive import build_all, kernel_steps
-from tracediag.engine import Context, Settings
 from tracediag.ingest import discover_inputs, load, parse_all
-from tracediag.model import load_model_config
-from tracediag.rules._kernels import bandwidth, w16_w4_bytes
 from tracediag.rules.krn002_attention_share import amdahl
 from tracediag.rules.krn003_w4a16_dispatch import dequant_budget
 from tracediag.rules.krn004_w4_read_bound import s_read
@@ -99,33 +100,23 @@ def test_cpu_only_trace_counts_outermost_ops():
     assert src["source"] == "cpu_op"
 
 
-# ------------------------------------------------------------------ formulas (seed examples)
+# ------------------------------------------------------------------ formulas (worked examples)
 
 
-def test_amdahl_seed_example():
-    assert amdahl(0.3, 2) == pytest.approx(1.1765, abs=1e-4)  # seed: f = 0.3, s = 2 -> 1.18
+def test_amdahl_example():
+    assert amdahl(0.3, 2) == pytest.approx(1.1765, abs=1e-4)  # docs/method.md: f = 0.3, s = 2 -> 1.18
 
 
-def test_s_read_seed_table():
+def test_s_read_table():
     gib = 2**30
-    # seed: W16 = 14 GiB, W4 = 4 GiB, K = 1 GiB per sequence; B = 1, 8, 32
+    # W16 = 14 GiB, W4 = 4 GiB, K = 1 GiB per sequence; B = 1, 8, 32 sequences
     assert [round(s_read(14 * gib, 4 * gib, b * gib), 2) for b in (1, 8, 32)] == [3.0, 1.83, 1.28]
 
 
-def test_dequant_budget_seed_example():
+def test_dequant_budget_example():
     gib, tib = 2**30, 2**40
-    assert dequant_budget(14 * gib, 4 * gib, tib) * 1e3 == pytest.approx(9.77, abs=0.01)  # seed: ≈ 9.77 ms
-
-
-def test_quantized_weight_ratio_matches_the_seed_formula():
-    m = load_model_config(SAMPLES / "w4_int4mm_tp2" / "config.json")
-    w = w16_w4_bytes(m, 2)
-    f, g = w["quantized_share_f"], w["G"]
-    assert g == 32 and w["G_source"] == "quantization_config.group_size"
-    assert w["ratio"] == pytest.approx((1 - f) + f / 4 + f / g)
-    # seed: f = 0.9, G = 128 -> 0.332
-    seed = (1 - 0.9) + 0.9 / 4 + 0.9 / 128
-    assert round(seed, 3) == 0.332
+    # (14 − 4) GiB / 1 TiB/s ≈ 9.77 ms
+    assert dequant_budget(14 * gib, 4 * gib, tib) * 1e3 == pytest.approx(9.77, abs=0.01)
 
 
 # ------------------------------------------------------------------ bandwidth
@@ -141,13 +132,13 @@ def test_bandwidth_from_settings_and_missing():
 
 def test_bandwidth_from_nsight_device_properties():
     path = EXTERNAL / "nsys" / "nsysai_rtx3080_minimal.sqlite"
-    try:
-        con = open_store()
-        load(con, parse_all([(path, None)]))
-    except Exception as exc:  # the nsys ingester is optional here
-        pytest.skip(f"nsys ingest not available: {exc}")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src_db:
+        ((name, in_file),) = src_db.execute("SELECT name, memoryBandwidth FROM TARGET_INFO_GPU").fetchall()
+    con = open_store()
+    load(con, parse_all([(path, None)]))
     bw, src = bandwidth(Context(con=con, model=None, tp=None))
-    assert bw == 760_080_000_000 and "device properties" in src  # TARGET_INFO_GPU.memoryBandwidth, B/s
+    assert in_file == 760_080_000_000 and name == "NVIDIA GeForce RTX 3080"  # B/s, as the export holds it
+    assert bw == in_file and "device properties" in src
 
 
 # ------------------------------------------------------------------ rule values with settings

@@ -12,10 +12,10 @@ import pytest
 from conftest import KINETO_DATA, SAMPLES
 from typer.testing import CliRunner
 
+from tracediag import memory as mem
 from tracediag.cli import app
 from tracediag.errors import InputError
 from tracediag.ingest import IngestOptions, kineto, load
-from tracediag.ingest import memory as mem
 from tracediag.store import open_store
 
 FILES = [*sorted(KINETO_DATA.glob("*.json.gz")), *sorted(SAMPLES.glob("*/rank0.pt.trace.json.gz"))]

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from conftest import KINETO_DATA
 
+import tracediag.fleet as fleet
 import tracediag.ingest as ingest
 from tracediag.analysis import analyze
 from tracediag.errors import InputError
@@ -19,7 +20,6 @@ from tracediag.fleet import ingest_store
 from tracediag.ingest import IngestOptions, kineto, load, parse_all, parts_folder
 from tracediag.ingest.base import SpilledTable
 from tracediag.store import open_store
-from tracediag.store import parquet as pq
 
 # real traces: exact-ns timestamps (V100), ROCm with RCCL (MI300X), a pair of ranks
 V100 = KINETO_DATA / "hta_v100_ns_resolution.pt.trace.json.gz"
@@ -120,8 +120,8 @@ def test_spilled_parquet_store_ingest(tmp_path, monkeypatch):
     monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 256 << 10)
     monkeypatch.setattr(kineto, "spill_bytes", lambda limit: 1)
     moved = []
-    real = pq._move_part
-    monkeypatch.setattr(pq, "_move_part", lambda *a: moved.append(a[1]) or real(*a))
+    real = fleet._move_part
+    monkeypatch.setattr(fleet, "_move_part", lambda *a: moved.append(a[1]) or real(*a))
     spilled = ingest_store(PAIR, tmp_path / "spilled", jobs=1)
     assert len(moved) > 20  # both ranks' tables went through parts
     assert {t: v["rows"] for t, v in spilled.tables.items()} == {t: v["rows"] for t, v in held.tables.items()}

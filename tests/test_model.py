@@ -162,7 +162,7 @@ def test_awq_bits_per_weight_includes_scale_and_zero():
     assert not g["lm_head"].quantized and m.weight_bits == 4
 
 
-# ------------------------------------------------------------------ validation (issue 14): no rule divides by zero
+# ------------------------------------------------------------------ validation: no rule divides by zero
 
 
 @pytest.mark.parametrize(

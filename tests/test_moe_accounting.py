@@ -16,7 +16,7 @@ from conftest import REPO, SAMPLES, kineto_file
 
 from tracediag.analysis import analyze
 from tracediag.catalog import classify_kernel
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.rules.shp004_fits_on_one_card import capacity
@@ -301,7 +301,7 @@ def test_kv_cache_dtype_source_is_named(gptoss, qwen):
 
 
 def test_shp002_roles_know_router_experts_mla_and_padding():
-    from tracediag.rules.shp002_config_trace_consistency import expected_roles, padded_roles
+    from tracediag.model.gemm_roles import expected_roles, padded_roles
 
     q = load_model_config(CONFIGS / "Qwen__Qwen3-30B-A3B.config.json")
     r = expected_roles(q, 1)

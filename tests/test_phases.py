@@ -14,11 +14,11 @@ import json
 import pytest
 from conftest import REPO, kineto_file
 
+from tracediag.analyses.kernels import fit_line, phase_table, step_rows
 from tracediag.analysis import analyze
 from tracediag.derive import build_all
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.reports.sections import phases as phases_section
-from tracediag.rules._kernels import fit_line, phase_table, step_rows
 from tracediag.store import open_store, query_dicts
 
 PHASES_DATA = REPO / "tests" / "data" / "phases"
@@ -126,8 +126,8 @@ def test_fit_line():
 
 def test_phase_table_shares_add_up():
     con = _store(str(PHASES_DATA / "hf_generate"))
-    from tracediag.engine import Context
-    from tracediag.rules._kernels import prepare
+    from tracediag.analyses.kernels import prepare
+    from tracediag.context import Context
 
     ctx = Context(con=con, model=None, tp=None)
     prepare(ctx)

@@ -27,7 +27,7 @@ def _inventory(path: str) -> real_traces.Inventory:
 
 
 def test_doc_is_current():
-    got = real_traces.render(lambda p: _report(str(p))["checks"])
+    got = real_traces.render(lambda p: _report(str(p))["checks"], lambda p: _report(str(p))["fitness"])
     assert DOC.read_text() == got, "regenerate: python tests/real_traces.py > docs/real_traces.md"
 
 
@@ -57,11 +57,21 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "missing per-request inter-token latencies",
         "missing a gap budget",
         "missing request counts over time",
+        "missing TTFT histogram",
+        "missing a second data-parallel engine",
     )
     if reason.startswith(no_input_given):
         return True  # no --model / --topology / --nccl-tests / telemetry was given
     names = _kernel_names(str(path))
+    expected = real_traces.expected_window(inv)
     checks = {
+        # the window fitness (tracediag/derive/fitness.py) from the independent counts
+        "window unfit: too short": expected == "too_short",
+        "window unfit: GPU events stripped": expected == "gpu_stripped",
+        "window unfit: sampled": expected == "sampled",
+        "window unfit: start-up only": expected == "startup_only",
+        "missing decoding requests": inv.engine_step_annotations > 0 and inv.decoding_step_annotations == 0,
+        "missing GPU memory copies": inv.gpu_copies == 0,
         "missing collective calls: none in the trace": inv.collective_kernels == 0,
         "missing collective kernels": inv.collective_kernels == 0,
         "missing attention": inv.attention_kernels == 0,
@@ -98,3 +108,12 @@ def test_not_applicable_only_when_the_input_is_absent(path):
         if c["status"] == "not_applicable" and not _truly_absent(c["reason"], inv, path)
     ]
     assert not bad
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_window_class_matches_the_independent_count(path):
+    """The class tracediag gives the window is the one the file's own counts call for (sampling gaps, GPU events
+    present, event count, kernels after start-up); steady and clipped differ by where launches fall, not by count."""
+    got = _report(str(path))["fitness"]["class"]
+    want = real_traces.expected_window(_inventory(str(path)))
+    assert got in (("steady", "clipped") if want == "steady or clipped" else (want,))

@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO
 
 from tracediag.analysis import analyze
-from tracediag.engine import BUILTIN_RULES, Settings
+from tracediag.context import Settings
+from tracediag.engine import BUILTIN_RULES
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -88,6 +89,8 @@ SYNTHETIC_ONLY = {
     ("SCH003", "finding"): "tests/test_scrape.py::test_scraped_growing_queue_is_an_sch003_finding",
     ("SCH008", "finding"): "tests/test_scrape.py::test_scraped_open_requests_break_littles_law",
     ("SCH008", "pass"): "tests/test_scrape.py::test_scraped_steady_server_satisfies_littles_law",
+    ("SCH012", "finding"): "tests/test_serving_phases.py::test_overloaded_server_ttft_is_queueing",
+    ("SCH012", "pass"): "tests/test_serving_phases.py::test_lightly_loaded_server_ttft_is_prefill",
 }
 
 

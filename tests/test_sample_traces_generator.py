@@ -1,7 +1,7 @@
 """The committed sample traces (and the generator that makes them) show what their README promises.
 
 The expectations are computed from each scenario's ``config.json``, the TP degree in the trace's
-``distributedInfo`` and ``T`` parsed from vLLM's step annotation, with the rulebook's formulas
+``distributedInfo`` and ``T`` parsed from vLLM's step annotation, with docs/method.md's formulas
 (``2L`` all-reduces per step plus the embedding all-reduce, ``T*H*e_a`` bytes per call), and
 cross-checked against the generator's own ``scenario.json``.
 """
@@ -332,3 +332,21 @@ def test_sequence_parallel_trace_runs_reduce_scatter_and_all_gather_per_layer() 
             assert all(e["args"]["Input Dims"] == [[T, H]] for e in gloo_ar)
             hidden_ag = [e for e in ag if e["args"]["Input Dims"][1] == [T // p, H]]
             assert len(hidden_ag) == 2 * L + 1
+
+
+def test_padded_mlp_all_reduces_run_at_the_padded_width() -> None:
+    """padded_mlp_allreduce_tp2: per step the embedding and the L attention all-reduces are [T, H = 240], the L MLP
+    all-reduces [T, 256] (H rounded up to a multiple of 256), as scenario.json plans."""
+    directory = SAMPLES / "padded_mlp_allreduce_tp2"
+    config = json.loads((directory / "config.json").read_text())
+    planned = json.loads((directory / "scenario.json").read_text())
+    hidden, layers = config["hidden_size"], config["num_hidden_layers"]
+    width = planned["padded_mlp_allreduce"]["all_reduce_width"]
+    assert (hidden, width) == (240, 256)
+    for path in sorted(directory.glob("rank*.pt.trace.json.gz")):
+        for st, plan in zip(summarize(_load(path)), planned["steps"], strict=True):
+            t = st["T"]
+            dims = sorted(e["args"]["Input Dims"][0][0][1] for e in st["c10d_allreduce"])
+            assert dims == [hidden] * (layers + 1) + [width] * layers
+            assert plan["all_reduce_padded_calls"] == layers
+            assert plan["all_reduce_padded_payload_bytes"] == t * width * 2

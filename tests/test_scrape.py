@@ -35,7 +35,9 @@ from tracediag.live.scrape import metrics_url, parse_duration, scrape_to_file, s
 class FakeVllm:
     """A /metrics endpoint with vLLM's names (vllm/v1/metrics/loggers.py) whose values change per scrape."""
 
-    def __init__(self) -> None:
+    def __init__(self, waiting=None, queue_time=None) -> None:
+        self.waiting_of = waiting or (lambda n: 5 * n)  # the queue at scrape n
+        self.queue_time_of = queue_time or (lambda n: 0.1 * (n + 1))  # the queue time observed at scrape n
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         self.waiting = Gauge(
@@ -66,11 +68,11 @@ class FakeVllm:
     def render(self) -> bytes:
         with self.lock:
             lv = ("m", "0")
-            self.waiting.labels(*lv).set(5 * self.n)
+            self.waiting.labels(*lv).set(self.waiting_of(self.n))
             self.running.labels(*lv).set(8 + self.n % 3)
             self.kv.labels(*lv).set(min(1.0, 0.5 + 0.05 * self.n))
             self.preempt.labels(*lv).inc(self.n)
-            self.queue.labels(*lv).observe(0.1 * (self.n + 1))
+            self.queue.labels(*lv).observe(self.queue_time_of(self.n))
             self.n += 1
             return generate_latest(self.registry)
 
@@ -78,8 +80,8 @@ class FakeVllm:
 class Server:
     """ThreadingHTTPServer on 127.0.0.1:<free port> serving FakeVllm at /metrics; `die_after` scrapes, it stops."""
 
-    def __init__(self, die_after: int | None = None) -> None:
-        self.fake = FakeVllm()
+    def __init__(self, die_after: int | None = None, waiting=None, queue_time=None) -> None:
+        self.fake = FakeVllm(waiting, queue_time)
         self.served = 0
         outer = self
 
@@ -166,6 +168,23 @@ def test_scraped_growing_queue_is_an_sch003_finding(server, tmp_path):
     assert sch003.values["sen_slope_per_s"] > 0
     (sch004,) = [c for c in report.checks if c.rule == "SCH004"]
     assert sch004.status == "finding" and sch004.values["preemptions_metric_total"] == sum(range(8))
+
+
+def test_one_stuck_request_is_not_queue_growth(tmp_path):
+    """Waiting 0 → 1 beside a running batch of 8-10 is significant for a trend test (Mann-Kendall p < 0.05) but
+    not arrivals outpacing completions: growth must also exceed max(2, 10 % of the running batch)."""
+    stuck = Server(waiting=lambda n: 0 if n < 3 else 1, queue_time=lambda n: 0.05)
+    try:
+        out = tmp_path / "metrics.prom"
+        res = scrape_to_file(stuck.url, out, interval_s=0.05, duration_s=0.4)
+        assert res.scrapes == 8
+    finally:
+        stuck.stop()
+    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch003_queue_growth"])
+    (sch003,) = [c for c in report.checks if c.rule == "SCH003"]
+    assert sch003.status == "pass" and "rose only 0 → 1" in sch003.title, sch003.to_dict()
+    assert sch003.values["p_increase"] < 0.05 and sch003.values["rise_threshold"] == 2.0
+    assert 0 < sch003.values["sen_rise"] <= 2.0
 
 
 def test_server_dying_mid_scrape_loses_no_sample_already_taken(tmp_path):

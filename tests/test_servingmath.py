@@ -1,4 +1,4 @@
-"""The serving math against the RULEBOOK's and the seed articles' worked examples (SCH002-SCH010)."""
+"""The serving math against the worked examples docs/method.md quotes (step 6, SCH002-SCH010)."""
 
 from __future__ import annotations
 
@@ -11,33 +11,23 @@ from tracediag.model.servingmath import (
     RequestOutcome,
     attainment_bounds,
     conditional_acceptance,
-    expected_tokens_constant,
     expected_tokens_per_round,
     joint_attainment,
-    joint_from_conditional,
     kv_bytes_per_token,
-    kv_token_capacity,
     littles_law_l,
     mann_kendall,
-    marginal_cost_per_token,
     meets_slo,
     metric_bounds_from_percentiles,
     mk_statistic,
     nearest_rank,
     paged_tail_waste_bound,
-    prefill_cost,
-    prefix_cache_ratios,
-    reusable_prefix,
-    spec_pays_off,
-    spec_time_per_token,
-    theil_sen,
     tpot_s,
 )
 
 GIB = 1024**3
 
 
-# ------------------------------------------------------------ percentiles (continuous-batching article)
+# ------------------------------------------------------------ percentiles (SCH002)
 
 
 def test_mean_itl_hides_the_stall_and_nearest_rank_p99_too():
@@ -56,62 +46,13 @@ def test_nearest_rank_definition():
         nearest_rank([1], 101)
 
 
-# ------------------------------------------------------------ prefix cache article
-
-
-def test_prefix_cache_worked_example_90_154_0344():
-    requests = [(128, 16)] * 90 + [(8192, 0)] * 10
-    r = prefix_cache_ratios(requests)  # a = 1, b = 1/1024 as in the article
-    assert f"{r.request_hit_rate * 100:.2f}" == "90.00"
-    assert f"{r.token_reuse_rate * 100:.2f}" == "1.54"
-    assert f"{r.compute_saved * 100:.3f}" == "0.344"
-    assert sum(n for n, _ in requests) == 93_440 and sum(h for _, h in requests) == 1_440
-
-
-def test_remaining_prefill_work_is_c_n_minus_c_h_not_c_of_suffix():
-    n, h = 8192, 4096
-    m = n - h
-    remaining = m + (m * h + m * (m + 1) / 2) / 1024  # the suffix still attends to the cached prefix
-    assert remaining == pytest.approx(prefill_cost(n) - prefill_cost(h)) == pytest.approx(28674.0)
-    assert prefill_cost(m) == pytest.approx(12290.0)
-    assert prefill_cost(m) < remaining
-
-
-def test_only_full_blocks_are_reused():
-    assert reusable_prefix(1000, 16) == 992
-    assert reusable_prefix(15, 16) == 0
-    assert reusable_prefix(1000, None) == 1000
-    r = prefix_cache_ratios([(1000, 1000)], block_size=16)
-    assert r.token_reuse_rate == pytest.approx(0.992)
-
-
-# ------------------------------------------------------------ speculative decoding article
+# ------------------------------------------------------------ speculative decoding (SCH007)
 
 
 def test_expected_tokens_per_round_k4_alpha08_is_3_3616():
-    assert expected_tokens_constant(0.8, 4) == pytest.approx(3.3616)
-    assert expected_tokens_per_round(joint_from_conditional([0.8] * 4)) == pytest.approx(3.3616)
+    # constant conditional acceptance α = 0.8 over k = 4 drafts: P(first i accepted) = α^i, E = 1 + α + … + α^4
+    assert expected_tokens_per_round([0.8**i for i in range(1, 5)]) == pytest.approx(3.3616)
     assert pytest.approx(3.3616) != 1 + 4 * 0.8  # not 1 + k·α
-
-
-def test_alpha03_gives_1_43_tokens_and_is_slower_than_plain_decode():
-    e = expected_tokens_constant(0.3, 4)
-    assert f"{e:.2f}" == "1.43"
-    t_round, t_base = 20.0, 10.0  # ms: draft 4 + verify 14 + overhead 2; plain decode 10 ms/token
-    assert spec_time_per_token(t_round, e) == pytest.approx(20 / 1.4251)
-    assert not spec_pays_off(t_round, t_base, e)
-    e8 = expected_tokens_constant(0.8, 4)
-    assert spec_time_per_token(t_round, e8) == pytest.approx(5.95, abs=0.005)
-    assert t_base / spec_time_per_token(t_round, e8) == pytest.approx(1.68, abs=0.005)
-    assert spec_pays_off(t_round, t_base, e8)
-
-
-def test_marginal_position_yield_and_cost():
-    joint5 = joint_from_conditional([0.8] * 5)
-    assert joint5[-1] == pytest.approx(0.8**5)  # going from k=4 to k=5 adds only P(A1…A5) ≈ 0.328 tokens
-    assert expected_tokens_constant(0.8, 5) - expected_tokens_constant(0.8, 4) == pytest.approx(0.32768)
-    assert marginal_cost_per_token(2.0, joint5[-1]) == pytest.approx(6.1, abs=0.01)
-    assert marginal_cost_per_token(2.0, 0.0) == math.inf
 
 
 def test_conditional_from_vllm_per_position_rates():
@@ -123,13 +64,12 @@ def test_conditional_from_vllm_per_position_rates():
     assert conditional_acceptance([0.0, 0.0]) == [0.0, None]
 
 
-# ------------------------------------------------------------ KV cache article
+# ------------------------------------------------------------ KV cache (SCH004, SCH005)
 
 
 def test_kv_bytes_per_token_128_kib_and_capacity_458752():
     per_token = kv_bytes_per_token(L=32, H_kv=8, D=128, b=2)
     assert per_token == 131_072 == 128 * 1024
-    assert kv_token_capacity(80 * GIB, 14 * GIB, 6 * GIB, 4 * GIB, per_token) == 458_752
     assert 8192 * per_token == GIB  # one 8,192-token sequence = 1 GiB
 
 
@@ -144,7 +84,7 @@ def test_paged_tail_waste():
     assert paged_tail_waste_bound(3, 16) >= 13 + 15 + 0
 
 
-# ------------------------------------------------------------ SLO attainment and goodput (capacity article)
+# ------------------------------------------------------------ SLO attainment and goodput (SCH010)
 
 
 def test_tpot_undefined_for_one_token_outputs():
@@ -175,7 +115,8 @@ def test_joint_attainment_is_not_the_separate_p99s():
     assert joint_attainment(reqs, slo).attainment == pytest.approx(0.98)
 
 
-def test_seed_goodput_example_a_vs_b():
+def test_goodput_example_a_vs_b():
+    # two runs of 100 s: 600 of 1,000 requests within a 1 s TTFT budget against 810 of 900
     a = joint_attainment(
         [RequestOutcome(True, 0.1, 1, 2)] * 600 + [RequestOutcome(True, 9, 10, 2)] * 400, {"ttft": 1000}, duration_s=100
     )
@@ -261,10 +202,62 @@ def test_trend_test_scales():
     assert t.sen_method.startswith("median of") and t.sen_slope == pytest.approx(0.001, rel=0.05)
 
 
-def test_theil_sen_exact_below_the_pair_budget_and_sampled_above():
-    slope, method = theil_sen([0, 1, 2, 3, 4], [0, 1, 2, 3, 100])  # one outlier does not move the median slope
-    assert method == "all pairs" and slope == pytest.approx(1.0)
-    xs = list(range(2000))
-    slope, method = theil_sen(xs, [2 * x for x in xs])
-    assert method.startswith("median of") and "random pairs of 1,999,000" in method
-    assert slope == pytest.approx(2.0)
+# ------------------------------------------------------------ same-second samples, growth size, histograms, fleets
+
+
+def test_spread_ties_orders_samples_of_one_printed_second_by_position():
+    from tracediag.model.servingmath import spread_ties
+
+    assert spread_ties([0, 0, 0, 1, 1, 2]) == [0.0, 1 / 3, 2 / 3, 1.0, 1.5, 2.0]
+    assert spread_ties([5.0, 7.0]) == [5.0, 7.0]  # distinct stamps are left alone
+    out = spread_ties([0.0, float("nan"), float("nan")])
+    assert out[0] == 0.0 and all(math.isnan(x) for x in out[1:])
+    # the queue of SGLang #25960, seven lines in one second: a trend with a slope, not "all at one time"
+    t = mann_kendall(spread_ties([0] * 7), [28, 51, 51, 50, 73, 96, 119])
+    assert t.increasing and t.sen_slope > 0
+
+
+def test_queue_rise_threshold_is_relative_to_the_running_batch():
+    from tracediag.model.servingmath import queue_rise_threshold
+
+    assert queue_rise_threshold(None) == 2.0 and queue_rise_threshold(8) == 2.0  # one stuck request is not growth
+    assert queue_rise_threshold(256) == pytest.approx(25.6)
+
+
+def test_histogram_quantile_as_prometheus_with_bucket_bounds():
+    from tracediag.model.servingmath import histogram_quantile
+
+    inf = float("inf")
+    # production-stack #318's queue-time buckets: 291 of 293 requests ≤ 0.3 s
+    b = [(0.3, 291), (0.5, 292), (2.5, 293), (5.0, 293), (inf, 293)]
+    med = histogram_quantile(b, 0.5)
+    assert (med.low, med.high) == (0.0, 0.3) and med.estimate == pytest.approx(0.3 * 146.5 / 291)
+    p999 = histogram_quantile(b, 0.999)
+    assert (p999.low, p999.high) == (0.5, 2.5)
+    assert p999.estimate == pytest.approx(0.5 + 2.0 * (0.999 * 293 - 292) / 1)
+    top = histogram_quantile([(1.0, 0), (inf, 3)], 0.5)  # in the +Inf bucket: the highest finite edge, unbounded
+    assert (top.estimate, top.low, top.high) == (1.0, 1.0, inf)
+    assert histogram_quantile([(1.0, 0), (inf, 0)], 0.5) is None
+    with pytest.raises(ValueError):
+        histogram_quantile(b, 1.5)
+
+
+def test_capacity_lost_against_the_fastest_engine():
+    from tracediag.model.servingmath import capacity_lost
+
+    assert capacity_lost([100, 100]) == 0.0
+    assert capacity_lost([100, 40]) == pytest.approx(0.3)  # 1 − 140 / 200
+    assert capacity_lost([141.75, 35.42, 35.42, 141.74, 35.44, 35.44, 140.76]) == pytest.approx(0.4296, abs=1e-4)
+    assert capacity_lost([5.0]) == 0.0
+
+
+def test_acceptance_drift_needs_significance_and_size():
+    from tracediag.model.servingmath import acceptance_drift
+
+    t = list(range(0, 100, 10))
+    decay = acceptance_drift(t, [0.82, 0.80, 0.79, 0.76, 0.74, 0.71, 0.69, 0.66, 0.64, 0.61])
+    assert decay.decaying and decay.trend.p_decrease < 0.05 and decay.drop == pytest.approx(0.21, abs=0.01)
+    wobble = acceptance_drift(t, [0.80, 0.79, 0.80, 0.79, 0.80, 0.79, 0.80, 0.79, 0.80, 0.79])
+    assert not wobble.decaying
+    tiny = acceptance_drift(t, [0.800, 0.799, 0.798, 0.797, 0.796, 0.795, 0.794, 0.793, 0.792, 0.791])
+    assert tiny.trend.decreasing and not tiny.decaying  # significant, but 1 % of the median is not a drift

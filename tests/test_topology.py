@@ -184,6 +184,18 @@ def test_every_field_of_the_snapshot_is_checked(tmp_path, edit, field):
     assert str(e.value).startswith(str(f)) and "\n" not in str(e.value)
 
 
-def test_the_real_nodriver_snapshot_and_its_nvml_fields_still_pass():
-    for name in ("nodriver", "h100x2_nvswitch", "l40sx4_pcie", "h100x2_nvlink_degraded"):
-        parse_topology(TOPO / f"{name}.topo.json", 0, IngestOptions())
+@pytest.mark.parametrize("name", ["nodriver", "h100x2_nvswitch", "l40sx4_pcie", "h100x2_nvlink_degraded"])
+def test_every_committed_snapshot_becomes_its_rows(name):
+    # the real driverless snapshot and the NVML-field ones: one row per GPU, GPU pair and NVLink of the JSON
+    path = TOPO / f"{name}.topo.json"
+    doc = json.loads(path.read_text())
+    parsed = parse_topology(path, 0, IngestOptions())
+    rows = {t: parsed.tables[t].to_pylist() if t in parsed.tables else [] for t in ("topo_gpus", "topo_pairs")}
+    assert [(g["gpu_index"], g["name"], g["pci_bus_id"]) for g in rows["topo_gpus"]] == [
+        (g["index"], g["name"], g["pci_bus_id"]) for g in doc["gpus"]
+    ]
+    assert [(p["gpu_a"], p["gpu_b"]) for p in rows["topo_pairs"]] == [(p["a"], p["b"]) for p in doc["pairs"]]
+    links = sum(len(g.get("nvlinks") or []) for g in doc["gpus"])
+    assert (parsed.tables["topo_nvlinks"].num_rows if "topo_nvlinks" in parsed.tables else 0) == links
+    meta = json.loads(parsed.inputs_rows[0]["meta_json"])
+    assert meta["nvml_available"] is doc["nvml"]["available"] and meta["gpus"] == len(doc["gpus"])

@@ -1,13 +1,12 @@
-"""The RULEBOOK's worked example for the TP communication account (seed, "TP article")."""
+"""docs/method.md's worked example for the TP communication account (step 3)."""
 
 from tracediag.model import tpmath
 
 
 def test_worked_example_h8192_l80_t32_bf16_p4():
-    S = tpmath.allreduce_payload_bytes(T=32, H=8192, e_a=2)
+    S = 32 * 8192 * 2  # T·H·e_a
     assert S == 524_288 == 512 * 1024
     assert tpmath.allreduce_calls_per_step(80) == 160
-    assert tpmath.step_bus_bytes(L=80, p=4, T=32, H=8192, e_a=2) == 120 * 1024**2
     # bus bytes per call: 2(p-1)/p * S
     assert tpmath.allreduce_bus_bytes(S, 4) == 786_432
     assert tpmath.allreduce_bus_bytes(S, 4) * 160 == 120 * 1024**2

@@ -1,4 +1,4 @@
-"""COL003's math: the seed's speed-up table and T* (RULEBOOK COL003), the robust α–β fit, and the rule on
+"""COL003's math: the speed-up table and T* of docs/method.md (step 3), the robust α–β fit, and the rule on
 real traces (TP=1 baseline, its rejection, the pass branch)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pytest
 from conftest import EXTERNAL, SAMPLES
 
 from tracediag.analysis import analyze
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nccl_tests import parse_nccl_tests
 from tracediag.model import tpmath
 
-# the seed's example ("TP article", 用纯 Python 核对...): all of it assumptions, not measurements
-SEED = {
+# docs/method.md's check of the break-even (step 3, COL003): all of it assumptions, not measurements
+EXAMPLE = {
     "L": 80,
     "H": 8192,
     "I": 28672,
@@ -26,63 +26,69 @@ SEED = {
 }
 
 
+def seconds_per_token_tp1(L: int, H: int, I: int, H_KV: int, flops_per_s: float) -> float:  # noqa: E741
+    """a = L·F_proj/(T·peak) from a nominal FLOP rate, as docs/method.md's check takes it (the rule never takes
+    a from a peak: it measures it); here the oracle's input."""
+    return L * tpmath.proj_flops_per_layer(1, H, I, H_KV) / flops_per_s
+
+
+def tp_speedup(T: float, p: int, *, L, H, I, H_KV, e_a, flops_per_s, alpha_s, bus_bw_bytes_per_s) -> float:  # noqa: E741
+    """The cost-model enumeration of docs/method.md's check: t_1/t_p with t_p = t_1/p + 2L·τ_AR(T·H·e_a, p)
+    (ideal 1/p compute, the rest of the step ignored): the oracle T* must agree with."""
+    t1 = L * tpmath.proj_flops_per_layer(T, H, I, H_KV) / flops_per_s
+    if p == 1:
+        return 1.0
+    tp = t1 / p + 2 * L * tpmath.allreduce_time_s(T * H * e_a, p, alpha_s, bus_bw_bytes_per_s)
+    return t1 / tp
+
+
 @pytest.mark.parametrize(
     ("T", "expected"),
     [
         (1, (0.61, 0.72, 0.79)),
         (4, (1.26, 1.81, 2.31)),
-        (8, (1.53, 2.42, 3.42)),  # seed only; the RULEBOOK quotes T = 1, 4, 32
-        (16, (1.71, 2.91, 4.51)),  # seed only
+        (8, (1.53, 2.42, 3.42)),  # docs/method.md quotes T = 1, 4, 32 only
+        (16, (1.71, 2.91, 4.51)),  # not quoted
         (32, (1.82, 3.25, 5.35)),
     ],
 )
-def test_rulebook_speedup_table(T, expected):
-    got = tuple(round(tpmath.tp_speedup(T, p, **SEED), 2) for p in (2, 4, 8))
+def test_method_speedup_table(T, expected):
+    got = tuple(round(tp_speedup(T, p, **EXAMPLE), 2) for p in (2, 4, 8))
     assert got == expected
 
 
 def test_projection_flops_and_a():
     # F_proj = 4T(H² + H·H_KV) + 6T·H·I with H_KV the K/V projection width (H_kv·D = 8·128 = 1024)
     assert tpmath.proj_flops_per_layer(1, 8192, 28672, 1024) == 1_711_276_032
-    a = tpmath.seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
+    a = seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
     assert round(a * 1e3, 3) == 1.141  # ms per token
 
 
-def test_breakeven_tokens_rulebook():
-    a = tpmath.seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
+def test_breakeven_tokens_method_example():
+    a = seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
     got = [round(tpmath.breakeven_tokens(80, 8e-6, a, p, 8192, 2, 150e9), 2) for p in (2, 4, 8)]
     assert got == [2.31, 1.54, 1.32]
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_breakeven_is_where_the_speedup_crosses_one(p):
-    a = tpmath.seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
+    a = seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
     t_star = tpmath.breakeven_tokens(80, 8e-6, a, p, 8192, 2, 150e9)
-    assert tpmath.tp_speedup(t_star, p, **SEED) == pytest.approx(1.0, rel=1e-9)
+    assert tp_speedup(t_star, p, **EXAMPLE) == pytest.approx(1.0, rel=1e-9)
 
 
 def test_non_positive_denominator_means_no_t_benefits():
-    a = tpmath.seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
+    a = seconds_per_token_tp1(80, 8192, 28672, 1024, 120e12)
     # bus bandwidth so low that 4L(p−1)/p·H·e_a/B ≥ a(1−1/p): with p = 2, B ≤ 4·80·0.5·8192·2 / (a/2)
     b_zero = 4 * 80 * 0.5 * 8192 * 2 / (a * 0.5)
     assert tpmath.breakeven_denominator(a, 2, 80, 8192, 2, b_zero) == pytest.approx(0.0, abs=1e-15)
     assert tpmath.breakeven_tokens(80, 8e-6, a, 2, 8192, 2, b_zero * 0.999) is None
     assert tpmath.breakeven_tokens(80, 8e-6, a, 2, 8192, 2, 4e9) is None
     # and the model agrees: at that bandwidth TP=2 loses at every T
-    seed = SEED | {"bus_bw_bytes_per_s": 4e9}
-    assert all(tpmath.tp_speedup(T, 2, **seed) < 1 for T in (1, 32, 1024, 65536))
+    slow = EXAMPLE | {"bus_bw_bytes_per_s": 4e9}
+    assert all(tp_speedup(T, 2, **slow) < 1 for T in (1, 32, 1024, 65536))
     # an unresolved bandwidth term counts as 0: T* = 2Lα / (a(1−1/p))
     assert tpmath.breakeven_tokens(80, 8e-6, a, 2, 8192, 2, None) == pytest.approx(2 * 80 * 8e-6 / (a / 2))
-
-
-def test_theil_sen_ignores_outliers():
-    rng = np.random.default_rng(1)
-    x = np.repeat([1e3, 1e4, 1e5, 1e6], 50)
-    y = 10e-6 + x / 100e9 + rng.normal(0, 1e-7, x.size)
-    y[::4] += 5e-3  # a quarter of the calls waited for a late rank
-    fit = tpmath.theil_sen(x, y)
-    assert fit.slope == pytest.approx(1 / 100e9, rel=0.02) and fit.intercept == pytest.approx(10e-6, rel=0.05)
-    assert tpmath.theil_sen([5, 5, 5], [1, 2, 3]) is None
 
 
 def test_alpha_beta_exact_and_latency_only():
@@ -178,7 +184,7 @@ def test_the_fixed_gemm_time_tp_divides_is_counted_before_calling_tp_slower(monk
     monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (a, "stub", True, [], c_big))
     c = _col003()
     assert c.status == "finding" and c.severity == "info" and "not decided" in c.title
-    assert c.values["T_star"] == pytest.approx(base.values["T_star"], rel=1e-3)  # the RULEBOOK's T* still shown
+    assert c.values["T_star"] == pytest.approx(base.values["T_star"], rel=1e-3)  # the per-token model's T* still shown
     assert c.values["share_slower_with_c"] <= 0.5 and c.values["c_fixed_gemm_ms_per_step"] == round(c_big * 1e3, 6)
 
 
@@ -186,13 +192,15 @@ def test_the_fixed_gemm_time_tp_divides_is_counted_before_calling_tp_slower(monk
 
 
 def test_sequence_parallel_variant_same_bus_bytes_twice_the_calls():
-    # the seed's worked example: H = 8192, L = 80, T = 32, bf16, p = 4
+    # docs/method.md's worked example: H = 8192, L = 80, T = 32, bf16, p = 4
     L, H, T, e, p = 80, 8192, 32, 2, 4
-    assert tpmath.sp_step_bus_bytes(L, p, T, H, e) == tpmath.step_bus_bytes(L, p, T, H, e) == 120 * 2**20
-    assert tpmath.sp_calls_per_step(L) == 2 * tpmath.allreduce_calls_per_step(L) == 320
-    # T* with the seed's numbers (a = 1.141 ms/token, α = 8 µs, 150 GB/s): 1.54 for all-reduces; the same
+    # 2L all-reduces of V_AR = 2(p−1)/p·S, or 2L reduce-scatters + 2L all-gathers of (p−1)/p·S each: 120 MiB a step
+    S = T * H * e
+    assert tpmath.allreduce_calls_per_step(L) * tpmath.allreduce_bus_bytes(S, p) == 120 * 2**20
+    assert 2 * L * 2 * (p - 1) / p * S == 120 * 2**20
+    # T* with docs/method.md's numbers (a = 1.141 ms/token, α = 8 µs, 150 GB/s): 1.54 for all-reduces; the same
     # denominator with twice the calls doubles it
     a, alpha, B = 1.141e-3, 8e-6, 150e9
     ar = tpmath.breakeven_tokens(L, alpha, a, p, H, e, B)
-    sp = tpmath.breakeven_tokens(L, alpha, a, p, H, e, B, calls_per_step=tpmath.sp_calls_per_step(L))
+    sp = tpmath.breakeven_tokens(L, alpha, a, p, H, e, B, calls_per_step=4 * L)
     assert round(ar, 2) == 1.54 and sp == pytest.approx(2 * ar)

@@ -177,3 +177,41 @@ def test_a_huge_string_is_kept_once():
     doc = compact_long_strings({"a": [huge, {"b": huge}], "c": "short"})
     assert doc["long_strings"] == [huge] and doc["c"] == "short"
     assert doc["a"][0] == doc["a"][1]["b"] and len(doc["a"][0]) < 300 and "long_strings[0]" in doc["a"][0]
+
+
+def test_an_undetermined_rule_makes_the_verdict_inconclusive_not_clean():
+    checks = [
+        _f("SCH006", 1.0, "info"),
+        Check("SCH010", 6, "finding", "attainment between 44 % and 95 %", severity="info", impact=0.56,
+              undetermined="rerun with per-request results"),
+        Check("SCH003", 6, "pass", "no queue"),
+    ]  # fmt: skip
+    v = verdict(checks)
+    assert v["status"] == "inconclusive" and v["rule"] == "SCH010"
+    assert v["headline"].startswith("Not decided (SCH010)") and "per-request" in v["next_check"]
+    assert v["undetermined"] == [{"rule": "SCH010", "title": "attainment between 44 % and 95 %",
+                                  "decide": "rerun with per-request results"}]  # fmt: skip
+    assert checks[1].to_dict()["undetermined"] == "rerun with per-request results"
+    # a problem still wins, and the open question stays beside it
+    v = verdict([*checks, _f("SCH004", 0.3, "warning")])
+    assert v["status"] == "problem" and v["rule"] == "SCH004" and v["undetermined"][0]["rule"] == "SCH010"
+    assert verdict([_f("SCH006", 1.0, "info")])["status"] == "no_problem"
+
+
+def test_percentile_bounds_around_the_target_are_inconclusive_on_a_real_bench_result():
+    """`vllm bench serve --save-result` at 2 req/s (tests/data/external/vllm/bench): TTFT p50 within 20 ms, p99 over
+    it — the percentiles bound joint attainment on both sides of 95 %, so the verdict is not "no problem"."""
+    from conftest import REPO
+
+    from tracediag.analysis import analyze
+    from tracediag.context import Settings
+
+    bench = REPO / "tests/data/external/vllm/bench/vllm-0.33.0_rate2_save-result.json"
+    report = analyze(
+        [], extra_inputs=[(bench, "vllm-bench")], settings=Settings(slo_ms=(("ttft", 20.0), ("tpot", 50.0)))
+    )
+    v = report.verdict
+    assert v["status"] == "inconclusive" and v["rule"] == "SCH010", v
+    assert "--save-detailed" in v["next_check"]
+    html = render_html(report)
+    assert "Verdict: not decided" in html and "v-inconclusive" in html

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from conftest import EXTERNAL, REPO
 
+from tracediag.context import Context
 from tracediag.derive import build_all, kernel_steps, windows
 from tracediag.derive.intervals import merge_intervals
 from tracediag.derive.layout import detect_layout
-from tracediag.engine import Context
 from tracediag.ingest import discover_inputs, load, parse_all
 from tracediag.rules import col004_exposed_communication as col004
 from tracediag.store import open_store

@@ -11,10 +11,11 @@ from typing import Any
 
 import duckdb
 
-from tracediag import __version__
+from tracediag.analyses.stragglers import rank_groups
+from tracediag.context import Context, Settings
 from tracediag.derive import build_all
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
-from tracediag.engine import Context, Settings, load_rules, run_rules
+from tracediag.engine import load_rules, run_rules
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
@@ -23,6 +24,7 @@ from tracediag.model import ModelConfig, load_model_config
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
 from tracediag.store import comment_columns, open_store, query_dicts
+from tracediag.version import __version__
 
 SCHEMA_ID = "tracediag/findings-v1"
 
@@ -38,6 +40,7 @@ class Report:
     sections: list[Section] = field(default_factory=list)
     layout: Layout | None = None
     ranks: dict[str, Any] | None = None  # which ranks were analysed, not deep-analysed, missing (fleet.ranks)
+    fitness: dict[str, Any] | None = None  # the profiled window's class and numbers (tracediag/derive/fitness.py)
 
     @property
     def findings(self) -> list[Check]:
@@ -47,7 +50,7 @@ class Report:
     @property
     def verdict(self) -> dict[str, Any]:
         """What most likely limits the run, its cost, the next check, and how many rules could run."""
-        return build_verdict(self.checks)
+        return build_verdict(self.checks, fitness=self.fitness)
 
     def _repr_html_(self) -> str:  # Jupyter
         from tracediag.reports.html import render_fragment
@@ -74,6 +77,7 @@ class Report:
             "tp": {"p": self.tp.p, "source": self.tp.source} if self.tp else None,
             "layout": self.layout.to_dict() if self.layout else None,
             "ranks": self.ranks,
+            "fitness": self.fitness,
             "cost_model": self.cost_model,
             "verdict": self.verdict,
             "walk": {str(k): v for k, v in WALK_STEPS.items()},
@@ -244,7 +248,6 @@ def evaluate(
     Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
     from tracediag.fleet.groups import evaluate_groups
     from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
-    from tracediag.rules.col005_rank_skew import rank_groups
 
     say = progress or (lambda stage: None)
     settings = settings or Settings()
@@ -281,6 +284,7 @@ def evaluate(
         if plan.present:
             sections.append(ranks_section(plan))
         inputs = _input_rows(con)
+        fitness = ctx.fitness()
     finally:
         copies.drop()
     return Report(
@@ -291,6 +295,7 @@ def evaluate(
         sections=sections,
         layout=layout,
         ranks=plan.to_dict(),
+        fitness=fitness,
     )
 
 

@@ -8,10 +8,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from tracediag.engine import Settings, load_rules
+from tracediag.context import Settings
+from tracediag.engine import load_rules
 from tracediag.findings import WALK_STEPS
 
 REQUIRED_SECTIONS = ("Hypothesis:", "Formula:", "Evidence:", "What to do:")
+WINDOW_NEEDS = {  # RuleMeta.requires_window, in words (tracediag/derive/fitness.py)
+    "complete": "a complete window (every event: not sampled, GPU events kept, not too short)",
+    "steady": "a steady window (complete, with steady work after start-up)",
+}
 
 
 def rules_markdown() -> str:
@@ -21,7 +26,7 @@ def rules_markdown() -> str:
         "Generated from the rule modules by `python -m tracediag.docs > docs/rules.md`; a test fails when it is",
         "stale. Why the rules are what they are — walk order, formulas, assumptions, sources — is in",
         "[method.md](method.md). Every rule returns `pass`, `finding` or `not_applicable` (with the missing input",
-        "named).",
+        'named, or why the profiled window cannot be judged: method.md, "The window before the rules").',
         "",
         "## Settings and their defaults",
         "",
@@ -54,6 +59,8 @@ def rules_markdown() -> str:
                 needs.append("model " + ", ".join(f"`{f}`" for f in meta.requires_model))
             if meta.requires_tp:
                 needs.append("the TP degree p")
+            if meta.requires_window:
+                needs.append(WINDOW_NEEDS[meta.requires_window])
             out.append(f"Module `{mod.__name__}`. Needs: {'; '.join(needs) or 'nothing'}.")
             if meta.may_be_downstream_of:
                 out.append(f"May be downstream of: {', '.join(meta.may_be_downstream_of)}.")

@@ -1,126 +1,18 @@
-"""Runs rules: checks each rule's declared inputs, then calls it; orders and links the results."""
+"""Runs rules: checks each rule's declared inputs, then calls it; orders and links the results. What the rules
+see (Context, Settings) is in tracediag.context, below them."""
 
 from __future__ import annotations
 
-import copy
 import importlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import Any
 
-import duckdb
-
-from tracediag.derive.layout import Layout, TPDegree
-from tracediag.errors import UsageError
+from tracediag.context import Context
+from tracediag.derive.fitness import unfit_reason
 from tracediag.findings import Check, RuleMeta, not_applicable, severity_follows_impact, walk_key
-from tracediag.model import ModelConfig
 from tracediag.rules import RULE_MODULES
-from tracediag.store import query_dicts, table_count
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Tolerances; later read from tracediag.toml (defaults documented in docs/rules.md)."""
-
-    collective_count_slack: int = 2  # COL001: calls beyond 2L still "≈ 2L" (embedding AR, logits AG)
-    payload_tolerance: float = 0.10  # COL002: |ratio − 1| within this is a match
-    max_evidence: int = 5  # example events per finding
-    # Facts the user supplies on the command line (None: take them from the inputs, or not applicable).
-    hbm_bandwidth_gbs: float | None = None  # GPU memory bandwidth, GB/s (--hbm-bandwidth)
-    peak_tflops: float | None = None  # dense peak of the GPU for the activation dtype, TFLOP/s (--peak-tflops)
-    slo_ms: tuple[tuple[str, float], ...] = ()  # latency budgets, e.g. (("ttft", 500.0),) ms (--slo)
-    tp1_baseline: str | None = None  # a TP=1 trace of the same model for the projection slope (--tp1-baseline)
-    # Expectations of the deployment (tracediag.toml): checked by `tracediag check`, readable by rules.
-    expected_tp: int | None = None  # tensor-parallel degree the deployment must run with
-    expected_attention_family: tuple[tuple[str, str], ...] = ()  # (phase or "any", catalog family)
-
-
-SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
-
-
-def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
-    """'ttft=500,tpot=50' -> (("ttft", 500.0), ("tpot", 50.0)); milliseconds."""
-    if not text:
-        return ()
-    out = []
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        key = key.strip().lower()
-        try:
-            ms = float(value.strip().removesuffix("ms"))
-        except ValueError:
-            ms = -1.0
-        if not sep or key not in SLO_KEYS or ms <= 0:
-            raise UsageError(f"--slo: '{part}' is not KEY=MS with KEY one of {', '.join(SLO_KEYS)} and MS > 0")
-        out.append((key, ms))
-    return tuple(out)
-
-
-MEMO_MAX_ROWS = 5000  # larger query results are not kept by Context.memoized (memory, and the copy per use)
-
-
-@dataclass
-class Context:
-    """What a rule sees: the store, the model, p, settings. Rules must not mutate it."""
-
-    con: duckdb.DuckDBPyConnection
-    model: ModelConfig | None
-    tp: TPDegree | None
-    settings: Settings = field(default_factory=Settings)
-    layout: Layout | None = None  # process groups and what they are (derive/layout.py)
-    _memo: dict[Any, Any] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-        memo = self._memo
-        if memo is None:
-            return query_dicts(self.con, sql, params)
-        key = ("rows", sql, repr(params))
-        kept = memo.get(key)
-        if kept is None:
-            fresh = query_dicts(self.con, sql, params)
-            if len(fresh) > MEMO_MAX_ROWS:
-                return fresh
-            kept = memo[key] = fresh
-        return [_copy_row(r) for r in kept]  # callers may change the rows they get
-
-    def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
-        value = self.once(("scalar", sql, repr(params)), lambda: self._scalar(sql, params))
-        return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
-
-    def _scalar(self, sql: str, params: list[Any] | None) -> Any:
-        row = self.con.execute(sql, params or []).fetchone()
-        return row[0] if row else None
-
-    @contextmanager
-    def memoized(self) -> Iterator[None]:
-        """Within: a query asked again with the same parameters gets the first answer (fresh copies of its
-        rows), and `once` computes each key once. For a stretch in which the store does not change (the
-        rules and report sections read it; the temporary tables they build are built once per content)."""
-        if self._memo is not None:
-            yield
-            return
-        self._memo = {}
-        try:
-            yield
-        finally:
-            self._memo = None
-
-    def once(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """compute(), once per key while memoized (every time otherwise); the value is shared, not copied."""
-        memo = self._memo
-        if memo is None:
-            return compute()
-        if key not in memo:
-            memo[key] = compute()
-        return memo[key]
-
-
-def _copy_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: copy.deepcopy(v) if isinstance(v, (list, dict)) else v for k, v in row.items()}
-
+from tracediag.store import table_count
 
 BUILTIN_RULES = RULE_MODULES
 
@@ -139,6 +31,7 @@ TABLE_MEANING = {
     "collectives": "collective calls",
     "gemm_shapes": "GEMM input shapes (aten::linear/mm recorded with record_shapes=True)",
     "kernels": "GPU kernels",
+    "memops": "GPU memory copies",
 }
 
 
@@ -146,6 +39,9 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     for table in meta.requires_tables:
         if not ctx.once(("table_count", table), lambda table=table: table_count(ctx.con, table)):
             return f"missing {TABLE_MEANING.get(table, table)}: none in the trace"
+    unfit = unfit_reason(ctx.fitness(), meta.requires_window)
+    if unfit:
+        return unfit
     if meta.requires_model:
         if ctx.model is None:
             fields = ", ".join(meta.requires_model)
@@ -160,8 +56,9 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
 
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
     """One Check per rule, in walk order. Findings get `downstream_of` (the findings among the rule's declared
-    `may_be_downstream_of`), and a finding whose measured impact is below 1 % is `info` whatever the rule said
-    (the rule's own severity stays in `rule_severity`). Ranking by impact and folding under causes read these
+    `may_be_downstream_of`), and a finding under the severity floor (tracediag.findings.below_floor: a share below
+    1 %, or a cost below 1 ms over the window or 10 µs per step) is `info` whatever the rule said (the rule's own
+    severity stays in `rule_severity`, the floor in `floor`). Ranking by impact and folding under causes read these
     fields (tracediag.findings.fold / verdict)."""
     mods = rules if rules is not None else load_rules()
     checks: list[Check] = []

@@ -25,12 +25,15 @@ WALK_STEPS = {
 class RuleMeta:
     """What a rule module declares at its top; the engine reads it before running the rule."""
 
-    id: str  # RULEBOOK id, e.g. "COL001"; never reused
+    id: str  # the rule id docs/rules.md lists, e.g. "COL001"; never reused
     step: int  # walk step 1-6
     title: str  # what the rule checks, in plain words
     requires_tables: tuple[str, ...] = ()  # canonical/derived tables that must have rows
     requires_model: tuple[str, ...] = ()  # ModelConfig fields the rule needs (L, H, I, h, H_kv, D)
     requires_tp: bool = False  # needs the tensor-parallel degree p
+    # what the profiled window must be (tracediag/derive/fitness.py): None (anything), "complete" (every event
+    # recorded: not sampled, not GPU-stripped, not too short) or "steady" (complete, with steady work after start-up)
+    requires_window: str | None = None
     may_be_downstream_of: tuple[str, ...] = ()  # earlier rules whose findings can explain this one
 
 
@@ -55,7 +58,11 @@ class Check:
     downstream_of: tuple[str, ...] = ()  # earlier findings that may explain this one (set by the engine)
     cost_model_applies: bool | None = None  # COL001/COL002: does the 2L / T·H·e_a accounting hold?
     impact_basis: str | None = None  # what `impact` is a share of, in words ("decode step time"), when the rule says
-    rule_severity: Severity | None = None  # the rule's own severity when the engine lowered it (impact below 1 %)
+    rule_severity: Severity | None = None  # the rule's own severity when the engine lowered it (SEVERITY_FLOOR)
+    cost_ns: int | None = None  # what the effect costs over the profiled window, ns (time-based rules)
+    cost_per_step_ns: int | None = None  # ... per step that carries it, ns
+    floor: str | None = None  # why the engine lowered the severity: the floor the finding is under, in words
+    undetermined: str | None = None  # the evidence cannot decide the hypothesis: what would (an input or a rerun)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"rule": self.rule, "step": self.step, "status": self.status, "title": self.title}
@@ -73,8 +80,9 @@ class Check:
             d["downstream_of"] = list(self.downstream_of)
         if self.cost_model_applies is not None:
             d["cost_model_applies"] = self.cost_model_applies
-        if self.rule_severity is not None:
-            d["rule_severity"] = self.rule_severity
+        for key in ("cost_ns", "cost_per_step_ns", "rule_severity", "floor", "undetermined"):
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
         return d
 
 
@@ -97,7 +105,12 @@ def passed(meta: RuleMeta, **fields: Any) -> Check:
 # Everything below reads the data of the checks (status, severity, impact, confidence, downstream_of, reason),
 # never a rule's wording, and works on Check objects and on their findings.json dicts alike.
 
+# The severity floor: a warning or error must be worth a ticket, both as a share and as an absolute cost. A finding
+# below either is `info` whatever the rule said (the rule's own severity stays in `rule_severity`, the floor it is
+# under in `floor`); said in docs/method.md ("Severity floor").
 IMPACT_FLOOR = 0.01  # a measured effect below 1 % (of step time, calls or requests) is `info`, never worse
+COST_FLOOR_NS = 1_000_000  # ... and so is one that costs less than 1 ms over the whole profiled window
+COST_FLOOR_PER_STEP_NS = 10_000  # ... or less than 10 µs per step that carries it
 
 
 def _get(c: Check | dict[str, Any], key: str, default: Any = None) -> Any:
@@ -126,11 +139,27 @@ def rank_key(c: Check | dict[str, Any]) -> tuple:
     )
 
 
+def below_floor(c: Check) -> str | None:
+    """Why a finding is not worth a ticket (its share or its absolute cost under the severity floor), else None."""
+    if c.impact is not None and c.impact < IMPACT_FLOOR:
+        return f"impact {c.impact:.2%} < {IMPACT_FLOOR:.0%}"
+    if c.cost_ns is not None and c.cost_ns < COST_FLOOR_NS:
+        return f"cost {_ns(c.cost_ns)} over the profiled window < {_ns(COST_FLOOR_NS)}"
+    if c.cost_per_step_ns is not None and c.cost_per_step_ns < COST_FLOOR_PER_STEP_NS:
+        return f"cost {_ns(c.cost_per_step_ns)} per step < {_ns(COST_FLOOR_PER_STEP_NS)}"
+    return None
+
+
+def _ns(ns: float) -> str:
+    return f"{ns / 1e6:.3g} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.3g} µs"
+
+
 def severity_follows_impact(c: Check) -> Check:
-    """A finding whose measured impact is below IMPACT_FLOOR is `info`; the rule's own severity is kept."""
-    if c.status != "finding" or c.impact is None or c.impact >= IMPACT_FLOOR or c.severity in (None, "info"):
+    """A finding under the severity floor (below_floor) is `info`; the rule's own severity and the floor are kept."""
+    if c.status != "finding" or c.severity in (None, "info"):
         return c
-    return replace(c, severity="info", rule_severity=c.severity)
+    why = below_floor(c)
+    return replace(c, severity="info", rule_severity=c.severity, floor=why) if why else c
 
 
 def fold(findings: list[Any]) -> list[tuple[Any, list[Any]]]:
@@ -281,7 +310,7 @@ def _also(problems: list[tuple[Any, list]], folded: list[tuple[Any, list]], caus
     return [_brief(c) for c in out[:limit]]
 
 
-def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
+def verdict(checks: list[Any], also_limit: int = 3, fitness: dict[str, Any] | None = None) -> dict[str, Any]:
     """What most likely limits the run, its cost and next check, what it may explain, other independent
     problems, and the coverage.
 
@@ -290,8 +319,33 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
     `largest_effect`, when its impact is far larger than the problem's (at least twice and 10 points more).
 
     `status`: "problem" (a warning or error was found), "no_problem" (only `info` findings, or none),
-    "nothing_ran" (every rule was not applicable: an empty result that is not a clean one).
+    "nothing_ran" (every rule was not applicable: an empty result that is not a clean one), "inconclusive" (no
+    problem found, and either the profiled window is unfit — `fitness`, tracediag/derive/fitness.py — and the verdict
+    says what to re-capture, or a rule that could decide one says its evidence cannot: `undetermined` lists them with
+    what would decide each).
     """
+    out = _verdict(checks, also_limit)
+    if fitness and not fitness.get("fit", True) and out["status"] != "problem":
+        return _inconclusive(out, fitness, checks, also_limit)
+    return out
+
+
+def _inconclusive(out: dict[str, Any], fitness: dict[str, Any], checks: list[Any], limit: int) -> dict[str, Any]:
+    """An unfit window without a problem: why it cannot be judged and how to re-capture, not a clean result; the
+    measured effects of the rules that could run are listed, as context."""
+    info = [c for c in ranked_findings(checks) if (_get(c, "impact") or 0.0) >= ALSO_MIN_IMPACT]
+    return {
+        "coverage": out["coverage"],
+        "coverage_text": out["coverage_text"],
+        "status": "inconclusive",
+        "headline": f"Inconclusive: this window can show neither a problem nor its absence — {fitness['why']}",
+        "window": fitness["class"],
+        "next_check": fitness.get("recapture"),
+        "also": [_brief(c) for c in info[:limit]],
+    }
+
+
+def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
     cov = coverage(checks)
     folded = fold([c for c in checks if _get(c, "status") == "finding"])
     out: dict[str, Any] = {"coverage": cov, "coverage_text": coverage_sentence(cov)}
@@ -301,6 +355,13 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
             "headline": f"No rule could run on these inputs ({cov['rules']} not applicable): this is not a clean "
             "result.",
         }
+    open_ = [
+        {"rule": _get(c, "rule"), "title": _get(c, "title"), "decide": _get(c, "undetermined")}
+        for c in checks
+        if _get(c, "undetermined")
+    ]
+    if open_:
+        out["undetermined"] = open_
     if not folded:
         return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed."}
     candidates = []  # (problem, what it may explain), in rank order
@@ -312,6 +373,11 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
     if candidates:
         cause, consequences = candidates[0]
         status, headline = "problem", _get(cause, "title")
+    elif open_:  # "no problem" needs the rules that decide it to have decided
+        cause, consequences = next(((c, k) for c, k in folded if _get(c, "undetermined")), folded[0])
+        status = "inconclusive"
+        u = open_[0]
+        headline = f"Not decided ({u['rule']}): {u['title']}"
     else:
         cause, consequences = folded[0]
         status = "no_problem"
@@ -329,6 +395,8 @@ def verdict(checks: list[Any], also_limit: int = 3) -> dict[str, Any]:
         "explains": [_get(c, "rule") for c in consequences],
         "also": _also(candidates[1:], folded, cause, also_limit),
     }
+    if status == "inconclusive":
+        out["next_check"] = f"To decide: {open_[0]['decide']}"
     if status == "problem":
         mine = _get(cause, "impact") or 0.0
         big = [c for c, _ in folded if not _is_problem(c) and (_get(c, "impact") or 0.0) >= max(2 * mine, mine + 0.1)]

@@ -12,7 +12,8 @@ from typing import Any
 
 import duckdb
 
-from tracediag.engine import Context
+from tracediag.analyses.per_rank import collectives_per_rank, steps_per_rank
+from tracediag.context import Context
 
 WHOLE_TRACE = "whole trace (no step markers)"  # steps.marker_source of the fallback step (derive/steps.sql)
 
@@ -201,13 +202,9 @@ def store_measures(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 
 def _steps_and_collectives_from_store(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[dict]]:
-    # The same rows as findings.json carries: reuse the report sections' own queries.
-    from tracediag.reports.sections import collectives as coll_section
-    from tracediag.reports.sections import steps as steps_section
-
+    # The same rows as findings.json carries (the steps and collectives sections show these tables).
     ctx = Context(con=con, model=None, tp=None)
-    s, c = steps_section.build(ctx), coll_section.build(ctx)
-    return (next(iter(s.tables.values())) if s else []), (next(iter(c.tables.values())) if c else [])
+    return steps_per_rank(ctx), collectives_per_rank(ctx)
 
 
 def run_measures(doc: dict[str, Any], db_path: Path | None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ class OpenedRun:
 
     @property
     def verdict(self) -> dict[str, Any]:
-        return self.doc.get("verdict") or build_verdict(self.doc["checks"])
+        return self.doc.get("verdict") or build_verdict(self.doc["checks"], fitness=self.doc.get("fitness"))
 
     @property
     def checks(self) -> pd.DataFrame:

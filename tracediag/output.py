@@ -20,9 +20,9 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -32,11 +32,19 @@ except ImportError:  # pragma: no cover - not POSIX: staging folders are told ap
     fcntl = None
 
 from tracediag.errors import TracediagError, UsageError
+from tracediag.files import (
+    STAGING_SUFFIX,
+    OutputGuard,
+    atomic_file,
+    is_location_fault,
+    umask,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     from tracediag.analysis import Report
 
-STAGING_SUFFIX = ".partial"
+__all__ = ["OUTPUT_NAMES", "atomic_file", "findings_json", "remove_stale", "staged_outputs", "write_atomic"]
 _STAGING_INSIDE = ".tracediag-staging-"  # staging folder inside an existing --out
 _LOCK = ".lock"
 # staging folders of tracediag versions without a lock are removed once this old (they cannot be told apart
@@ -44,21 +52,6 @@ _LOCK = ".lock"
 _UNLOCKED_STALE_S = 24 * 3600
 # files an analysis or check writes into --out (a folder in the way of one is an error before the run starts)
 OUTPUT_NAMES = ("findings.json", "report.html", "trace.duckdb", "check.json")
-# errno values that say the location cannot take the output (the user's to fix)
-_LOCATION_ERRNOS = {
-    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EISDIR, errno.ENOTDIR, errno.EEXIST,
-    errno.ENAMETOOLONG, errno.ELOOP, errno.EXDEV, errno.EFBIG, errno.EMLINK, errno.ENOENT, errno.EIO,
-    errno.ENOTEMPTY,
-}  # fmt: skip
-# what DuckDB says when it cannot write its database file (its IOException carries no errno)
-_DUCKDB_WRITE_FAULTS = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded",
-                        "File too large", "Input/output error")  # fmt: skip
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _location_error(where: Path, exc: OSError, what: str = "write the output") -> UsageError:
@@ -66,52 +59,6 @@ def _location_error(where: Path, exc: OSError, what: str = "write the output") -
     if exc.errno == errno.EISDIR and exc.filename:
         reason = f"{exc.filename} is a folder"
     return UsageError(f"--out {where}: cannot {what} there ({reason})")
-
-
-def _is_location_fault(exc: BaseException) -> bool:
-    if isinstance(exc, OSError):
-        return exc.errno in _LOCATION_ERRNOS
-    try:
-        import duckdb
-    except ImportError:  # pragma: no cover - duckdb is a dependency
-        return False
-    return isinstance(exc, duckdb.Error) and any(s in str(exc) for s in _DUCKDB_WRITE_FAULTS)
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | Path) -> Iterator[IO[bytes]]:
-    """A binary file written beside `path` and renamed onto it when the block ends without error.
-
-    A reader never sees half a file, a failure leaves nothing behind, and the file gets the mode a
-    plain `open()` would give it (0666 minus the umask; mkstemp's 0600 is not what users expect).
-    A location that cannot take the file is a UsageError naming it.
-    """
-    path = Path(path)
-    try:
-        if path.is_dir():
-            raise UsageError(f"{path} is a folder; give a file path")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=STAGING_SUFFIX, dir=path.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path} ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.errno in _LOCATION_ERRNOS:
-            raise UsageError(f"cannot write {path} ({exc.strerror or exc})") from None
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    with atomic_file(path) as f:
-        f.write(data)
 
 
 def findings_json(report: Report) -> bytes:
@@ -227,17 +174,25 @@ def remove_stale(out_dir: str | Path) -> list[Path]:
     return removed
 
 
-def _preflight(out_dir: Path) -> None:
-    """Faults of the location that can be seen before a run of minutes: say them now."""
+def _preflight(out_dir: Path, guard: OutputGuard | None, names: tuple[str, ...]) -> None:
+    """Faults of the location that can be seen before a run of minutes: say them now. With a guard: an input or a
+    file tracediag did not write where an output goes is refused (tracediag/files.py)."""
+    if guard is not None:
+        guard.check_folder(out_dir, names)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out {out_dir}: is a file, not a folder")
-    for name in OUTPUT_NAMES:
+    for name in names:
         target = out_dir / name
         if target.is_dir() and not target.is_symlink():
             raise UsageError(f"--out {out_dir}: {name} there is a folder; remove it or choose another --out")
 
 
-def staged_outputs(out_dir: Path, produce: Callable[[Path], Report]) -> Report:
+def staged_outputs(
+    out_dir: Path,
+    produce: Callable[[Path], Report],
+    guard: OutputGuard | None = None,
+    names: tuple[str, ...] = OUTPUT_NAMES,
+) -> Report:
     """Run `produce(staging_dir)` and move its files into out_dir only when it succeeds.
 
     Nothing is left behind on failure or interruption (SIGINT, SIGTERM: the staging folder is removed; after
@@ -245,7 +200,7 @@ def staged_outputs(out_dir: Path, produce: Callable[[Path], Report]) -> Report:
     so each move is an atomic rename; existing files in out_dir are replaced one by one, each atomically.
     """
     out_dir = Path(out_dir)
-    _preflight(out_dir)
+    _preflight(out_dir, guard, names)
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = _Staging(out_dir)
@@ -261,7 +216,7 @@ def staged_outputs(out_dir: Path, produce: Callable[[Path], Report]) -> Report:
         except TracediagError:
             raise
         except Exception as exc:
-            if _is_location_fault(exc):
+            if is_location_fault(exc):
                 if isinstance(exc, OSError):
                     raise _location_error(out_dir, exc) from None
                 raise UsageError(f"--out {out_dir}: cannot write trace.duckdb there ({_first_line(exc)})") from None
@@ -284,7 +239,7 @@ def _move_into_place(staging: _Staging, out_dir: Path) -> None:
             # a new --out: the whole folder appears at once
             staging.unlock()
             (staging.path / _LOCK).unlink()
-            os.chmod(staging.path, 0o777 & ~_umask())
+            os.chmod(staging.path, 0o777 & ~umask())
             try:
                 os.rename(staging.path, out_dir)
                 return

@@ -4,17 +4,69 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 import orjson
 
-from tracediag.engine import Settings
+from tracediag.context import Settings
 from tracediag.errors import InputError
 from tracediag.measures import run_measures
 
 FINDINGS_SCHEMA_PREFIX = "tracediag/findings-"
+FINDINGS_SCHEMA_VERSION = 1  # the findings.json layout this version writes and reads
+_MAX_FINDINGS_BYTES = 512 * 1024 * 1024  # a findings.json is kilobytes to a few MB; beyond this it is not ours
+
+
+# The parts of findings.json that check --baseline and diff read, with their types: a document edited by hand,
+# cut short or written by another tool is refused naming the file, before anything reads a field of it.
+class _CheckDoc(msgspec.Struct):
+    rule: str
+    status: Literal["pass", "finding", "not_applicable"]
+    step: int | None = None
+    title: str | None = None
+    reason: str | None = None
+    severity: Literal["info", "warning", "error"] | None = None
+    confidence: str | None = None
+    impact: float | None = None
+    formula: str | None = None
+    substituted: str | None = None
+    next_check: str | None = None
+    values: dict[str, Any] | None = None
+    evidence: list[dict[str, Any]] | None = None
+    table: list[dict[str, Any]] | None = None
+
+
+class _InputDoc(msgspec.Struct):
+    path: str | None = None
+    format: str | None = None
+    ranks: list[int | None] | None = None
+    device: str | None = None
+    counts: dict[str, Any] | None = None
+
+
+class _TableSection(msgspec.Struct):
+    tables: dict[str, list[dict[str, Any]]] | None = None
+
+
+class _FindingsDoc(msgspec.Struct):
+    schema: str
+    checks: list[_CheckDoc]
+    inputs: list[_InputDoc] = []
+    findings: list[dict[str, Any]] = []
+    sections: dict[str, _TableSection | None] | None = None
+    model: dict[str, Any] | None = None
+    tp: dict[str, Any] | int | None = None
+    verdict: dict[str, Any] | None = None
+    layout: dict[str, Any] | None = None
+    ranks: dict[str, Any] | None = None
+
+
+class ReadBackError(Exception):
+    """A field of a document read back had a type that no tracediag writes (raised inside the comparison)."""
 
 
 @dataclass
@@ -37,18 +89,64 @@ def is_findings_json(path: Path) -> bool:
 
 
 def read_findings(path: Path) -> dict[str, Any]:
+    """A findings.json read back (check --baseline, diff): its schema version checked, its structure validated."""
+    from tracediag.files import require_regular_file
+
+    require_regular_file(path)
     try:
+        if path.stat().st_size > _MAX_FINDINGS_BYTES:
+            raise InputError(path, f"{path.stat().st_size:,} bytes: too large for a tracediag findings.json")
         doc = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise InputError(path, f"not valid JSON ({exc})") from None
+        raise InputError(
+            path, f"not valid JSON ({exc}); cut short? rerun tracediag analyze to write it again"
+        ) from None
+    except OSError as exc:
+        raise InputError(path, f"cannot read it ({exc.strerror or exc})") from None
     schema = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(schema, str) or not schema.startswith(FINDINGS_SCHEMA_PREFIX):
         raise InputError(path, "not a tracediag findings.json (no 'schema': 'tracediag/findings-v1')")
-    if schema != "tracediag/findings-v1":
-        raise InputError(path, f"findings schema {schema} is not supported (this version reads tracediag/findings-v1)")
-    if not isinstance(doc.get("checks"), list):
-        raise InputError(path, "findings.json without a 'checks' list")
+    version = schema.removeprefix(FINDINGS_SCHEMA_PREFIX).removeprefix("v")
+    if version != str(FINDINGS_SCHEMA_VERSION):
+        newer = version.isdigit() and int(version) > FINDINGS_SCHEMA_VERSION
+        raise InputError(
+            path,
+            f"findings schema {schema} is not supported (this version reads "
+            f"tracediag/findings-v{FINDINGS_SCHEMA_VERSION}): "
+            + ("it is newer; upgrade tracediag" if newer else "rerun tracediag analyze on the run's traces"),
+        )
+    try:
+        msgspec.convert(doc, _FindingsDoc)
+    except msgspec.ValidationError as exc:
+        raise InputError(path, f"not the findings.json tracediag writes ({exc}); was it edited?") from None
     return doc
+
+
+def check_database(db: Path) -> None:
+    """A trace.duckdb read back beside its findings.json: a DuckDB database with tracediag's tables."""
+    import duckdb
+
+    from tracediag.files import require_regular_file
+
+    require_regular_file(db)
+    try:
+        with open(db, "rb") as f:
+            head = f.read(12)
+    except OSError as exc:
+        raise InputError(db, f"cannot read it ({exc.strerror or exc})") from None
+    if head[8:12] != b"DUCK":
+        raise InputError(db, "not a DuckDB database; remove it to compare findings.json alone, or rerun analyze")
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error as exc:
+        raise InputError(db, f"cannot be opened as a DuckDB database ({str(exc).splitlines()[0][:200]})") from None
+    try:
+        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    finally:
+        con.close()
+    missing = sorted({"inputs", "kernels", "steps"} - names)
+    if missing:
+        raise InputError(db, f"not a tracediag store: no {', '.join(missing)} table(s); rerun tracediag analyze")
 
 
 def load_run(
@@ -67,10 +165,10 @@ def load_run(
         raise InputError(p, "no such file or directory")
     if is_findings_json(p):
         db = p.parent / "trace.duckdb"
-        run = RunData(str(path), "findings", read_findings(p), db if db.is_file() else None)
+        run = RunData(str(path), "findings", read_findings(p), db if db.exists() else None)
     elif p.is_dir() and (p / "findings.json").is_file():
         db = p / "trace.duckdb"
-        run = RunData(str(path), "output", read_findings(p / "findings.json"), db if db.is_file() else None)
+        run = RunData(str(path), "output", read_findings(p / "findings.json"), db if db.exists() else None)
     else:
         from tracediag.analysis import analyze
         from tracediag.output import findings_json
@@ -84,5 +182,31 @@ def load_run(
         else:
             report = analyze([p], model=model, tp=tp, db_path=db, jobs=jobs, keep_python=keep_python, settings=settings)
         run = RunData(str(path), "inputs", orjson.loads(findings_json(report)), db)  # exactly what findings.json holds
-    run.measures = run_measures(run.doc, run.db_path)
+    if run.kind == "inputs":
+        run.measures = run_measures(run.doc, run.db_path)
+        return run
+    if run.db_path is not None:
+        check_database(run.db_path)
+    with read_back(run):
+        run.measures = run_measures(run.doc, run.db_path)
     return run
+
+
+@contextlib.contextmanager
+def read_back(*runs: RunData):
+    """Reading the runs' documents and stores: a type or value no tracediag writes, deep inside a table of
+    findings.json, or a table of trace.duckdb another version laid out differently, is the file's fault."""
+    import duckdb
+
+    try:
+        yield
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, duckdb.Error) as exc:
+        stored = [r for r in runs if r.kind != "inputs"]
+        if not stored or (isinstance(exc, duckdb.Error) and not any(r.db_path for r in stored)):
+            raise
+        where = " or ".join(f"{r.label}" for r in stored)
+        raise InputError(
+            where,
+            f"does not hold what tracediag writes ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+            "rerun tracediag analyze on the run's traces",
+        ) from None

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from tracediag import __version__
 from tracediag.errors import TracediagError, UsageError
+from tracediag.version import __version__
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
@@ -25,8 +25,14 @@ class Terminated(SystemExit):
     staging folder and the parser processes go with the run. Exit status 128 + 15, as the shell reports it."""
 
 
+# Set when SIGTERM arrives. A signal that lands while DuckDB runs a query interrupts the query, and DuckDB
+# replaces our exception with its own ("Query interrupted"): the flag tells that apart from a bug.
+_TERMINATED = {"signum": 0}
+
+
 def _on_sigterm(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    _TERMINATED["signum"] = signum
     raise Terminated(128 + signum)
 
 
@@ -43,7 +49,11 @@ app = typer.Typer(
 
 def _hide_type_placeholders() -> None:
     """Help shows an option's metavar (FILE, N) or nothing — never typer's `<list[Path]>`/`<bool>` labels or
-    `[x>=1]`: bounds are stated in the help text."""
+    `[1<=x<=4096]`: bounds are stated in the help text.
+
+    Why a patch of typer's classes: typer (0.29) has no public setting for these labels; the alternative, a
+    click command class of our own per command, would replace far more of typer than these four attributes.
+    tests/test_cli_polish.py fails when a typer release renames them (the labels would show again)."""
     from typer import core
 
     core.TyperOption.display_type = lambda self, ctx: self.metavar or ""  # type: ignore[method-assign]
@@ -106,7 +116,7 @@ def one_line(text: str) -> str:
 
 def use_memory_limit(text: str | None) -> None:
     """Apply --memory-limit (or the default when not given) to this run's parsers and DuckDB."""
-    from tracediag.ingest.memory import parse_size, set_memory_limit
+    from tracediag.memory import parse_size, set_memory_limit
 
     try:
         set_memory_limit(parse_size(text) if text else None)
@@ -128,6 +138,12 @@ def _guard(fn, debug: bool):
         typer.echo("tracediag: error: out of memory while analysing; pass fewer rank files at once", err=True)
         raise typer.Exit(EXIT_USAGE) from None
     except Exception as exc:  # a bug in tracediag, not in the input: say so in one line
+        if _TERMINATED["signum"]:  # DuckDB's "Query interrupted" after our SIGTERM: the signal, not a bug
+            typer.echo("tracediag: terminated; no output written", err=True)
+            raise Terminated(128 + _TERMINATED["signum"]) from None
+        if _interrupted_query(exc):
+            typer.echo("tracediag: interrupted; no output written", err=True)
+            raise typer.Exit(130) from None
         if debug:
             raise
         typer.echo(
@@ -144,6 +160,11 @@ def _guard(fn, debug: bool):
         raise
 
 
+def _interrupted_query(exc: BaseException) -> bool:
+    """DuckDB turns a Ctrl-C that lands inside a query into its own exception."""
+    return type(exc).__name__ == "InterruptException" or str(exc).startswith("Query interrupted")
+
+
 def _register_commands() -> None:
     import importlib
 
@@ -156,11 +177,28 @@ def _register_commands() -> None:
 _register_commands()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The console script. Usage errors (a bad option value, a missing argument) are one line on stderr, as
+    input errors are, not the parser's usage block: `tracediag: error: ... (see tracediag analyze --help)`."""
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _on_sigterm)
+    command = typer.main.get_command(app)
     try:
-        app()
+        code = command.main(args=argv, prog_name="tracediag", standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("tracediag: interrupted; no output written", file=sys.stderr)
+        sys.exit(130)
+    except typer.TyperException as exc:  # the parser's errors: a bad value, an unknown option, a missing argument
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `tracediag` alone: the help, as before
+            exc.show()
+            sys.exit(EXIT_USAGE)
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        print(f"tracediag: error: {one_line(exc.format_message())}{where}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     except MemoryError:
         print("tracediag: error: out of memory while analysing; pass fewer rank files at once", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -22,9 +22,10 @@ def analyze(
     ranks: opt.Ranks = None,
     scheduler: opt.Scheduler = None,
     out: Annotated[
-        Path,
+        str,
         typer.Option("--out", "-o", metavar="DIR", help="Output folder for report.html, findings.json, trace.duckdb."),
-    ] = Path("tracediag-out"),
+    ] = "tracediag-out",
+    force: opt.Force = False,
     keep_python: opt.KeepPython = False,
     jobs: opt.Jobs = None,
     memory_limit: opt.MemoryLimit = None,
@@ -35,11 +36,15 @@ def analyze(
     topology: opt.Topology = None,
     hbm_bandwidth: Annotated[
         float | None,
-        typer.Option("--hbm-bandwidth", min=0.001, metavar="GB/S", help="GPU memory bandwidth, GB/s (> 0)."),
+        typer.Option(
+            "--hbm-bandwidth", min=0.001, max=100_000, metavar="GB/S", help="GPU memory bandwidth, GB/s (> 0, ≤ 1e5)."
+        ),
     ] = None,
     peak_tflops: Annotated[
         float | None,
-        typer.Option("--peak-tflops", min=0.001, metavar="TF/S", help="GPU dense peak, TFLOP/s (> 0)."),
+        typer.Option(
+            "--peak-tflops", min=0.001, max=100_000, metavar="TF/S", help="GPU dense peak, TFLOP/s (> 0, ≤ 100000)."
+        ),
     ] = None,
     slo: Annotated[
         str | None,
@@ -63,7 +68,8 @@ def analyze(
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
     from tracediag.cli.progress import progress
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
+    from tracediag.files import OutputGuard
     from tracediag.output import staged_outputs
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
@@ -90,10 +96,15 @@ def analyze(
             scheduler=scheduler,
         )
 
+    out_dir = Path(out)
+
     def run():
+        nonlocal out_dir
+        out_dir = opt.output_path(out, "--out")
         use_memory_limit(memory_limit)
+        guard = OutputGuard.of(inputs, model, tp1_baseline, store, [p for p, _ in extra], force=force)
         with progress(enabled=not quiet) as say:
-            report = staged_outputs(out, lambda staging: produce(staging, say))
+            report = staged_outputs(out_dir, lambda staging: produce(staging, say), guard=guard)
             say("writing report.html and findings.json")
             return report
 
@@ -101,4 +112,4 @@ def analyze(
     if not quiet:
         from tracediag.reports.terminal import print_summary  # rich: only for the summary
 
-        print_summary(report, out)
+        print_summary(report, out_dir)

@@ -29,9 +29,9 @@ def capture(
         ),
     ] = None,
     interval: Annotated[str, typer.Option("--interval", metavar="TIME", help="Time between /metrics scrapes.")] = "1s",
-    out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="DIR", help="Incident folder to create (must be new or empty).")
-    ] = Path("tracediag-capture"),
+    out_text: Annotated[
+        str, typer.Option("--out", "-o", metavar="DIR", help="Incident folder to create (must be new or empty).")
+    ] = "tracediag-capture",
     profile_dir: Annotated[
         Path | None,
         typer.Option(
@@ -58,9 +58,9 @@ def capture(
     """
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard
-    from tracediag.engine import Settings, parse_slo
+    from tracediag.context import Settings, parse_slo
+    from tracediag.ingest.capture_folder import capture_inputs
     from tracediag.live.capture import capture as run_capture
-    from tracediag.live.capture import capture_inputs
     from tracediag.live.scrape import parse_duration
     from tracediag.output import staged_outputs
     from tracediag.reports.terminal import print_summary
@@ -69,7 +69,11 @@ def capture(
         if not quiet:
             typer.echo(msg, err=True)
 
+    out = Path(out_text)
+
     def run():
+        nonlocal out
+        out = opt.output_path(out_text, "--out")
         duration_s = parse_duration(duration, "--duration")
         res = run_capture(
             url,

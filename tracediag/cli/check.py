@@ -1,5 +1,6 @@
 """`tracediag check`: the rules in CI. Exit 0 when nothing at or above --fail-on is new, 1 when something
-is, 2 on usage or input errors (one line on stderr), 3 on an internal error."""
+is, 2 on usage or input errors (one line on stderr), 3 on an internal error, 4 when the check is inconclusive
+(nothing failed, but a required rule could not run or the run cannot be diagnosed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import typer
 
 from tracediag.cli import options as opt
 
-EXIT_FAILED = 1
 _MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
 
 
@@ -44,10 +44,10 @@ def check(
         ),
     ] = None,
     junit: Annotated[
-        Path | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
+        str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
     ] = None,
     annotated_trace: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--annotated-trace",
             metavar="FILE",
@@ -65,8 +65,8 @@ def check(
         typer.Option(
             "--require",
             metavar="GLOBS",
-            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) fails the "
-            "check (config: require).",
+            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
+            "check inconclusive, exit 4 (config: require).",
         ),
     ] = None,
     config: Annotated[
@@ -78,7 +78,7 @@ def check(
         ),
     ] = None,
     out: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--out",
             "-o",
@@ -86,6 +86,7 @@ def check(
             help="Also write report.html, findings.json, trace.duckdb and check.json here.",
         ),
     ] = None,
+    force: opt.Force = False,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
@@ -98,6 +99,10 @@ def check(
     debug: opt.Debug = False,
 ) -> None:
     """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline).
+
+    Exit status: 0 passed; 1 failed (something new at or above --fail-on); 2 usage or input error; 3 internal
+    error; 4 inconclusive (nothing failed, but a --require rule could not run, or no selected rule could run
+    or the trace is unfit for diagnosis).
 
     \b
     Examples:
@@ -112,7 +117,14 @@ def check(
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
+    paths = {}
+
     def run():
+        paths.update(
+            junit=opt.output_path(junit, "--junit"),
+            annotated_trace=opt.output_path(annotated_trace, "--annotated-trace"),
+            out=opt.output_path(out, "--out"),
+        )
         use_memory_limit(memory_limit)
         with progress(enabled=not quiet) as say:
             return run_check(
@@ -121,12 +133,11 @@ def check(
                 tp=tp,
                 fail_on=fail_on,
                 baseline=baseline,
-                junit=junit,
-                annotated_trace=annotated_trace,
                 rules=rules,
                 require=require,
                 config=config,
-                out=out,
+                force=force,
+                **paths,
                 extra_inputs=extra,
                 store=store,
                 keep_python=keep_python,
@@ -139,8 +150,8 @@ def check(
     result, warnings = _guard(run, debug)
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
-    print_result(result, quiet=quiet, junit=junit, annotated_trace=annotated_trace, out=out)
-    raise typer.Exit(0 if result.passed else EXIT_FAILED)
+    print_result(result, quiet=quiet, **paths)
+    raise typer.Exit(result.exit_code)
 
 
 def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None) -> None:
@@ -170,7 +181,7 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
-        v = verdict(result.doc["checks"])
+        v = verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
         tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
         print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
         print(f"Coverage: {coverage_sentence(cov)}", file=file)
@@ -188,10 +199,12 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         print(f"PASSED: nothing new at or above {result.fail_on} — {ran}{tail}", file=file)
     else:
         parts = []
-        found = [o for o in c["fail"] if not o.required]
+        found = c["fail"]
         if found:
             parts.append(f"{len(found)} new at or above {result.fail_on}: {', '.join(o.id for o in found)}")
         blocked = result.not_run_required
         if blocked:
             parts.append(f"{len(blocked)} required rule(s) could not run: {', '.join(o.id for o in blocked)}")
-        print(f"FAILED: {'; '.join(parts)} — {ran}", file=file)
+        if result.undiagnosable:
+            parts.append(f"the run cannot be diagnosed: {clip(result.undiagnosable)}")
+        print(f"{result.outcome.upper()}: {'; '.join(parts)} — {ran}", file=file)

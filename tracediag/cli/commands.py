@@ -8,4 +8,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "tracediag.cli.env",
     "tracediag.cli.scrape",
     "tracediag.cli.capture",
+    "tracediag.cli.mcp",
 )

@@ -38,11 +38,22 @@ def diff(
     ] = None,
     tp: Annotated[
         int | None,
-        typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree (≥ 1) for sides given as traces."),
+        typer.Option(
+            "--tp", min=1, max=4096, metavar="N", help="Tensor-parallel degree (1 to 4096) for sides given as traces."
+        ),
     ] = None,
     out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
-    ] = Path("tracediag-diff"),
+        str, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
+    ] = "tracediag-diff",
+    force: opt.Force = False,
+    force_compare: Annotated[
+        bool,
+        typer.Option(
+            "--force-compare",
+            help="Report the changes even when the runs are not comparable (another model, layout, GPU, step "
+            "shape or load); the verdict still says why they are not.",
+        ),
+    ] = False,
     keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
     jobs: opt.Jobs = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
@@ -50,16 +61,25 @@ def diff(
 ) -> None:
     """Compare two runs: step time, kernel-family time, collectives, payloads, dispatch, findings.
 
+    First it fingerprints both runs (model, TP/EP/DP layout, GPU, engine, step shapes, serving load, trace
+    fitness) and says which differ; runs that differ in the work itself are "not comparable" and no change
+    is reported unless --force-compare is given.
+
     \b
     Examples:
       tracediag diff last-good/ incident-123/
       tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
+      tracediag diff tp2-run/ tp4-run/ --force-compare
     """
     from tracediag.cli import _guard
     from tracediag.cli.progress import progress
-    from tracediag.diff import run_diff
+    from tracediag.diff import DIFF_OUTPUT_NAMES, run_diff
+    from tracediag.files import OutputGuard
 
     def run():
+        out_dir = opt.output_path(out, "--out")
+        guard = OutputGuard.of(before, after, model, before_model, after_model, force=force)
+        guard.check_folder(out_dir, DIFF_OUTPUT_NAMES)
         with progress(enabled=not quiet) as say:
             say(f"reading {before} and {after}, analysing the sides given as traces, comparing")
             return run_diff(
@@ -68,14 +88,21 @@ def diff(
                 before_model=before_model or model,
                 after_model=after_model or model,
                 tp=tp,
-                out=out,
+                out=out_dir,
                 keep_python=keep_python,
                 jobs=jobs,
+                force_compare=force_compare,
             )
 
     d = _guard(run, debug)
     if not quiet:  # typer.echo never wraps: one line per headline in CI logs
         typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
-        for line in d["headlines"] or ["no change beyond the thresholds (see the tables)"]:
+        comp = d["comparability"]
+        typer.echo(f"  {comp['verdict']}")
+        if not comp["comparable"] and not comp["forced"]:
+            lines = ["no change is reported (pass --force-compare to compare anyway)"]
+        else:
+            lines = d["headlines"] or ["no change beyond the thresholds (see the tables)"]
+        for line in lines:
             typer.echo(f"  {line}")
         typer.echo(f"report: {out}/diff.html  data: {out}/diff.json")

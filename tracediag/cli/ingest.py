@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,14 +16,14 @@ def register(app: typer.Typer) -> None:
 def ingest(
     inputs: opt.Inputs = None,
     store: Annotated[
-        Path,
+        str,
         typer.Option(
             "--store",
             metavar="DIR",
             help="Folder of the Parquet store (created or replaced; on a file system "
             "every worker can reach when --scheduler is given).",
         ),
-    ] = Path("tracediag-store"),
+    ] = "tracediag-store",
     scheduler: Annotated[
         str | None,
         typer.Option(
@@ -61,6 +60,8 @@ def ingest(
       tracediag ingest /shared/run42/rank*.json.gz --store /shared/run42.store --scheduler tcp://10.0.0.5:8786
     """
     from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
+    from tracediag.errors import UsageError
+    from tracediag.files import OutputGuard, fault_reason, is_location_fault
     from tracediag.fleet import ingest_store
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
@@ -70,17 +71,27 @@ def ingest(
             typer.echo(f"tracediag ingest: {msg}", err=True)
 
     def run():
+        store_dir = opt.output_path(store, "--store")
+        guard = OutputGuard.of(inputs, [p for p, _ in extra])
+        if guard.is_input(store_dir):
+            raise UsageError(f"--store {store_dir}: is one of the inputs; give another folder for the store")
+        guard.check_link(store_dir, "--store")
         use_memory_limit(memory_limit)
-        return ingest_store(
-            inputs or [],
-            store,
-            extra_inputs=extra,
-            keep_python=keep_python,
-            jobs=jobs,
-            scheduler=scheduler,
-            progress=say,
-            keep_going=keep_going,
-        )
+        try:
+            return ingest_store(
+                inputs or [],
+                store_dir,
+                extra_inputs=extra,
+                keep_python=keep_python,
+                jobs=jobs,
+                scheduler=scheduler,
+                progress=say,
+                keep_going=keep_going,
+            )
+        except Exception as exc:  # a read-only or full file system, a path that cannot be created: the user's to fix
+            if is_location_fault(exc):
+                raise UsageError(f"--store {store_dir}: cannot write the store there ({fault_reason(exc)})") from None
+            raise
 
     result = _guard(run, debug)
     if not quiet:

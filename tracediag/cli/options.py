@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from tracediag.errors import UsageError
+
 Inputs = Annotated[
     list[Path] | None,
     typer.Argument(
@@ -24,7 +26,9 @@ Model = Annotated[
 ]
 Tp = Annotated[
     int | None,
-    typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree (≥ 1); overrides what the trace says."),
+    typer.Option(
+        "--tp", min=1, max=4096, metavar="N", help="Tensor-parallel degree (1 to 4096); overrides what the trace says."
+    ),
 ]
 Jobs = Annotated[
     int | None,
@@ -32,6 +36,7 @@ Jobs = Annotated[
         "--jobs",
         "-j",
         min=1,
+        max=1024,
         metavar="N",
         help="Parallel parser processes (default: one per rank file, up to the cores).",
     ),
@@ -83,3 +88,20 @@ Scheduler = Annotated[
         "(tcp://HOST:8786) instead of local processes.",
     ),
 ]
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace existing files at the output paths that tracediag did not write (an input is never replaced).",
+    ),
+]
+
+
+def output_path(text: str | None, option: str) -> Path | None:
+    """An output path option as typed: an empty one (`-o ""`, an unset shell variable) is an error, not the current
+    folder."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(f"{option}: empty path; give a file or folder name")
+    return Path(text)

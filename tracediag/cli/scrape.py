@@ -26,9 +26,15 @@ def register(app: typer.Typer) -> None:
         duration: Annotated[
             str, typer.Option("--duration", metavar="TIME", help="How long to scrape: 30s, 5m, 1h…")
         ] = "5m",
-        out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="Output file (overwritten).")] = Path(
-            "metrics.prom"
-        ),
+        out_text: Annotated[
+            str,
+            typer.Option(
+                "--out", "-o", metavar="FILE", help="Output file (replaced when tracediag wrote it; else --force)."
+            ),
+        ] = "metrics.prom",
+        force: Annotated[
+            bool, typer.Option("--force", help="Replace an existing output file that tracediag did not write.")
+        ] = False,
         timeout: Annotated[str, typer.Option("--timeout", metavar="TIME", help="HTTP timeout per scrape.")] = "5s",
         max_failures: Annotated[
             int,
@@ -44,9 +50,14 @@ def register(app: typer.Typer) -> None:
         Example:
           tracediag scrape http://127.0.0.1:8000/metrics --interval 1s --duration 5m -o metrics.prom
         """
+        from tracediag.files import OutputGuard
         from tracediag.live.scrape import metrics_url, parse_duration, scrape_to_file  # http, ssl: not for analyze
 
         try:
+            out = Path(out_text)
+            if not out_text.strip():
+                raise UsageError("--out: empty path; give a file name")
+            OutputGuard(force=force).check_file(out, "--out")
             target = metrics_url(url)
             interval_s = parse_duration(interval, "--interval")
             duration_s = parse_duration(duration, "--duration")

@@ -22,7 +22,12 @@ CORE: tuple[str, ...] = (
 )
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
-POST_DERIVATIONS: tuple[str, ...] = ("tracediag.derive.windows", "tracediag.derive.kernel_steps", "sdpa_ops.sql")
+POST_DERIVATIONS: tuple[str, ...] = (
+    "tracediag.derive.windows",
+    "tracediag.derive.fitness",
+    "tracediag.derive.kernel_steps",
+    "sdpa_ops.sql",
+)
 # Derivations that sort a whole canonical table (every CPU op of a CPU-only trace), each in a transaction of its
 # own after the others are committed: a file store has written the derived tables out by then, so the sort does
 # not share the memory budget with them (a 4 GB rank: 1.66 GiB peak inside the one transaction).

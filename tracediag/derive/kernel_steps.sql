@@ -70,7 +70,8 @@ GROUP BY ALL;
 -- Per step: time basis, GPU busy/idle, launch facts and time per class.
 -- GPU time of a step is its window (steps.win_ts_ns .. win_end_ns, clipped so that windows never
 -- overlap: windows.py); busy = union of all GPU activity inside it; host-blocking stalls inside the
--- window are measured once (host_stalls) and kept out of step_ns, the time phase statistics use.
+-- window are measured once (host_stalls) and kept out of step_ns, the time phase statistics use, as is the idle
+-- time that start-up work and the profiler's stop hold (windows.py: segments).
 CREATE OR REPLACE TABLE step_activity AS
 WITH g AS (
     SELECT rank, step_id, ts_ns, dur_ns, klass, api FROM _gpu_placed WHERE step_id IS NOT NULL
@@ -129,9 +130,10 @@ SELECT s.rank,                                                      -- global ra
        s.win_end_ns - s.win_ts_ns AS gpu_span_ns,                   -- GPU window (clipped: windows never overlap), ns
        s.win_busy_ns AS gpu_busy_ns,                                -- union of GPU activity in the window, ns
        CASE WHEN s.win_ts_ns IS NOT NULL
-            THEN s.win_end_ns - s.win_ts_ns - s.win_busy_ns - coalesce(s.stall_ns, 0) END
-           AS gpu_idle_ns,                                          -- GPU idle in the window outside stalls, ns
+            THEN s.win_end_ns - s.win_ts_ns - s.win_busy_ns - coalesce(s.stall_ns, 0) - coalesce(s.startup_idle_ns, 0) END
+           AS gpu_idle_ns,                                          -- GPU idle in the window outside stalls and start-up, ns
        coalesce(s.stall_ns, 0) AS stall_ns,                         -- GPU idle in the window during host-blocking stalls, ns
+       coalesce(s.startup_idle_ns, 0) AS startup_idle_ns,           -- GPU idle in the window held by start-up work or the profiler stop, ns
        gaps.gaps_ge_10us,                                           -- idle gaps of at least 10 µs between the step's own GPU work
        s.idle_gap_ns AS max_gap_ns,                                 -- longest idle gap in the window outside stalls, ns
        s.idle_gap_start_ns AS max_gap_start_ns,                     -- where it starts, ns
@@ -143,12 +145,13 @@ SELECT s.rank,                                                      -- global ra
        la.graph_launches,                                           -- of them, graph launches
        sy.sync_calls,                                               -- blocking host calls (cuda/hip*Synchronize, synchronous memcpy)
        sy.sync_ns,                                                  -- their summed host duration, ns
-       CASE WHEN s.win_ts_ns IS NOT NULL THEN s.win_end_ns - s.win_ts_ns - coalesce(s.stall_ns, 0) ELSE s.dur_ns END
-           AS step_ns,                                              -- step time, ns: GPU window less stalls
-       CASE WHEN s.win_ts_ns IS NOT NULL THEN s.win_end_ns - s.win_ts_ns ELSE s.dur_ns END
-           AS step_ns_with_stalls,                                  -- the same with the stalls, ns
        CASE WHEN s.win_ts_ns IS NOT NULL
-            THEN 'GPU window of the step (first to last GPU work it launched, clipped at the next step), host-blocking stalls excluded'
+            THEN s.win_end_ns - s.win_ts_ns - coalesce(s.stall_ns, 0) - coalesce(s.startup_idle_ns, 0) ELSE s.dur_ns END
+           AS step_ns,                                              -- step time, ns: GPU window less stalls and start-up idle
+       CASE WHEN s.win_ts_ns IS NOT NULL THEN s.win_end_ns - s.win_ts_ns - coalesce(s.startup_idle_ns, 0) ELSE s.dur_ns END
+           AS step_ns_with_stalls,                                  -- the same with the host-blocking stalls, ns
+       CASE WHEN s.win_ts_ns IS NOT NULL
+            THEN 'GPU window of the step (first to last GPU work it launched, clipped at the next step), host-blocking stalls and start-up idle excluded'
             ELSE 'host duration of the step (no GPU kernels)' END AS time_basis,
        coalesce(c.attention_ns, 0) AS attention_ns,                 -- attention kernels/ops, ns
        coalesce(c.attention_fallback_ns, 0) AS attention_fallback_ns, -- math fallback (bmm + softmax), ns

@@ -305,8 +305,3 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
     elif rank_files > 1:
         tp = TPDegree(rank_files, "number of ranks in the inputs (no collective in the trace confirms it)")
     return Layout(tp=tp, workload=work, workload_evidence=work_why, groups=tuple(groups), notes=tuple(notes))
-
-
-def detect_tp(con: duckdb.DuckDBPyConnection, override: int | None) -> TPDegree | None:
-    """p only (see detect_layout)."""
-    return detect_layout(con, override).tp

@@ -1,8 +1,10 @@
 -- Collective calls matched across the ranks of their process group (COL005 rank skew; COL003 and PATH002
 -- take their call times from it; the report's waiting-per-rank chart). Temporary tables built from `collectives`
--- by tracediag.rules.col005_rank_skew.matched_views() when a rule first needs them (again when `collectives`
+-- by tracediag.analyses.stragglers.matched_views() when a rule first needs them (again when `collectives`
 -- changes: a view restricted to other ranks): every aggregate over the calls is done here, the rules read one
--- row per matched call set or per rank.
+-- row per matched call set or per rank. A call whose process group is recorded nowhere takes the group the
+-- macro unrecorded_pg(rank) names (its rank's TP group in a multi-group report; NULL otherwise), defined by
+-- matched_views() before this runs.
 --
 -- Matching key: (process group, seq) when every call of the group carries the collective sequence number
 -- (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call in host-call
@@ -12,7 +14,7 @@ WITH c AS (
     SELECT rank, call_id, step_id, op, exec_op, in_width, payload_bytes, group_size, ts_ns, dur_ns, seq,
            call_name, coalesce(kernel_name, exec_name) AS work_event,
            coalesce(cpu_ts_ns, ts_ns) AS order_ts,
-           coalesce(pg_name, pg_ranks, '') AS pg
+           coalesce(pg_name, pg_ranks, unrecorded_pg(collectives.rank), '') AS pg
     FROM collectives WHERE ts_ns IS NOT NULL AND dur_ns IS NOT NULL
 ),
 g AS (SELECT pg, bool_and(seq IS NOT NULL) AS by_seq FROM c GROUP BY pg),
@@ -76,14 +78,26 @@ SELECT k.*, s.set_no, k.rank = s.last_rank AS is_last,
 FROM matched_keyed k JOIN matched_sets s USING (pg, key_op, key);
 
 -- Per rank: how often it arrived last, its lateness (median; p90 = the sorted value at index ⌊0.9·n⌋), its
--- collective time and its waiting.
+-- collective time and its waiting; and what its late arrivals cost the others: in the sets it reached last, the
+-- others' waiting (wait_caused_ns: the straggler is the rank whose lateness costs the others most) and how late it
+-- was (the set's spread, median).
 CREATE OR REPLACE TEMP TABLE matched_ranks AS
-SELECT rank,
-       count(*) AS matched_calls,
-       count(*) FILTER (WHERE is_last) AS arrived_last,
-       median(lateness_ns) AS median_lateness_ns,
-       list_sort(list(lateness_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)] AS p90_lateness_ns,
-       sum(dur_ns) AS collective_ns,
-       sum(waiting_ns) AS waiting_ns
-FROM matched_calls
-GROUP BY rank;
+WITH caused AS (
+    SELECT s.last_rank AS rank, sum(c.others_ns) AS wait_caused_ns, median(s.spread_ns) AS median_late_when_last_ns
+    FROM matched_sets s
+    JOIN (SELECT set_no, coalesce(sum(waiting_ns) FILTER (WHERE NOT is_last), 0) AS others_ns
+          FROM matched_calls GROUP BY set_no) c USING (set_no)
+    GROUP BY s.last_rank
+)
+SELECT m.*, coalesce(caused.wait_caused_ns, 0) AS wait_caused_ns, caused.median_late_when_last_ns
+FROM (
+    SELECT rank,
+           count(*) AS matched_calls,
+           count(*) FILTER (WHERE is_last) AS arrived_last,
+           median(lateness_ns) AS median_lateness_ns,
+           list_sort(list(lateness_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)] AS p90_lateness_ns,
+           sum(dur_ns) AS collective_ns,
+           sum(waiting_ns) AS waiting_ns
+    FROM matched_calls
+    GROUP BY rank
+) m LEFT JOIN caused USING (rank);

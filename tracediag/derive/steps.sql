@@ -126,6 +126,7 @@ SELECT
     NULL::BIGINT AS win_end_ns,                                       -- GPU window end, clipped at the next window's start, ns
     NULL::BIGINT AS win_busy_ns,                                      -- union of GPU activity inside the window, ns
     NULL::BIGINT AS stall_ns,                                         -- GPU idle inside the window during host-blocking stalls, ns
+    NULL::BIGINT AS startup_idle_ns,                                  -- GPU idle inside the window held by start-up work or the profiler stop, ns
     NULL::BIGINT AS idle_gap_ns,                                      -- longest GPU idle gap in the window outside stalls, ns
     NULL::BIGINT AS idle_gap_start_ns                                 -- where it starts, ns
 FROM all_steps;

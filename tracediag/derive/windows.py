@@ -1,4 +1,5 @@
-"""GPU time windows of the steps, host-blocking stalls, and idle time between steps.
+"""GPU time windows of the steps, host-blocking stalls, the window's start-up and profiler-stop segments, and idle
+time between steps.
 
 Tables and columns it builds (after `steps` and `collectives`, before `kernel_steps`):
 
@@ -8,16 +9,26 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   overlap; every GPU instant belongs to one window at most). NULL for a step that launched no GPU work.
   `steps.win_busy_ns` = union of all GPU activity (kernels, copies, memsets) inside the window;
   `steps.stall_ns` = GPU idle time inside the window during host-blocking stalls (below);
-  `steps.idle_gap_ns` / `idle_gap_start_ns` = the longest idle gap in the window outside stalls.
+  `steps.startup_idle_ns` = GPU idle time inside the window that start-up work or the profiler's stop holds;
+  `steps.idle_gap_ns` / `idle_gap_start_ns` = the longest idle gap in the window outside both.
 * `host_stalls` — a host runtime/driver call that blocked the host while the GPU was idle: a
   synchronous copy (cudaMemcpy, hipMemcpyWithStream, a pageable copy), a synchronize API, a kernel launch
   that took milliseconds (lazy module loading, JIT), an allocation (cudaMalloc/cudaFree, host
-  registration). A call is a stall when it lasted ≥ 1 ms and the GPU was idle for ≥ 1 ms and ≥ half of it;
-  a synchronize that waits for busy GPU work is not a stall. Each is measured once: its idle time comes out
-  of the step time that phase statistics use (`step_activity.step_ns`), and the stall is its own evidence.
-* `gpu_timeline` — per rank: the profiled GPU span (first to last GPU activity), its busy union, how much
-  of it lies in step windows, the idle time inside windows and *between* them (the host loop between
-  engine steps: scheduling, sampling, detokenizing, synchronous output copies), and the stall idle time.
+  registration), an initialisation call (stream creation, device queries). A call is a stall when it lasted
+  ≥ 1 ms and the GPU was idle for ≥ 1 ms and ≥ half of it; a synchronize that waits for busy GPU work is not
+  a stall. Each is measured once and is its own evidence; its idle time comes out of the step time that phase
+  statistics use (`step_activity.step_ns`). Allocations, module loading, initialisation calls and first
+  launches that load a module or compile are **start-up calls** (KRN010's, wherever they happen); the others
+  are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment.
+* Segments of each rank's window (tracediag/derive/fitness.py says how they are chosen): **start-up** from the
+  trace start to the first GPU work, extended through the start-up calls after which the window is still mostly
+  start-up; **profiler stop** from the end of the last GPU work to the trace end (the final synchronisation and
+  the flush); **steady** between them. Idle time in the start-up and stop segments and during start-up calls is
+  start-up idle: kept out of step times and out of KRN006's shares, as stalls are.
+* `gpu_timeline` — per rank: the profiled GPU span (first to last GPU activity) and its busy union; the
+  segments; over the steady segment, its busy time, how much of it lies in step windows, the idle time inside
+  windows and *between* them (the host loop between engine steps: scheduling, sampling, detokenizing,
+  synchronous output copies), and the host-blocking stalls' idle time.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracediag.derive import intervals as iv
+from tracediag.derive.fitness import startup_end
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
@@ -41,6 +53,9 @@ _KINDS = (
     (re.compile(r"Module|Library|Load", re.I), "module loading"),
     (re.compile(r"Malloc|Free|HostAlloc|HostRegister|MemPool|Alloc", re.I), "allocation"),
 )
+# stalls of these kinds are host work of the steady state (KRN006's); every other kind is start-up work (KRN010's)
+HOST_BLOCKING_KINDS = ("synchronize API", "synchronous copy", "blocking copy/memset")
+STARTUP, STEADY, STOP = "start-up", "steady", "profiler stop"
 
 HOST_STALLS_SCHEMA = pa.schema(
     [
@@ -55,6 +70,8 @@ HOST_STALLS_SCHEMA = pa.schema(
         ("in_window_ns", pa.int64()),  # of it, inside step GPU windows (excluded from step_ns), ns
         ("op_name", pa.string()),  # innermost CPU op around the call (aten::copy_, aten::item, ...)
         ("op_dims", pa.string()),  # its Input Dims, JSON
+        ("segment", pa.string()),  # segment of the window the call starts in: start-up, steady, profiler stop
+        ("startup_call", pa.bool_()),  # a start-up call (allocation, module loading, initialisation, cold launch)
     ]
 )
 GPU_TIMELINE_SCHEMA = pa.schema(
@@ -64,12 +81,18 @@ GPU_TIMELINE_SCHEMA = pa.schema(
         ("gpu_end_ns", pa.int64()),  # last GPU activity (or stall) end, ns
         ("span_ns", pa.int64()),  # profiled GPU span, ns
         ("busy_ns", pa.int64()),  # union of GPU activity, ns
+        ("startup_end_ns", pa.int64()),  # end of the start-up segment (from the trace start), ns
+        ("stop_ts_ns", pa.int64()),  # start of the profiler-stop segment (end of the last GPU activity), ns
+        ("steady_span_ns", pa.int64()),  # the steady segment between them, ns
+        ("steady_busy_ns", pa.int64()),  # union of GPU activity in the steady segment, ns
+        ("steady_kernels", pa.int64()),  # kernels that start in the steady segment
         ("windows", pa.int32()),  # steps with a GPU window
         ("window_ns", pa.int64()),  # union of the step windows, ns
         ("window_busy_ns", pa.int64()),  # GPU busy inside windows, ns
-        ("idle_in_windows_ns", pa.int64()),  # GPU idle inside windows, stalls excluded, ns
-        ("idle_between_ns", pa.int64()),  # GPU idle outside every window (between steps), stalls excluded, ns
-        ("stall_ns", pa.int64()),  # GPU idle during host-blocking stalls, ns
+        ("idle_in_windows_ns", pa.int64()),  # GPU idle inside windows, stalls and start-up idle excluded, ns
+        ("idle_between_ns", pa.int64()),  # steady GPU idle outside every window, stalls and start-up excluded, ns
+        ("stall_ns", pa.int64()),  # steady GPU idle during host-blocking stalls (not start-up calls), ns
+        ("startup_idle_ns", pa.int64()),  # GPU idle in the start-up and stop segments and during start-up calls, ns
     ]
 )
 
@@ -106,6 +129,16 @@ def _rank_windows(rows: list[tuple]) -> list[dict]:
     return out
 
 
+def _union(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return iv.merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+
+
+def _inside(s: np.ndarray, e: np.ndarray, w0: int, w1: int) -> int:
+    return iv.total(*iv.clip(s, e, w0, w1)) if s.size and w1 > w0 else 0
+
+
 def _by_rank(rows: list[tuple]) -> dict[int, list[tuple]]:
     """Rows whose first value is the rank -> {rank: the rest of each row, in order}."""
     out: dict[int, list[tuple]] = {}
@@ -114,16 +147,21 @@ def _by_rank(rows: list[tuple]) -> dict[int, list[tuple]]:
     return out
 
 
+def _int64(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64)
+
+
 def build(con: duckdb.DuckDBPyConnection) -> None:
-    # each table read once for every rank, then split (a query per rank scanned every table once per rank: an
+    # each table is read once for every rank, then split (a query per rank scanned every table once per rank: an
     # export with 4,010 ranks, one kernel each, spent 21 of its 26 s here)
     ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
     act = con.execute(
         "SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM kernels WHERE dur_ns > 0 "
         "UNION ALL SELECT rank, ts_ns, ts_ns + dur_ns FROM memops WHERE dur_ns > 0 ORDER BY rank"
     ).fetchnumpy()
-    act_rank = np.asarray(act["rank"])
-    act_ts, act_end = np.asarray(act["ts_ns"], dtype=np.int64), np.asarray(act["end_ns"], dtype=np.int64)
+    act_rank, act_ts, act_end = np.asarray(act["rank"]), _int64(act["ts_ns"]), _int64(act["end_ns"])
+    kern = con.execute("SELECT rank, ts_ns FROM kernels ORDER BY rank, ts_ns").fetchnumpy()
+    kern_rank, kern_ts = np.asarray(kern["rank"]), _int64(kern["ts_ns"])
     steps_of = _by_rank(
         con.execute(
             "SELECT rank, step_id, gpu_ts_ns, gpu_end_ns, ts_ns, dur_ns FROM steps ORDER BY rank, ts_ns"
@@ -133,6 +171,10 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(
             "SELECT rank, name, ts_ns, dur_ns, tid FROM runtime WHERE dur_ns >= ? ORDER BY rank", [STALL_MIN_NS]
         ).fetchall()
+    )
+    trace_span = dict(
+        (r[0], (r[1], r[2]))
+        for r in con.execute("SELECT rank, min(trace_start_ns), max(trace_end_ns) FROM inputs GROUP BY rank").fetchall()
     )
     stalls: list[dict] = []
     timeline: list[dict] = []
@@ -147,15 +189,12 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         steps_host = [(sid, ts, ts + dur) for sid, _, _, ts, dur in step_rows]
         # --- stalls
         calls = calls_of.get(rank, [])
-        stall_s: list[int] = []
-        stall_e: list[int] = []
-        rank_stalls = 0
+        found: list[tuple[dict, np.ndarray, np.ndarray]] = []
         for name, ts, dur, tid in _outermost(calls):
             gs, ge = iv.gaps(bs, be, ts, ts + dur)
             idle = iv.total(gs, ge)
             if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
                 continue
-            in_win = int(iv.overlap_each(w0s, w1s, gs, ge).sum())  # windows are disjoint and sorted
             step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
             op = con.execute(
                 "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
@@ -163,41 +202,62 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                 [rank, tid, ts, ts + dur],
             ).fetchall()
             op = op[0] if op else None
-            stalls.append(
-                {
-                    "rank": rank,
-                    "stall_id": rank_stalls,
-                    "step_id": step,
-                    "kind": stall_kind(name),
-                    "name": name,
-                    "ts_ns": ts,
-                    "dur_ns": dur,
-                    "gpu_idle_ns": idle,
-                    "in_window_ns": in_win,
-                    "op_name": op[0] if op else None,
-                    "op_dims": op[1] if op else None,
-                }
-            )
-            rank_stalls += 1
-            stall_s += gs.tolist()
-            stall_e += ge.tolist()
-        ss, se = iv.merge_intervals(np.array(stall_s, dtype=np.int64), np.array(stall_e, dtype=np.int64))
-        # --- windows: GPU busy and stall time in each, and its longest idle gap outside stalls (the idle parts
-        # of [w0, w1) that neither GPU work nor a stall covers: the gaps of their union)
-        win_busy = win_idle = win_stall = 0
+            kind = stall_kind(name)
+            row = {
+                "rank": rank,
+                "stall_id": len(found),
+                "step_id": step,
+                "kind": kind,
+                "name": name,
+                "ts_ns": ts,
+                "dur_ns": dur,
+                "gpu_idle_ns": idle,
+                "op_name": op[0] if op else None,
+                "op_dims": op[1] if op else None,
+                "startup_call": kind not in HOST_BLOCKING_KINDS,
+            }
+            found.append((row, gs, ge))
+        # --- segments: start-up (to the first GPU work, through the start-up calls that still dominate the window),
+        # steady, profiler stop (after the last GPU work)
+        t_start, t_end = trace_span.get(rank, (None, None))
+        g_first = int(bs[0]) if bs.size else None
+        g_last = int(be[-1]) if bs.size else None
+        cold = [(r["ts_ns"], r["ts_ns"] + r["dur_ns"], gs, ge) for r, gs, ge in found if r["startup_call"]]
+        s0 = startup_end(g_first, cold, g_last) if g_first is not None else None
+        s1 = g_last
+        startup_parts, stall_parts = [], []
+        if s0 is not None:
+            lo = min(t_start, g_first) if t_start is not None else g_first
+            hi = max(t_end, g_last) if t_end is not None else g_last
+            startup_parts += [iv.gaps(bs, be, lo, s0), iv.gaps(bs, be, s1, max(hi, s1))]
+        for r, gs, ge in found:
+            r["segment"] = STARTUP if s0 is not None and r["ts_ns"] < s0 else STOP if r["ts_ns"] >= s1 else STEADY
+            (stall_parts if r["segment"] == STEADY and not r["startup_call"] else startup_parts).append((gs, ge))
+        cs, ce = _union(startup_parts)  # start-up idle
+        ks, ke = _union(stall_parts)
+        ks, ke = iv.subtract(ks, ke, cs, ce) if cs.size else (ks, ke)  # host-blocking stall idle, disjoint from it
+        ss, se = _union([(ks, ke), (cs, ce)])
+        for r, gs, ge in found:
+            r["in_window_ns"] = int(iv.overlap_each(w0s, w1s, gs, ge).sum())  # windows are disjoint and sorted
+            stalls.append(r)
+        # --- windows: GPU busy, stall and start-up idle in each, and its longest idle gap outside both (the idle
+        # parts of [w0, w1) that neither GPU work nor a stall nor start-up covers: the gaps of their union)
+        win_busy = win_idle = 0
         busy_each = iv.overlap_each(w0s, w1s, bs, be)
-        stall_each = iv.overlap_each(w0s, w1s, ss, se)
+        stall_each = iv.overlap_each(w0s, w1s, ks, ke)
+        startup_each = iv.overlap_each(w0s, w1s, cs, ce)
         us, ue = iv.merge_intervals(np.concatenate((bs, ss)), np.concatenate((be, se)))
         gap_len, gap_start = iv.longest_gap_each(us, ue, w0s, w1s)
         for i, w in enumerate(windows):
             w0, w1 = w["w0"], w["w1"]
-            busy, st = int(busy_each[i]), int(stall_each[i])
+            busy, st, cold_i = int(busy_each[i]), int(stall_each[i]), int(startup_each[i])
             updates.append(
                 (
                     w0,
                     w1,
                     busy,
                     st,
+                    cold_i,
                     int(gap_len[i]),
                     int(gap_start[i]) if gap_len[i] > 0 else None,
                     rank,
@@ -205,41 +265,54 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                 )
             )
             win_busy += busy
-            win_stall += st
-            win_idle += (w1 - w0) - busy - st
+            win_idle += (w1 - w0) - busy - st - cold_i
         if bs.size:
             # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
             # before its first kernel)
-            g0 = int(min(bs[0], ss[0])) if ss.size else int(bs[0])
-            g1 = int(max(be[-1], se[-1])) if ss.size else int(be[-1])
-            busy = iv.total(bs, be)
-            window_ns = sum(w["w1"] - w["w0"] for w in windows)
-            stall_total = iv.total(ss, se)
+            all_s = np.array([r["ts_ns"] for r, _, _ in found], dtype=np.int64)
+            all_e = np.array([r["ts_ns"] + r["dur_ns"] for r, _, _ in found], dtype=np.int64)
+            g0 = int(min(bs[0], all_s.min())) if all_s.size else int(bs[0])
+            g1 = int(max(be[-1], all_e.max())) if all_s.size else int(be[-1])
+            steady = max(0, s1 - s0)
+            steady_busy = _inside(bs, be, s0, s1)
+            # steady idle that no stall and no start-up call holds: inside windows or between them
+            steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
+            k_lo, k_hi = np.searchsorted(kern_rank, rank, "left"), np.searchsorted(kern_rank, rank, "right")
+            rank_ts = kern_ts[k_lo:k_hi]  # sorted: the kernels starting in [s0, s1)
+            kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
             timeline.append(
                 {
                     "rank": rank,
                     "gpu_ts_ns": g0,
                     "gpu_end_ns": g1,
                     "span_ns": g1 - g0,
-                    "busy_ns": busy,
+                    "busy_ns": iv.total(bs, be),
+                    "startup_end_ns": s0,
+                    "stop_ts_ns": s1,
+                    "steady_span_ns": steady,
+                    "steady_busy_ns": steady_busy,
+                    "steady_kernels": kernels_steady,
                     "windows": len(windows),
-                    "window_ns": window_ns,
+                    "window_ns": sum(w["w1"] - w["w0"] for w in windows),
                     "window_busy_ns": win_busy,
                     "idle_in_windows_ns": win_idle,
-                    "idle_between_ns": (g1 - g0 - busy) - win_idle - stall_total,
-                    "stall_ns": stall_total,
+                    "idle_between_ns": max(0, steady_free - win_idle),
+                    "stall_ns": iv.total(ks, ke),
+                    "startup_idle_ns": _inside(cs, ce, g0, g1),
                 }
             )
-    if updates:  # one UPDATE joined to the values (one per step row scanned the table per step)
-        names = ("w0", "w1", "busy", "stall", "gap", "gap_start", "rank", "step_id")
-        cols = list(zip(*updates))
-        con.register("_win_in", pa.table({n: pa.array(c, pa.int64()) for n, c in zip(names, cols)}))
-        con.execute(
-            "UPDATE steps SET win_ts_ns = u.w0, win_end_ns = u.w1, win_busy_ns = u.busy, stall_ns = u.stall, "
-            "idle_gap_ns = u.gap, idle_gap_start_ns = u.gap_start FROM _win_in u "
-            "WHERE steps.rank = u.rank AND steps.step_id = u.step_id"
-        )
-        con.unregister("_win_in")
+    if updates:  # one UPDATE joined to the values (an UPDATE per step scanned the table per step)
+        names = ("w0", "w1", "busy", "stall", "startup", "gap", "gap_start", "rank", "step_id")
+        values = pa.table({n: pa.array(c, pa.int64()) for n, c in zip(names, zip(*updates))})
+        con.register("_win_in", values)
+        try:
+            con.execute(
+                "UPDATE steps SET win_ts_ns = u.w0, win_end_ns = u.w1, win_busy_ns = u.busy, stall_ns = u.stall, "
+                "startup_idle_ns = u.startup, idle_gap_ns = u.gap, idle_gap_start_ns = u.gap_start FROM _win_in u "
+                "WHERE steps.rank = u.rank AND steps.step_id = u.step_id"
+            )
+        finally:
+            con.unregister("_win_in")
     tables = (("host_stalls", stalls, HOST_STALLS_SCHEMA), ("gpu_timeline", timeline, GPU_TIMELINE_SCHEMA))
     for name, rows, schema in tables:
         t = pa.table({f.name: [r[f.name] for r in rows] for f in schema}, schema=schema)

@@ -1,7 +1,9 @@
 """`tracediag diff` as a library: load (or analyse) two runs and say what changed, as diff.json and diff.html.
 
-`compare.py` computes the differences (step time, shares, kernel families, collectives, payloads,
-dispatch, findings) and the headlines; `render.py` writes them.
+`fingerprint.py` reads what each run ran and served (model, layout, GPU, engine, step shapes, workload,
+fitness), `comparability.py` judges whether the two can be compared, `compare.py` computes the differences
+(step time, shares, kernel families, collectives, payloads, dispatch, findings) and the headlines;
+`render.py` writes them.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from pathlib import Path
 from tracediag.diff.compare import diff_runs
 from tracediag.diff.render import write_diff
 from tracediag.errors import UsageError
-from tracediag.runs import load_run
+from tracediag.runs import load_run, read_back
+
+DIFF_OUTPUT_NAMES = ("diff.json", "diff.html")  # what `diff -o DIR` writes into DIR
 
 
 def run_diff(
@@ -25,8 +29,12 @@ def run_diff(
     out: Path | None = None,
     keep_python: bool = False,
     jobs: int | None = None,
+    force_compare: bool = False,
 ) -> dict:
-    """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given."""
+    """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given.
+
+    Runs that cannot be compared (diff.comparability) get their fingerprints and the reasons, and no changes,
+    unless `force_compare`."""
     if out is not None and Path(out).is_file():
         raise UsageError(f"--out {out} is a file; give a folder")
     with tempfile.TemporaryDirectory(prefix="tracediag-diff-") as tmp:
@@ -34,7 +42,8 @@ def run_diff(
             load_run(p, Path(tmp) / name, model=m, tp=tp, jobs=jobs, keep_python=keep_python)
             for p, m, name in ((before, before_model, "before"), (after, after_model, "after"))
         ]
-        d = diff_runs(*runs)
+        with read_back(*runs):
+            d = diff_runs(*runs, force_compare=force_compare)
     if out is not None:
         try:
             write_diff(d, Path(out))

@@ -1,5 +1,6 @@
 """What changed between two runs: per-phase step time, shares, kernel-family time, collectives, payloads,
-dispatch per phase and findings, with the headlines worth printing.
+dispatch per phase and findings, with the headlines worth printing — once the runs' fingerprints say they
+can be compared (diff/comparability.py); runs that cannot are described, not compared, unless forced.
 """
 
 from __future__ import annotations
@@ -7,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tracediag import __version__
+from tracediag.diff.comparability import comparability
+from tracediag.diff.fingerprint import fingerprint
 from tracediag.gate.outcome import finding_id
 from tracediag.measures import fmt_measure
 from tracediag.reports.html import fmt
 from tracediag.reports.units import percent
 from tracediag.runs import RunData
+from tracediag.version import __version__
 
 DIFF_SCHEMA_ID = "tracediag/diff-v1"
 
@@ -250,8 +253,14 @@ def _pct(x: float) -> str:
 
 
 def headlines(d: dict[str, Any]) -> list[str]:
-    """The changes worth reading first, each with its numbers."""
+    """The changes worth reading first, each with its numbers; first what differs between the runs themselves."""
     out = []
+    comp = d["comparability"]
+    if comp["forced"]:
+        out.append(f"compared anyway (--force-compare), although {comp['verdict']}")
+    for x in comp["differences"]:
+        if not x["invalidates"]:
+            out.append(f"runs differ (does not invalidate the comparison): {x['what']}")
     for f in d["findings"]["added"]:
         ran = "" if f.get("before_status") in ("pass", "finding", None) else " (its rule did not run before)"
         out.append(f"finding added{ran}: {f['id']} ({f['severity']}) {f['title']}")
@@ -321,7 +330,35 @@ def headlines(d: dict[str, Any]) -> list[str]:
 STORE_MEASURES = ("kernel_family_time", "dispatch", "attention_share")
 
 
-def diff_runs(before: RunData, after: RunData) -> dict[str, Any]:
+COMPARED = ("step_time", "communication_share", "attention_share", "kernel_family_time", "collectives_per_step",
+            "payload_per_call", "payload_by_dtype", "dispatch", "dispatch_changes")  # fmt: skip
+FINDING_CHANGES = ("added", "removed", "fixed", "no_longer_evaluated", "changed", "unchanged")
+
+
+def _not_compared(comp: dict[str, Any]) -> dict[str, Any]:
+    """The comparison sections of runs that cannot be compared: empty, with the reason as the note."""
+    return {k: [] for k in COMPARED} | {
+        "findings": {k: [] for k in FINDING_CHANGES},
+        "notes": [f"{comp['verdict']}: no change is reported (diff --force-compare compares them anyway)"],
+        "headlines": [],
+    }
+
+
+def diff_runs(before: RunData, after: RunData, force_compare: bool = False) -> dict[str, Any]:
+    """The diff document (diff.json): both runs, their fingerprints and comparability verdict, and — when they
+    can be compared, or `force_compare` — what changed."""
+    fps = {"before": fingerprint(before), "after": fingerprint(after)}
+    comp = comparability(fps["before"], fps["after"], force=force_compare)
+    head = {
+        "schema": DIFF_SCHEMA_ID,
+        "tool": {"name": "tracediag", "version": __version__},
+        "before": _side(before),
+        "after": _side(after),
+        "comparability": comp,
+        "fingerprints": fps,
+    }
+    if not comp["comparable"] and not force_compare:
+        return head | _not_compared(comp)
     b, a = dict(before.measures), dict(after.measures)
     notes = []
     missing = [r.label for r in (before, after) if "kernel_family_time" not in r.measures]
@@ -335,11 +372,7 @@ def diff_runs(before: RunData, after: RunData) -> dict[str, Any]:
             f"findings.json, or the traces): not available for {', '.join(missing)}"
         )
     dispatch, dispatch_changes = _dispatch(b, a)
-    d = {
-        "schema": DIFF_SCHEMA_ID,
-        "tool": {"name": "tracediag", "version": __version__},
-        "before": _side(before),
-        "after": _side(after),
+    d = head | {
         "step_time": _step_time(b, a),
         "communication_share": _shares(b, a, "communication_share"),
         "attention_share": _shares(b, a, "attention_share"),

@@ -81,6 +81,78 @@ def charts(d: dict[str, Any]) -> list[str]:
     return [c for c in out if c]
 
 
+def _model_text(m: dict[str, Any]) -> str:
+    dims = " ".join(f"{k}={m[k]}" for k in ("L", "H", "I", "h", "H_kv", "D") if m.get(k) is not None)
+    return f"{m.get('architecture') or 'model'} {dims} {m.get('dtype') or ''} (config hash {m['config_hash']})"
+
+
+def _layout_text(x: dict[str, Any]) -> str:
+    groups = ", ".join(f"{k}={v}" for k, v in x["groups"].items() if k != "TP")
+    world = f" of world size {x['world_size']}" if x.get("world_size") else ""
+    return (
+        f"TP={x['tp'] if x['tp'] is not None else '?'}"
+        + (f", {groups}" if groups else "")
+        + (f"; {x['ranks']} rank file(s){world}")
+    )
+
+
+def _shapes_text(x: dict[str, Any]) -> str:
+    return (
+        ", ".join(
+            f"{p} {share * 100:.0f}% (median T {fmt(x['T_median'].get(p))})" for p, share in x["phase_mix"].items()
+        )
+        + f" of {x['steps']} steps"
+    )
+
+
+def _workload_text(x: dict[str, Any]) -> str:
+    if x["source"] == "benchmark results":
+        runs = []
+        for r in x["runs"]:
+            rate = r["request_rate_rps"]
+            rate_text = "—" if rate is None else ("inf" if rate == float("inf") else f"{rate:g}")
+            cap = r["max_concurrency"] if r["max_concurrency"] is not None else "no cap"
+            runs.append(
+                f"{rate_text} req/s, concurrency {cap}, {fmt(r['num_prompts'])} requests, mean input "
+                f"{fmt(r['mean_input_len'])} / output {fmt(r['mean_output_len'])} tokens"
+            )
+        return "benchmark: " + "; ".join(runs)
+    return (
+        f"stats lines: median running {fmt(x['running_median'])}, waiting {fmt(x['waiting_median'])}, "
+        f"generation {fmt(x['gen_tput_tok_s_mean'])} tokens/s"
+    )
+
+
+FINGERPRINT_ROWS = (
+    ("model", "model", _model_text),
+    ("layout", "parallel layout", _layout_text),
+    ("gpu", "GPU", lambda x: ", ".join(x)),
+    ("engine", "engine", lambda x: f"{x['name']} {x['version'] or ''} ({x['source']})"),
+    ("step_shapes", "step shapes", _shapes_text),
+    ("workload", "serving load", _workload_text),
+    ("fitness", "trace fitness", lambda x: f"{x['status']}" + (f": {x['reason']}" if x.get("reason") else "")),
+)
+
+
+def fingerprint_rows(d: dict[str, Any]) -> list[list[str]]:
+    """[aspect, before, after, verdict] per fingerprint aspect."""
+    comp, fps = d["comparability"], d["fingerprints"]
+    rows = []
+    for key, label, text in FINGERPRINT_ROWS:
+        b, a = fps["before"].get(key), fps["after"].get(key)
+        diffs = [x for x in comp["differences"] if x["aspect"] == key]
+        if any(x["invalidates"] for x in diffs):
+            verdict = "not comparable: " + "; ".join(x["what"] for x in diffs if x["invalidates"])
+        elif diffs:
+            verdict = "differs (comparable): " + "; ".join(x["what"] for x in diffs)
+        elif b is None or a is None:
+            verdict = "not checked"
+        else:
+            verdict = "same"
+        rows.append([label, "—" if b is None else text(b), "—" if a is None else text(a), verdict])
+    return rows
+
+
 _CHANGE_WORDS = {
     "added": "new",
     "fixed": "fixed",
@@ -197,6 +269,9 @@ def render_diff_html(d: dict[str, Any]) -> str:
         after=d["after"],
         headlines=d["headlines"],
         notes=d["notes"],
+        comparability=d["comparability"],
+        fingerprint=fingerprint_rows(d),
+        compared=d["comparability"]["comparable"] or d["comparability"]["forced"],
         tables=tables,
         findings=finding_rows,
         charts=[Markup(c) for c in charts(d)],  # built by tracediag with every label XML-escaped
@@ -204,7 +279,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
 
 
 def write_diff(d: dict[str, Any], out_dir: Path) -> list[Path]:
-    from tracediag.output import write_atomic
+    from tracediag.files import write_atomic
 
     out_dir = Path(out_dir)
     paths = [out_dir / "diff.json", out_dir / "diff.html"]

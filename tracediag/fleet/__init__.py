@@ -26,11 +26,11 @@ from typing import Any
 import duckdb
 
 from tracediag.errors import InputError, UsageError
-from tracediag.ingest.base import IngestOptions
+from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
 from tracediag.store import open_store
 from tracediag.store import parquet as pq
 
-# One task: (path, format or None, input order, options, store folder) -> metadata (see parquet.write_parsed).
+# One task: (path, format or None, input order, options, store folder) -> metadata (see write_parsed).
 Task = tuple[str, str | None, int, IngestOptions, str]
 
 
@@ -46,12 +46,41 @@ def ingest_task(task: Task) -> dict[str, Any]:
     parts.mkdir(parents=True)
     try:
         parsed = parse_one(Path(path), fmt, order, dataclasses.replace(options, spill_dir=str(parts)))
-        meta = pq.write_parsed(Path(store), parsed, order)
+        meta = write_parsed(Path(store), parsed, order)
     finally:
         shutil.rmtree(parts, ignore_errors=True)
     meta["parse_write_s"] = round(time.monotonic() - t0, 3)
     meta["worker_pid"] = os.getpid()
     return meta
+
+
+def write_parsed(store: Path, parsed: Parsed, input_id: int) -> dict[str, Any]:
+    """Write a parser's tables into the store; return what the coordinator needs (no table data).
+
+    A table the parser spilled (ingest.base.SpilledTable: Parquet parts already in the store's columns) is
+    moved in a part at a time, so a multi-GB rank is never held whole."""
+    counts = {}
+    for name, t in parsed.tables.items():
+        if isinstance(t, SpilledTable):
+            counts[name] = sum(_move_part(store, name, f, f"input-{input_id}-{i}") for i, f in enumerate(t.files))
+        else:
+            counts[name] = pq.write_arrow(store, name, pq.conform(name, t), f"input-{input_id}")
+    return {
+        "input_id": input_id,
+        "path": parsed.path,
+        "format": parsed.format,
+        "inputs_rows": parsed.inputs_rows,
+        "process_groups": parsed.process_groups,
+        "rows": {k: v for k, v in counts.items() if v},
+    }
+
+
+def _move_part(store: Path, table: str, part: str, name: str) -> int:
+    import pyarrow.parquet as papq
+
+    n = pq.write_arrow(store, table, papq.read_table(part), name)
+    os.unlink(part)
+    return n
 
 
 def ingest_task_keep_going(task: Task) -> dict[str, Any]:

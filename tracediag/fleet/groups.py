@@ -56,8 +56,9 @@ def evaluate_group(
     rules: list[Any],
 ) -> GroupResult:
     """The rules on one group's ranks (deep tables on its deep ranks only)."""
+    from tracediag.context import Context
     from tracediag.derive.layout import detect_layout
-    from tracediag.engine import Context, run_rules
+    from tracediag.engine import run_rules
 
     with restricted(con, group.ranks, group.ranks):
         layout = detect_layout(con, tp)

@@ -29,6 +29,7 @@ from typing import Any
 
 import duckdb
 
+from tracediag.analyses.stragglers import dominant_straggler
 from tracediag.errors import UsageError
 
 DEFAULT_ALL_UP_TO = 8  # default: every rank is deep-analysed when there are at most this many
@@ -248,17 +249,13 @@ def make_plan(
 
 
 def default_deep_for_group(con: duckdb.DuckDBPyConnection, ctx_factory: Any, group: RankGroup) -> dict[int, str]:
-    """The default deep ranks of one group: its lowest rank, and the straggler when COL005 finds one (COL005
-    reads only the cheap tables, so it runs before the deep tables are chosen)."""
-    from tracediag.rules import col005_rank_skew
-
+    """The default deep ranks of one group: its lowest rank, and the straggler when one dominates (the rank skew COL005
+    reports; it reads only the cheap tables, so it is computed before the deep tables are chosen)."""
     out = {group.ranks[0]: f"representative of {group.name} (its lowest rank)"}
     if len(group.ranks) > 1 and con.execute("SELECT count(*) FROM collectives").fetchone()[0]:
-        check = col005_rank_skew.check(ctx_factory())
-        if check.status == "finding":
-            s = check.values.get("straggler_rank")
-            if s is not None:
-                out.setdefault(int(s), f"the straggler COL005 names in {group.name}")
+        s = dominant_straggler(ctx_factory())
+        if s is not None:
+            out.setdefault(int(s), f"the straggler COL005 names in {group.name}")
     return out
 
 

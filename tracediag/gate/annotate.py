@@ -30,8 +30,8 @@ from typing import Any, BinaryIO
 import duckdb
 import orjson
 
-from tracediag import __version__
-from tracediag.output import atomic_file
+from tracediag.files import atomic_file
+from tracediag.version import __version__
 
 PID_STRIDE = 10_000  # pids of rank r: r·stride + 1 (findings), + 2... (its host and GPU processes)
 _STEPS_TID = 1

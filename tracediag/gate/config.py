@@ -9,13 +9,17 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import functools
 import re
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracediag.engine import Settings
+import msgspec
+
+from tracediag.context import Settings
 from tracediag.errors import InputError, UsageError
 
 FAIL_ON_LEVELS = ("info", "warning", "error")
@@ -80,7 +84,7 @@ class CheckConfig:
 
     path: Path | None = None  # the file it was read from (None: defaults)
     rules: tuple[str, ...] = ()  # rule id globs; empty: every rule
-    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run fails the check
+    require: tuple[str, ...] = ()  # rule id globs that must run: one that could not run makes it inconclusive
     fail_on: str = "warning"
     settings: Settings = field(default_factory=Settings)
     expected_tp: int | None = None
@@ -106,7 +110,7 @@ CHECK_KEYS: dict[str, tuple[str, str]] = {
     "require": (
         "none",
         'rule ids or globs that must run, e.g. `["SHP*", "COL*"]`: a required rule that could not run (not '
-        "applicable: an input is missing) fails the check, with its reason",
+        "applicable: an input is missing) makes the check inconclusive (exit 4), with its reason",
     ),
     "fail_on": ('"warning"', "lowest severity that fails the check: info, warning or error"),
     "expected_tp": ("none", "tensor-parallel degree the deployment must run with"),
@@ -142,7 +146,7 @@ _RULE_GLOB = re.compile(r"^[A-Za-z0-9_*?\[\]!-]+$")
 
 
 def settings_keys() -> dict[str, str]:
-    """Config key -> Settings field, for every field of tracediag.engine.Settings."""
+    """Config key -> Settings field, for every field of tracediag.context.Settings."""
     inverse = {v: k for k, v in _SETTINGS_ALIASES.items()}
     return {inverse.get(f.name, f.name): f.name for f in dataclasses.fields(Settings)}
 
@@ -156,7 +160,7 @@ def config_reference() -> list[tuple[str, str, str]]:
             continue
         default = getattr(defaults, fname)
         shown = "none" if default in (None, ()) else repr(default)
-        rows.append((key, shown, SETTINGS_MEANING.get(key, "engine setting (tracediag.engine.Settings)")))
+        rows.append((key, shown, SETTINGS_MEANING.get(key, "engine setting (tracediag.context.Settings)")))
     tol = Tolerances()
     for f in dataclasses.fields(Tolerances):
         rows.append((f"tolerances.{f.name}", f"{getattr(tol, f.name):g}", TOLERANCE_MEANING[f.name]))
@@ -233,10 +237,9 @@ def attention_families() -> set[str]:
 
 
 def _settings_value(path: Path, key: str, fname: str, v: Any) -> Any:
-    """Coerce a config value to the type of the Settings field (read from its annotation)."""
-    ftype = str(next(f.type for f in dataclasses.fields(Settings) if f.name == fname))
+    """A config value checked against the type of its Settings field (msgspec), numbers also finite and ≥ 0."""
     if fname == "slo_ms":
-        from tracediag.engine import SLO_KEYS, parse_slo
+        from tracediag.context import SLO_KEYS, parse_slo
 
         if isinstance(v, str):
             try:
@@ -251,20 +254,22 @@ def _settings_value(path: Path, key: str, fname: str, v: Any) -> Any:
                 raise _unknown_key(path, f"'{key}'", k, list(SLO_KEYS))
             out.append((k, float(_number(path, f"{key}.{k}", ms, minimum=1e-9))))
         return tuple(out)
-    base = ftype.replace(" ", "").split("|")[0]
-    if base == "int":
-        return _number(path, key, v, integer=True)
-    if base == "float":
-        return _number(path, key, v)
-    if base == "str":
-        if not isinstance(v, str):
-            raise InputError(path, f"'{key}' must be a string, got {v!r}")
-        return v
-    if base == "bool":
-        if not isinstance(v, bool):
-            raise InputError(path, f"'{key}' must be true or false, got {v!r}")
-        return v
-    return tuple(v) if isinstance(v, list) else v
+    want = _settings_types()[fname]
+    try:
+        value = msgspec.convert(v, want, strict=True)  # the field's own type: int, float | None, str, tuple…
+    except msgspec.ValidationError:
+        kind = {int: "an integer ≥ 0", float: "a number ≥ 0", str: "a string", bool: "true or false"}
+        base = next((t for t in kind if t == want or t in typing.get_args(want)), None)
+        raise InputError(path, f"'{key}' must be {kind.get(base, str(want))}, got {v!r}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # finite and ≥ 0, which types do not say
+        return _number(path, key, value, integer=isinstance(value, int))
+    return value
+
+
+@functools.cache
+def _settings_types() -> dict[str, Any]:
+    """Settings field -> its type (the annotations resolved: the module uses `from __future__ import annotations`)."""
+    return typing.get_type_hints(Settings)
 
 
 def _expect_entry(path: Path, i: int, e: Any) -> Expectation:

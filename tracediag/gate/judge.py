@@ -1,5 +1,10 @@
 """Judging a check run: every selected rule is one outcome; a finding at or above `fail_on` fails the
 check unless the baseline already had it (same identity, no worse); then expectations and baseline measures.
+
+A check has three outcomes: **passed** (exit 0), **failed** (exit 1: something new at or above `fail_on`) and
+**inconclusive** (exit 4: nothing failed, but the check could not say: a required rule could not run, or the
+run cannot be diagnosed — no selected rule could run, or the verdict says the trace is unfit). A failure wins
+over inconclusive: a new finding is a result whatever else could not be checked.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from tracediag.gate.outcome import Outcome, at_or_above, finding_id
 from tracediag.runs import RunData
 
 CHECK_SCHEMA_ID = "tracediag/check-v1"
+
+# Exit status of `tracediag check` per outcome (2 and 3 are usage and internal errors, as for every command).
+EXIT_CODES = {"passed": 0, "failed": 1, "inconclusive": 4}
+
+# Verdict statuses that say the run cannot be diagnosed (findings.verdict: "nothing_ran"; "inconclusive" when the
+# profiled window is unfit and nothing was found — tracediag/derive/fitness.py; "undetermined" kept for others).
+UNDIAGNOSABLE = ("nothing_ran", "inconclusive", "undetermined")
+
+REQUIRED_NOT_RUN = "required, but could not run: "  # the message of a required rule's outcome, before its reason
 
 
 def _vs_baseline(c: dict[str, Any], base: dict[str, Any] | None, tol: Tolerances) -> str:
@@ -49,7 +63,8 @@ def judge_rules(
     titles: dict[str, str] | None = None,
     required: set[str] | frozenset[str] = frozenset(),
 ) -> list[Outcome]:
-    """One outcome per check. A required rule that could not run fails, with the reason it could not."""
+    """One outcome per check. A required rule that could not run is skipped with `required` set and the reason
+    it could not: it makes the check inconclusive, it does not fail it."""
     base = {finding_id(c): c for c in baseline_doc["checks"]} if baseline_doc else None
     titles = rule_titles() if titles is None else titles
     out = []
@@ -61,9 +76,8 @@ def judge_rules(
             continue
         if c["status"] == "not_applicable":
             must = c["rule"] in required
-            status = "fail" if must else "skipped"
-            msg = ("required, but could not run: " if must else "") + (c.get("reason") or "")
-            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, status, msg, required=must))
+            msg = (REQUIRED_NOT_RUN if must else "") + (c.get("reason") or "")
+            out.append(Outcome("rules", c["rule"], c["rule"], c["step"], name, "skipped", msg, required=must))
             continue
         fid = finding_id(c)
         vs = _vs_baseline(c, base.get(fid), tol) if base is not None else None
@@ -103,17 +117,46 @@ class CheckResult:
         return [o for o in self.outcomes if o.status == "fail"]
 
     @property
+    def not_run_required(self) -> list[Outcome]:
+        """Required rules that could not run (each makes the check inconclusive)."""
+        return [o for o in self.outcomes if o.required and o.status == "skipped"]
+
+    @property
+    def undiagnosable(self) -> str | None:
+        """Why the run cannot be diagnosed (the verdict's headline), or None."""
+        v = self.doc.get("verdict") or {}
+        return (v.get("headline") or v["status"]) if v.get("status") in UNDIAGNOSABLE else None
+
+    @property
+    def outcome(self) -> str:
+        """'failed' (something new at or above fail_on), 'inconclusive' (nothing failed, but a required rule
+        could not run or the run cannot be diagnosed), else 'passed'."""
+        if self.failed:
+            return "failed"
+        return "inconclusive" if self.not_run_required or self.undiagnosable else "passed"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+    @property
     def passed(self) -> bool:
-        return not self.failed
+        return self.outcome == "passed"
 
     @property
     def coverage(self) -> dict[str, Any]:
         """How many of the selected rules ran, and what input would enable the others."""
         return coverage(self.doc["checks"])
 
-    @property
-    def not_run_required(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.required and o.status == "fail"]
+    def inconclusive_reasons(self) -> list[str]:
+        """What the check could not establish, one line each (empty when it could)."""
+        out = [
+            f"required rule {o.id} could not run: {o.message.removeprefix(REQUIRED_NOT_RUN)}"
+            for o in self.not_run_required
+        ]
+        if self.undiagnosable:
+            out.append(f"the run cannot be diagnosed: {self.undiagnosable}")
+        return out
 
     def findings(self) -> list[dict[str, Any]]:
         """Every finding of the run: rules, unmet expectations and baseline regressions (findings.json shape)."""
@@ -123,6 +166,8 @@ class CheckResult:
         return {
             "schema": CHECK_SCHEMA_ID,
             "passed": self.passed,
+            "outcome": self.outcome,
+            "inconclusive": self.inconclusive_reasons(),
             "fail_on": self.fail_on,
             "config": str(self.config.path) if self.config.path else None,
             "rules_selected": self.rules_selected,

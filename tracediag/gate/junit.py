@@ -5,9 +5,10 @@ The shape follows the common JUnit XML schema that Jenkins (xunit plugin `junit-
 `<testsuite>` per kind of check (`tracediag.rules`, `tracediag.expectations`, `tracediag.baseline`),
 each with the required `name`, `tests`, `failures` and `errors` attributes; a `<testcase>` per item
 with `<failure>` (a finding at or above --fail-on that is new or worse than the baseline: its title as
-the message, values, formula and evidence as the text; or a required rule that could not run, with the
-reason) or `<skipped>` (not applicable, with its reason: the input that would let it run). The rules
-suite's properties say how many rules ran (`coverage`).
+the message, values, formula and evidence as the text) or `<skipped>` (not applicable, with its reason: the
+input that would let it run; a required rule that could not run is skipped too, with "required rule could not
+run (check inconclusive)" and the reason — never a pass). The rules suite's properties say how many rules ran
+(`coverage`) and the check's `outcome` (passed, failed, inconclusive).
 Findings that do not fail the check (known from the baseline, or below --fail-on) pass and carry
 their text in `<system-out>`.
 """
@@ -23,11 +24,11 @@ from typing import Any
 
 import orjson
 
-from tracediag import __version__
+from tracediag.files import write_atomic
 from tracediag.findings import coverage_sentence
-from tracediag.gate.judge import CheckResult
+from tracediag.gate.judge import REQUIRED_NOT_RUN, CheckResult
 from tracediag.gate.outcome import Outcome
-from tracediag.output import write_atomic
+from tracediag.version import __version__
 
 SUITES = (
     ("rules", "tracediag.rules"),
@@ -92,9 +93,12 @@ def _testcase(parent: ET.Element, o: Outcome) -> None:
     name = o.name if o.name.startswith(o.id) else f"{o.id} {o.name}"  # stable: id first, then what it checks
     tc = ET.SubElement(parent, "testcase", {"classname": _classname(o), "name": _x(name), "time": "0"})
     if o.status == "fail":
-        kind = "required rule could not run" if o.required else (o.severity or "finding")
-        f = ET.SubElement(tc, "failure", {"type": _x(kind), "message": _x(f"{o.id}: {o.message}")})
+        f = ET.SubElement(tc, "failure", {"type": _x(o.severity or "finding"), "message": _x(f"{o.id}: {o.message}")})
         f.text = _x(finding_text(o.check, o.vs_baseline) if o.check else o.message)
+    elif o.status == "skipped" and o.required:
+        # skipped, not passed: the rule did not run, and the check is inconclusive for it
+        reason = o.message.removeprefix(REQUIRED_NOT_RUN)
+        ET.SubElement(tc, "skipped", {"message": _x(f"required rule could not run (check inconclusive): {reason}")})
     elif o.status == "skipped":
         ET.SubElement(tc, "skipped", {"message": _x(f"not applicable: {o.message}")})
     elif o.status == "finding":
@@ -142,6 +146,7 @@ def junit_xml(result: CheckResult, inputs: list[str] | None = None, name: str = 
             facts = {
                 "tracediag.version": __version__,
                 "fail_on": result.fail_on,
+                "outcome": result.outcome,
                 "inputs": ", ".join(inputs or []),
                 "baseline": result.baseline.label if result.baseline else "",
                 "config": str(result.config.path) if result.config.path else "",

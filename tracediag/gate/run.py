@@ -13,14 +13,15 @@ import orjson
 from tracediag.analysis import analyze
 from tracediag.engine import load_rules
 from tracediag.errors import UsageError
+from tracediag.files import OutputGuard
 from tracediag.findings import enabling_input
 from tracediag.gate.annotate import write_annotated_trace
 from tracediag.gate.config import FAIL_ON_LEVELS, load_config, parse_rule_globs, select_rules
 from tracediag.gate.judge import judge
 from tracediag.gate.junit import write_junit
 from tracediag.measures import run_measures
-from tracediag.output import findings_json, staged_outputs
-from tracediag.runs import load_run
+from tracediag.output import OUTPUT_NAMES, findings_json, staged_outputs
+from tracediag.runs import load_run, read_back
 
 
 def run_check(
@@ -43,11 +44,15 @@ def run_check(
     progress=None,
     ranks: str | None = None,
     scheduler: str | None = None,
+    force: bool = False,
 ):
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
     `require` (or the config's `require`): rule globs that must run; a selected rule that could not run then
-    fails the check. Required rules are run even when `rules` leaves them out."""
+    makes the check inconclusive (CheckResult.outcome). Required rules are run even when `rules` leaves them out.
+
+    Outputs (`junit`, `annotated_trace`, the files in `out`) never replace an input, nor a file tracediag did not
+    write unless `force` (tracediag/files.py); both are checked before anything runs."""
     t0 = time.monotonic()
     if not inputs and not extra_inputs and store is None:
         raise UsageError("no inputs given: pass the traces of the run to check")
@@ -73,9 +78,16 @@ def run_check(
             f"--require {','.join(req_unmatched)} matches no rule in this version (rules: {', '.join(known)})"
         )
     selected = [r for r in known if r in set(selected) | set(required)]
-    for p in (junit, annotated_trace):
-        if p is not None and Path(p).is_dir():
-            raise UsageError(f"{p} is a folder; give a file path")
+    guard = OutputGuard.of(inputs, model, baseline, config, store, [p for p, _ in extra_inputs], force=force)
+    for option, p in (("--junit", junit), ("--annotated-trace", annotated_trace)):
+        if p is not None:
+            guard.check_file(p, option)
+            if Path(p).is_dir():
+                raise UsageError(f"{p} is a folder; give a file path")
+    if junit is not None and annotated_trace is not None and Path(junit).absolute() == Path(annotated_trace).absolute():
+        raise UsageError(f"--junit and --annotated-trace are both {junit}; give each its own file")
+    if out is not None:
+        guard.check_folder(out, OUTPUT_NAMES)
     holder = {}
     with tempfile.TemporaryDirectory(prefix="tracediag-check-") as tmp:
         base = None
@@ -108,16 +120,17 @@ def run_check(
             )
             report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
             doc = orjson.loads(findings_json(report))
-            result = judge(
-                doc,
-                run_measures(doc, db),
-                cfg,
-                fail_on=fail_on,
-                baseline=base,
-                db_path=db,
-                rules_selected=selected,
-                required=required,
-            )
+            with read_back(*([base] if base is not None else [])):
+                result = judge(
+                    doc,
+                    run_measures(doc, db),
+                    cfg,
+                    fail_on=fail_on,
+                    baseline=base,
+                    db_path=db,
+                    rules_selected=selected,
+                    required=required,
+                )
             result.elapsed_s = time.monotonic() - t0
             (staging / "check.json").write_bytes(
                 orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
-from tracediag.ingest.inputfile import open_stream, regular_file, skip_nul_run
+from tracediag.ingest.capture_folder import capture_inputs
+from tracediag.inputfile import open_stream, regular_file, skip_nul_run
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -128,8 +129,6 @@ def discover_inputs(paths: list[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and (p / "capture.json").is_file():  # a `tracediag capture` incident folder
-            from tracediag.live.capture import capture_inputs
-
             files = [f for f, _ in capture_inputs(p)]
             if not files:
                 raise InputError(p, "capture folder holds no trace, metrics or log")

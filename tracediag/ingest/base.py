@@ -53,7 +53,7 @@ class Parsed:
 def read_gunzipped(path: Path, what: str) -> bytes:
     """The file's bytes, decompressed when they start with the gzip magic, within the read budget
     (inputfile.read_input); `what` names the file in errors."""
-    from tracediag.ingest.inputfile import read_input
+    from tracediag.inputfile import read_input
 
     return read_input(path, what)
 

@@ -40,10 +40,10 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
-from tracediag.ingest.inputfile import open_stream, too_large
 from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
-from tracediag.ingest.memory import chunk_bytes, read_bytes_budget, spill_bytes
 from tracediag.ingest.validate import BadRecords
+from tracediag.inputfile import open_stream, too_large
+from tracediag.memory import chunk_bytes, read_bytes_budget, spill_bytes
 
 _EMPTY = msgspec.Raw(b"")
 

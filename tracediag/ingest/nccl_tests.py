@@ -26,8 +26,8 @@ import pyarrow as pa
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.inputfile import read_input
 from tracediag.ingest.validate import BadRecords
+from tracediag.inputfile import read_input
 
 TEST_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 VERSION_RE = re.compile(r"^#\s*nccl-tests version\s+(\S+)")

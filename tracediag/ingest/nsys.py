@@ -58,7 +58,6 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed, names_classified_by_prefix
-from tracediag.ingest.inputfile import open_input, regular_file
 from tracediag.ingest.nsys_nvtx import (
     SchemaEntry,
     blob_bytes,
@@ -68,6 +67,7 @@ from tracediag.ingest.nsys_nvtx import (
     split_blob,
 )
 from tracediag.ingest.validate import BadRecords
+from tracediag.inputfile import open_input, regular_file
 
 # ENUM_NSYS_EVENT_TYPE ids (same in the 2023.2 and 2026.x exports)
 NVTX_RANGE_TYPES = (59, 60, 70, 71)  # NvtxPushPopRange, NvtxStartEndRange, NvtxtPushPopRange, NvtxtStartEndRange

@@ -82,6 +82,13 @@ CANONICAL: dict[str, tuple[str, int]] = {
     "vllm:avg_prompt_throughput_toks_per_s": ("prompt_tput_tok_s", 0),  # V0
     "vllm:avg_generation_throughput_toks_per_s": ("gen_tput_tok_s", 0),  # V0
     "process_start_time_seconds": ("process_start_time", 0),
+    # KV connectors: NIXL (vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py NixlPromMetrics) and LMCache
+    # (lmcache/observability.py): transfer and load time per operation, seconds
+    "vllm:nixl_xfer_time_seconds": ("kv_transfer_seconds", 0),
+    "vllm:nixl_post_time_seconds": ("kv_transfer_post_seconds", 0),
+    "vllm:nixl_num_failed_transfers": ("kv_transfer_failed", 0),
+    "lmcache:time_to_retrieve": ("kv_load_seconds", 0),
+    "lmcache:time_to_store": ("kv_store_seconds", 0),
     # SGLang (python/sglang/srt/metrics/collector.py; older names from its docs/references/production_metrics.md)
     "sglang:num_running_reqs": ("requests_running", 0),
     "sglang:num_requests_running": ("requests_running", 1),
@@ -107,6 +114,8 @@ CANONICAL: dict[str, tuple[str, int]] = {
     "sglang:e2e_request_latency_seconds": ("e2e_latency_seconds", 0),
     "sglang:queue_time_seconds": ("queue_time_seconds", 0),
     "sglang:waiting_request_latency_seconds": ("queue_time_seconds", 1),
+    "sglang:per_stage_req_latency_seconds": ("stage_latency_seconds", 0),  # label stage (prefill_forward, ...)
+    "sglang:kv_transfer_latency_ms": ("kv_transfer_latency_ms", 0),  # gauge, PD disaggregation
 }
 # Families exposed as histograms (for samples of files without # TYPE lines).
 HISTOGRAMS = {

@@ -4,8 +4,13 @@ Record prefix (python/sglang/srt/utils configure_logger: `[%(asctime)s{prefix}] 
 `HH:MM:SS` in 2024, `YYYY-MM-DD HH:MM:SS` from 2025; the prefix tags the scheduler process — `DP{n}`, `PP{n}`,
 `ATTN_CP{n}`, `MOE_DP{n}`, `TP{n}` (only when tp_size > 1 from 2025), `EP{n}` — and is absent on tokenizer and
 HTTP lines (`[2025-09-03 18:33:31] INFO:     ip - "POST /v1/chat/completions HTTP/1.1" 200 OK`). Wrappers
-before the record (docker compose `sglang  | `, an outer timestamp) are skipped; a bare `[TP0] Decode batch.`
-(pasted without times) is read with no time.
+before the record (docker compose `sglang  | `, docker `--timestamps`, an outer timestamp) are skipped; a Ray actor
+prefix `(SGLangEngine pid=N)` names the process (several engines in one Ray log stay apart); a bare `[TP0] Decode
+batch.` (pasted without times) is read with no time. SGLang run under an application's own Python logging has no
+bracket prefix: `YYYY-MM-DD HH:MM:SS[,ms] [LEVEL] sglang.srt.managers.scheduler_metrics_mixin: message` or
+`YYYY-MM-DD HH:MM:SS[,ms] LEVEL PID [scheduler_metrics_mixin.py:N] message` (no rank tag: one engine per process).
+The engine of a row is the data-parallel rank (`DP3`) when the prefix has one, else the tensor-parallel rank: with DP
+attention each DP rank logs its own batches (`DP3 TP3 EP3`), without it `DPn TP0` is rank 0 of replica n.
 
 Lines (python/sglang/srt/managers/scheduler_metrics_mixin.py log_prefill_stats / log_decode_stats, and the
 older scheduler.py / tp_worker.py forms):
@@ -13,11 +18,20 @@ older scheduler.py / tp_worker.py forms):
    #running-req: N, #queue-req: N[, ]` (hybrid: `full token usage`, `swa token usage` / `mamba usage`)
   `Decode batch[.,] #running-req: N, #token: N, token usage: X, [accept len: X, accept rate: X, ]
    [cuda graph: B, ]gen throughput (token/s): X, #queue-req: N[, ]` (hybrid: `#full token`, `full token usage`)
-  `KV cache pool is full. Retract requests. #retracted_reqs: N, #new_token_ratio: X -> Y`
+  `KV cache pool is full. Retract requests. #retracted_reqs: N, #new_token_ratio: X -> Y` (from 2025; before it
+   `Decode out of memory happened. #retracted_reqs: N, …`, and `decode out of memory happened, #retracted_reqs: N`
+   in 2024): a retraction, SGLang's preemption
+  `accept len: X, accept rate: Y` in a decode line (speculative decoding on): accept len = (accepted drafts + 1) per
+   verify round averaged over the logging interval (spec_num_accepted_tokens / spec_num_forward_ct), accept rate =
+   the same count over the draft tokens verified (forward_ct × speculative_num_draft_tokens); each becomes a
+   spec_decode row (log_format 'sglang') of that engine
   `max_total_num_tokens=N, chunked_prefill_size=N, max_prefill_tokens=N, max_running_requests=N,
    context_len=N[, available_gpu_mem=X GB]`; `server_args=ServerArgs(...)` (tp_size, dp_size, attention_backend...)
   `Watchdog timeout (self.watchdog_timeout=N)` / `Scheduler watchdog timeout (…)`, `Scheduler hit an exception`.
-Decode lines come every --decode-log-interval decode steps (40), not on a clock, and none while idle.
+Decode lines come every --decode-log-interval decode steps (40), not on a clock, and none while idle; several lines
+often share one printed second, and their order in the file is their order in time.
+A line whose middle was cut by the terminal that copied it (`#cached-to…unning-req: 6`) keeps the fields it still
+names; a field ending in `unning-req` is #running-req (the only SGLang key that ends so).
 Rows go to the same tables as vLLM's (serving_stats with log_format 'sglang-prefill' / 'sglang-decode';
 token usage as a percentage in kv_usage_pct; running = #running-req, waiting = #queue-req).
 """
@@ -33,6 +47,7 @@ from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.ingest.vllm_log import (
     _ACCESS,
+    MAX_TEXT,
     BadValue,
     LogState,
     checked_float,
@@ -45,12 +60,27 @@ RECORD = re.compile(
     r"\[?(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<time>\d{2}:\d{2}:\d{2})?"
     r"(?P<tags>(?:\s{0,8}(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*)\]\s?"
 )  # \s{0,8}, not \s*: finditer tries every position, and \s* ran to the end of a 1 MiB run of spaces from each
-_STARTS_RECORD = re.compile(r"^\s*(?:\[|sglang\s+\||\w+Error\b|Traceback)")
+_STARTS_RECORD = re.compile(
+    r"^\s*(?:\[|sglang\s+\||\w+Error\b|Traceback|\d{4}-\d{2}-\d{2}[ T]\d{2}:|\([A-Za-z_]\w* pid=\d+)"
+)
+# SGLang under an application's Python logging (no bracket prefix, no rank tag): `2026-06-07 10:59:31,659 [INFO]
+# sglang.srt.managers.scheduler_metrics_mixin: msg` or `2025-12-04 20:35:53 INFO 151972 [scheduler_metrics_mixin.py:287]
+# msg` (logging.Formatter "%(asctime)s %(levelname)s %(process)d [%(filename)s:%(lineno)d] %(message)s")
+_LEVEL = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
+PY_RECORD = re.compile(
+    r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,]\d{1,9})?\s+"
+    rf"(?:\[(?:{_LEVEL})\]|(?:{_LEVEL}))\s+(?:(?P<pid>\d{{1,9}})\s+)?"
+    r"(?:\[(?P<file>[\w.\-/]{1,200}\.py):\d{1,7}\]|(?P<logger>sglang(?:\.\w{1,64}){0,8})\s?:)\s?"
+)
+# Ray prints each actor's output behind `(ActorName pid=N[, ip=A])`; a markdown quote `> ` may come first
+_RAY_ACTOR = re.compile(r"\((?P<actor>[A-Za-z_]\w{0,63}) pid=(?P<pid>\d{1,9})(?:, ip=[\d.:a-f]{1,64})?\)\s*$")
 _BATCH = re.compile(r"^(?P<kind>Prefill|Decode) batch(?:\(mixed #running-req: \d+\))?(?: \[\d+\])?[.,]\s*(?P<body>.*)$")
 _FIELD = re.compile(
     r"^(?P<key>#?[A-Za-z][A-Za-z _()/-]*?):\s*(?P<val>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|True|False)(?P<pct>%)?$"
 )
-_RETRACT = re.compile(r"KV cache pool is full\. Retract requests\. #retracted_reqs: (?P<n>\d+)")
+_RETRACT = re.compile(
+    r"(?:KV cache pool is full\. Retract requests\.|[Dd]ecode out of memory happened[.,])\s*#retracted_reqs: (?P<n>\d+)"
+)
 _STARTUP = re.compile(r"max_total_num_tokens=(?P<tokens>\d+)")
 # a key starts at a word boundary and is short: `(\w+)=` alone retries from every character of a long word (a 1 MiB
 # run of letters took hours)
@@ -96,8 +126,9 @@ _COLS = {
 }
 
 
-def _tp_rank(tags: str) -> int | None:
-    m = re.search(r"TP(\d+)", tags or "")
+def _engine(tags: str) -> int | None:
+    """The engine a prefix names: the data-parallel rank (`DP3`, not `MOE_DP3`), else the tensor-parallel rank."""
+    m = re.search(r"(?<![A-Z_])DP(\d+)", tags or "") or re.search(r"TP(\d+)", tags or "")
     return int(m[1]) if m and len(m[1]) < 6 else None
 
 
@@ -118,6 +149,8 @@ def parse_batch(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
             continue
         val = float(raw)
         col = _COLS.get(key)
+        if col is None and key.endswith("unning-req") and "running" not in cols:
+            col = "running"  # the terminal cut the line between two keys: `#cached-to…unning-req: N`
         if col in ("running", "waiting"):
             cols[col] = checked_int(val)
         elif col == "kv_usage_pct":
@@ -138,6 +171,14 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     batches = 0
     for n, line in logical_lines(physical_lines(path), _STARTS_RECORD):
         matches = [m for m in RECORD.finditer(line) if m["time"] or m["tags"]]
+        py = None if matches else PY_RECORD.search(line)
+        if py is not None:
+            st.records += 1
+            pid = int(py["pid"]) if py["pid"] else None
+            ts_text = f"{py['date']} {py['time']}"
+            base = st.at(st.clock(py["date"], py["time"]), n, ts_text, "python-logging" if pid else None, pid)
+            batches += _message(st, n, line[py.end() :].strip(), base, None)
+            continue
         if not matches:
             a = _ACCESS.search(line) or re.search(
                 r'\[INFO\] "(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3})', line
@@ -161,56 +202,13 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
                 break
             m = nxt
         st.records += 1
-        msg = line[m.end() :].strip()
+        ray = _RAY_ACTOR.search(line, 0, m.start())
+        proc, pid = (ray["actor"], int(ray["pid"])) if ray else (None, None)
         ts_text = " ".join(x for x in (m["date"], m["time"]) if x) or None
         t_s = st.clock(m["date"] or "2000-01-01", m["time"]) if m["time"] else None
-        tp = _tp_rank(m["tags"])
-        base = st.at(t_s, n, ts_text, (m["tags"] or "").strip() or None, None)
-        try:
-            parsed = parse_batch(msg)
-        except BadValue as exc:
-            st.bad(n, msg, str(exc))
-            continue
-        if parsed is not None:
-            cols, extra = parsed
-            if "running" not in cols or ("waiting" not in cols and "kv_usage_pct" not in cols):
-                st.bad(n, msg, "batch line without #running-req and #queue-req/token usage")
-                continue
-            batches += 1
-            st.stats.add({**base, **cols, "engine": tp, "extra_json": json.dumps(extra) if extra else None})
-            st.run_active = True
-            continue
-        a = _ACCESS.search(msg)
-        if a:
-            st.event(
-                base, "access", f"{a['method']} {a['path']} {a['status']}", http_status=int(a["status"]), own_time=True
-            )
-            st.run_active = True
-            continue
-        r = _RETRACT.search(msg)
-        if r:
-            st.event(base, "retraction", msg, cumulative=int(r["n"]) if len(r["n"]) < 12 else None, own_time=True)
-            st.run_active = True
-            continue
-        if any(_event(st, base, msg, kind, rx) for kind, rx in _EVENTS):
-            continue
-        if _STARTUP.search(msg) or msg.startswith("server_args=ServerArgs("):
-            if st.run_active and _STARTUP.search(msg):
-                st.new_run(n, "startup (max_total_num_tokens)")
-                base = {**base, "run": st.run}
-            for key, value in _PAIR.findall(msg):
-                if key in _UNITS or key in _SERVER_ARGS:
-                    value = value.strip("'\"")
-                    num = None
-                    try:
-                        num = float(value) if key in _UNITS or key.endswith("_size") else None
-                    except ValueError:
-                        num = None
-                    st.fact(base, key, value[:200], num, _UNITS.get(key), msg)
-            continue
-        lm = re.search(r"exceeds the maximum allowed length \((\d+) tokens\)", msg)
-        if lm:
-            st.fact(base, "max_input_len", lm[1], float(lm[1]), "tokens", msg)
+        tags = (m["tags"] or "").strip() or None
+        base = st.at(t_s, n, ts_text, tags if proc is None else f"{proc} {tags}" if tags else proc, pid)
+        batches += _message(st, n, line[m.end() :].strip(), base, _engine(m["tags"]))
     if st.records == 0:
         raise InputError(
             path,
@@ -226,6 +224,67 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
         "meta_json": json.dumps(meta),
     }
     return Parsed(path=str(path), format="sglang-log", inputs_rows=[row], tables=st.tables())
+
+
+def _message(st: LogState, n: int, msg: str, base: dict, engine: int | None) -> int:
+    """One SGLang record's message into the tables; 1 when it was a batch line."""
+    try:
+        parsed = parse_batch(msg)
+    except BadValue as exc:
+        st.bad(n, msg, str(exc))
+        return 0
+    if parsed is not None:
+        cols, extra = parsed
+        if "running" not in cols or ("waiting" not in cols and "kv_usage_pct" not in cols):
+            st.bad(n, msg, "batch line without #running-req and #queue-req/token usage")
+            return 0
+        st.stats.add({**base, **cols, "engine": engine, "extra_json": json.dumps(extra) if extra else None})
+        st.run_active = True
+        if "accept len" in extra:  # speculative decoding on: this interval's acceptance, per engine
+            st.spec.add(
+                {
+                    **base,
+                    "engine": engine,
+                    "log_format": "sglang",
+                    "cumulative": False,
+                    "mean_acceptance_length": extra["accept len"],
+                    "acceptance_rate": extra.get("accept rate"),
+                    "text": msg[:MAX_TEXT],
+                }
+            )
+        return 1
+    a = _ACCESS.search(msg)
+    if a:
+        st.event(
+            base, "access", f"{a['method']} {a['path']} {a['status']}", http_status=int(a["status"]), own_time=True
+        )
+        st.run_active = True
+        return 0
+    r = _RETRACT.search(msg)
+    if r:
+        st.event(base, "retraction", msg, cumulative=int(r["n"]) if len(r["n"]) < 12 else None, own_time=True)
+        st.run_active = True
+        return 0
+    if any(_event(st, base, msg, kind, rx) for kind, rx in _EVENTS):
+        return 0
+    if _STARTUP.search(msg) or msg.startswith("server_args=ServerArgs("):
+        if st.run_active and _STARTUP.search(msg):
+            st.new_run(n, "startup (max_total_num_tokens)")
+            base = {**base, "run": st.run}
+        for key, value in _PAIR.findall(msg):
+            if key in _UNITS or key in _SERVER_ARGS:
+                value = value.strip("'\"")
+                num = None
+                try:
+                    num = float(value) if key in _UNITS or key.endswith("_size") or key.endswith("_tokens") else None
+                except ValueError:
+                    num = None
+                st.fact(base, key, value[:200], num, _UNITS.get(key), msg)
+        return 0
+    lm = re.search(r"exceeds the maximum allowed length \((\d+) tokens\)", msg)
+    if lm:
+        st.fact(base, "max_input_len", lm[1], float(lm[1]), "tokens", msg)
+    return 0
 
 
 def _event(st: LogState, base: dict, msg: str, kind: str, rx: re.Pattern[str]) -> bool:

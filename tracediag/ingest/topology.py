@@ -30,7 +30,7 @@ import pyarrow as pa
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.inputfile import read_input
+from tracediag.inputfile import read_input
 
 SCHEMA_PREFIX = "tracediag/topology-v"
 SUPPORTED = {"tracediag/topology-v1"}

@@ -323,13 +323,6 @@ def negative_duration(v: Any) -> bool:
     return type(v) in _NUMBER_TYPES and math.isfinite(v) and v * 1000 < -0.5  # np.rint(-0.5) is -0
 
 
-def ns_ints(values: list[Any], lo: int, hi: int) -> tuple[list[int | None], np.ndarray]:
-    """Integer ns (SQLite columns): (values, ok mask); only true integers in [lo, hi] are ok (not text, blobs,
-    floats from an overflowing subtraction, or NULL)."""
-    ok = np.fromiter((type(v) is int and lo <= v <= hi for v in values), dtype=bool, count=len(values))
-    return values, ok
-
-
 def int_list(v: Any, lo: int = -(2**31), hi: int = INT32_MAX, max_len: int = 1 << 16) -> Any:
     """A list of integers in [lo, hi] (grid/block dims, ranks of a group); None stays None; else _BAD."""
     if v is None:

@@ -25,8 +25,8 @@ import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.inputfile import read_input
 from tracediag.ingest.validate import BadRecords, Checker
+from tracediag.inputfile import read_input
 
 RUNS_SCHEMA = pa.schema(
     [

@@ -56,8 +56,8 @@ import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.inputfile import open_stream, skip_nul_run
-from tracediag.ingest.memory import read_bytes_budget
+from tracediag.inputfile import open_stream, skip_nul_run
+from tracediag.memory import read_bytes_budget
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)m(?=\s|\(|$)")
 RECORD = re.compile(

@@ -27,10 +27,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from tracediag.errors import UsageError
+from tracediag.ingest.capture_folder import MANIFEST, TRACE_SUFFIXES
 from tracediag.live.scrape import fetch_checked, scrape_block
-
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".trace.json.gz", ".trace.json")
-MANIFEST = "capture.json"
 
 
 @dataclass
@@ -212,15 +210,3 @@ def capture(
             res.log_lines = data.count(b"\n")
     (out / MANIFEST).write_text(json.dumps({"schema": "tracediag/capture-v1", **asdict(res)}, indent=2) + "\n")
     return res
-
-
-def capture_inputs(folder: Path) -> list[tuple[Path, str | None]]:
-    """The inputs of an incident folder: its traces, metrics and log (formats detected from content)."""
-    files: list[tuple[Path, str | None]] = [
-        (p, None) for p in sorted((folder / "traces").glob("*")) if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-    ]
-    if (folder / "metrics.prom").is_file() and (folder / "metrics.prom").stat().st_size:
-        files.append((folder / "metrics.prom", "prometheus"))
-    if (folder / "server.log").is_file() and (folder / "server.log").stat().st_size:
-        files.append((folder / "server.log", "vllm-log"))
-    return files

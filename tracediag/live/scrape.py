@@ -103,10 +103,6 @@ def fetch_checked(url: str, timeout_s: float, deadline: float | None = None) -> 
     return text
 
 
-def fetch(url: str, timeout_s: float) -> str:
-    return fetch_checked(url, timeout_s)
-
-
 def scrape_block(body: str, seq: int, ts_ms: int, url: str) -> str:
     """One scrape as written to the file: the marker line, then the exposition stamped with the scrape time."""
     return f"# tracediag-scrape seq={seq} unix_ms={ts_ms} url={url}\n" + stamp(body, ts_ms)

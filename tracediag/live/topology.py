@@ -19,7 +19,7 @@ import socket
 from types import ModuleType
 from typing import Any
 
-from tracediag import __version__
+from tracediag.version import __version__
 
 SCHEMA_ID = "tracediag/topology-v1"
 

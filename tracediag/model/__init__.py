@@ -1,6 +1,6 @@
 """The served model and the formulas the rules use.
 
-- `config`: reading a Hugging Face `config.json` into the RULEBOOK's symbols (L, H, I, h, H_kv, D, ...) and the
+- `config`: reading a Hugging Face `config.json` into the symbols of docs/method.md (L, H, I, h, H_kv, D, ...) and the
   architecture (MoE, MLA, sliding windows);
 - `quant`: the quantization format of each module group (attention, dense MLP, experts, router, ...);
 - `accounting`: weight and KV bytes per group, per rank and per decode step (MoE experts touched), and the
@@ -13,6 +13,19 @@
 
 from __future__ import annotations
 
-from tracediag.model.config import DTYPE_BYTES, ModelConfig, load_model_config
+from dataclasses import replace
+from pathlib import Path
+
+from tracediag.model.config import DTYPE_BYTES, ModelConfig, read_config
+from tracediag.model.quant import resolve
 
 __all__ = ["DTYPE_BYTES", "ModelConfig", "load_model_config"]
+
+
+def load_model_config(path: str | Path) -> ModelConfig:
+    """Read and check a Hugging Face config.json, with the quantization format of each module group; InputError
+    (naming the file) when it cannot be used."""
+    p = Path(path)
+    model, qc, q_source, notes = read_config(p)
+    quant = resolve(model, qc, q_source, p)  # reads the architecture fields of `model`
+    return replace(model, quant=quant, notes=(*notes, *quant.notes))

@@ -23,7 +23,7 @@ experts and k of the E routed experts (active_share); the lm_head is kept apart.
 KV. Full-attention layers cache 2·ceil(H_kv/p)·D elements per token; MLA caches one latent of kv_lora_rank +
 qk_rope_head_dim per token and layer (not split by TP); sliding-window layers keep at most `sliding_window`
 tokens and chunked layers at most `attention_chunk_size`, so their bytes stop growing with the context. The
-notes (DISAGREEMENTS item 7): the RULEBOOK's 2·L·H_kv·D·b holds only for uniform full attention.
+plain per-token formula 2·L·H_kv·D·b (docs/method.md, SCH004) holds only for uniform full attention.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def active_params_per_token(m: ModelConfig, p: int = 1) -> float:
 # ------------------------------------------------------------------ projection FLOPs per token (COL003)
 
 # The groups of the decoder layers' projections, in the order F_proj lists them; the lm_head is kept apart (the
-# RULEBOOK's F_proj is per layer × L), embeddings and norms do no multiply-adds.
+# dense F_proj of docs/method.md, step 3, is per layer × L), embeddings and norms do no multiply-adds.
 PROJECTION_GROUPS = ("attention", "dense_mlp", "shared_experts", "router", "experts")
 
 
@@ -343,9 +343,9 @@ def projection_flops(m: ModelConfig, p: int = 1) -> ProjectionFlops | None:
 
 
 def dense_formula_flops(m: ModelConfig) -> float | None:
-    """What the RULEBOOK's dense formula L·(4(H² + H·H_KV) + 6H·I) gives per token with the config's I (for an
-    MoE model: ModelConfig.I, the dense layers' width, else one expert's) — for comparison with the MoE-active
-    count, never used in its place."""
+    """What the dense formula of docs/method.md (step 3), L·(4(H² + H·H_KV) + 6H·I), gives per token with the
+    config's I (for an MoE model: ModelConfig.I, the dense layers' width, else one expert's) — for comparison
+    with the MoE-active count, never used in its place."""
     from tracediag.model.tpmath import proj_flops_per_layer
 
     if m.I is None or m.H_kv is None or m.D is None:
@@ -355,8 +355,9 @@ def dense_formula_flops(m: ModelConfig) -> float | None:
 
 def hypothetical_w4(m: ModelConfig) -> tuple[dict[str, Format], int, str]:
     """Formats if every 16-bit projection group (attention, dense MLP, experts, shared experts) were 4-bit
-    weight-only with one 16-bit scale per G (the seed's ratio (1−f) + f/4 + f/G); groups already at ≤ 4.5 bits,
-    router, embeddings and lm_head stay as served. Returns (formats, G, where G came from)."""
+    weight-only with one 16-bit scale per G (the quantized weight ratio (1−f) + f/4 + f/G of docs/method.md,
+    KRN004); groups already at ≤ 4.5 bits, router, embeddings and lm_head stay as served. Returns (formats, G,
+    where G came from)."""
     q = m.quantization or {}
     g = q.get("group_size", q.get("q_group_size"))
     if isinstance(g, int) and g > 0:
@@ -390,7 +391,8 @@ def kv_layer_caps(m: ModelConfig) -> list[int | None]:
 
 def kv_bytes_per_token(m: ModelConfig, p: int, b: float) -> float | None:
     """Bytes one rank caches per token of context over the layers that keep every token (full attention).
-    For a model with only full layers this is the RULEBOOK's c = 2·L·ceil(H_kv/p)·D·b (MLA: L·(r + rope)·b)."""
+    For a model with only full layers this is the per-token KV 2·L·ceil(H_kv/p)·D·b of docs/method.md, SCH004
+    (MLA: L·(r + rope)·b)."""
     e = m.kv_elements_per_token_layer(p)
     if e is None:
         return None
@@ -419,7 +421,3 @@ def kv_layout(m: ModelConfig) -> str:
         cap = m.sliding_window or m.chunk_size
         return f"{m.L - sliding} full + {sliding} {what} ({cap} tokens) layers, {kind}"
     return f"full attention on all {m.L} layers, {kind}"
-
-
-def is_uniform_full_attention(m: ModelConfig) -> bool:
-    return all(c is None for c in kv_layer_caps(m)) and not (m.attention and m.attention.kind == "MLA")

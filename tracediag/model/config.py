@@ -1,4 +1,4 @@
-"""The served model from a Hugging Face `config.json`: the RULEBOOK's symbols (L, H, I, h, H_kv, D) and the
+"""The served model from a Hugging Face `config.json`: the symbols of docs/method.md (L, H, I, h, H_kv, D) and the
 architecture the byte accounting needs — dense vs expert MLP widths and which layers are MoE, attention kind
 (MHA/GQA/MQA/MLA) and per-layer KV shape, sliding windows, and the quantization of each module group.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -174,10 +174,6 @@ class ModelConfig:
         return self.quant.main_bits if self.quant is not None else None
 
     @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
-
-    @property
     def sliding_layers(self) -> int:
         return sum(t == "sliding" for t in self.layer_types)
 
@@ -266,7 +262,7 @@ def _read_json(p: Path, what: str) -> Any:
 
 
 def _decode_json(p: Path, what: str) -> Any:
-    from tracediag.ingest.inputfile import read_input
+    from tracediag.inputfile import read_input
 
     raw = read_input(p, what)
     try:
@@ -471,8 +467,10 @@ def _attention(p: Path, cfg: dict[str, Any], h: int | None, hkv: int | None, D: 
     return Attention(kind=kind, q_head_dim=D, v_head_dim=D, bias=bias, sinks=sinks)
 
 
-def load_model_config(path: str | Path) -> ModelConfig:
-    """Read and check a Hugging Face config.json; InputError (naming the file) when it cannot be used."""
+def read_config(path: str | Path) -> tuple[ModelConfig, dict[str, Any] | None, str | None, list[str]]:
+    """Read and check a Hugging Face config.json: (the model without its quantization, the quantization config
+    and where it was found, notes); InputError (naming the file) when it cannot be used. The quantization is
+    resolved from them by tracediag.model.load_model_config (tracediag.model.quant reads the fields here)."""
     p = Path(path)
     raw = _read_json(p, "model config")
     if not isinstance(raw, dict):
@@ -575,11 +573,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
         quantization_source=q_source,
         multimodal=cfg is not raw,
     )
-    from tracediag.model.quant import resolve  # here: quant reads the architecture fields above
-
-    quant = resolve(model, qc, q_source, p)
-    notes.extend(quant.notes)
-    return replace(model, quant=quant, notes=tuple(notes))
+    return model, qc, q_source, notes
 
 
-__all__ = ["DTYPE_BYTES", "Attention", "MoE", "ModelConfig", "load_model_config"]
+__all__ = ["DTYPE_BYTES", "Attention", "MoE", "ModelConfig", "read_config"]

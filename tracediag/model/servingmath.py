@@ -1,8 +1,6 @@
-"""Serving math of the RULEBOOK's step 6, as pure functions (no store, no I/O).
-
-Sources: the seed notes' "prefix cache", "speculative decoding", "KV cache", "continuous batching" and
-"capacity" articles (RULEBOOK SCH002-SCH010). Every worked example of those articles is a test in
-tests/test_servingmath.py.
+"""Serving math of step 6 (docs/method.md), as pure functions (no store, no I/O): percentiles, speculative
+decoding, KV bytes per token, SLO attainment and goodput, Little's law and the trend test. The worked examples
+docs/method.md quotes for them are tests in tests/test_servingmath.py.
 """
 
 from __future__ import annotations
@@ -11,6 +9,8 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from tracediag.model.fitting import SAMPLE_PAIRS, ols, sen_slope
 
 # ---------------------------------------------------------------- percentiles
 
@@ -28,42 +28,6 @@ def nearest_rank(values: Iterable[float], p: float) -> float | None:
     return ys[max(0, math.ceil(p / 100 * len(ys)) - 1)]
 
 
-# ---------------------------------------------------------------- prefix cache
-
-
-def prefill_cost(n: float, a: float = 1.0, b: float = 1.0 / 1024) -> float:
-    """C(n) = a·n + b·n(n+1)/2: linear per-token work plus causal attention pairs (arbitrary units)."""
-    return a * n + b * n * (n + 1) / 2
-
-
-def reusable_prefix(h: int, block_size: int | None) -> int:
-    """Only full blocks are reused: floor(h/B)·B (h itself when the block size is unknown)."""
-    return h if not block_size else (h // block_size) * block_size
-
-
-@dataclass(frozen=True)
-class PrefixCacheRatios:
-    request_hit_rate: float  # requests with h > 0 / requests
-    token_reuse_rate: float  # Σh / Σn
-    compute_saved: float  # Σ C(h) / Σ C(n): the remaining work is C(n) − C(h), not C(n − h)
-
-
-def prefix_cache_ratios(
-    requests: Sequence[tuple[int, int]], a: float = 1.0, b: float = 1.0 / 1024, block_size: int | None = None
-) -> PrefixCacheRatios:
-    """The three ratios over (prompt tokens n, cached prefix tokens h) per request."""
-    if not requests:
-        raise ValueError("no requests")
-    hs = [reusable_prefix(h, block_size) for _, h in requests]
-    ns = [n for n, _ in requests]
-    total_n = sum(ns)
-    return PrefixCacheRatios(
-        request_hit_rate=sum(h > 0 for h in hs) / len(requests),
-        token_reuse_rate=sum(hs) / total_n if total_n else 0.0,
-        compute_saved=sum(prefill_cost(h, a, b) for h in hs) / sum(prefill_cost(n, a, b) for n in ns),
-    )
-
-
 # ---------------------------------------------------------------- speculative decoding
 
 
@@ -76,11 +40,6 @@ def expected_tokens_per_round(joint: Sequence[float]) -> float:
     return 1.0 + sum(joint)
 
 
-def expected_tokens_constant(alpha: float, k: int) -> float:
-    """Constant conditional acceptance α: 1 + α + α² + … + α^k (k=4, α=0.8 → 3.3616)."""
-    return sum(alpha**i for i in range(k + 1))
-
-
 def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
     """P(A_i | A_1…A_{i−1}) = joint[i] / joint[i−1]; None where the previous position was never accepted."""
     out: list[float | None] = []
@@ -89,29 +48,6 @@ def conditional_acceptance(joint: Sequence[float]) -> list[float | None]:
         out.append(j / prev if prev > 0 else None)
         prev = j
     return out
-
-
-def joint_from_conditional(cond: Sequence[float]) -> list[float]:
-    out, acc = [], 1.0
-    for c in cond:
-        acc *= c
-        out.append(acc)
-    return out
-
-
-def spec_time_per_token(t_round: float, expected_tokens: float) -> float:
-    """T_round / E[tokens/round]: time per emitted token with speculative decoding."""
-    return t_round / expected_tokens
-
-
-def spec_pays_off(t_round: float, t_base: float, expected_tokens: float) -> bool:
-    """Break-even: speculative decoding is faster only when T_round / E[tokens/round] < T_base."""
-    return spec_time_per_token(t_round, expected_tokens) < t_base
-
-
-def marginal_cost_per_token(extra_round_time: float, joint_next: float) -> float:
-    """Adding position k+1 yields P(A1…A_{k+1}) tokens per round for its extra round time."""
-    return math.inf if joint_next <= 0 else extra_round_time / joint_next
 
 
 # ---------------------------------------------------------------- KV cache
@@ -123,11 +59,6 @@ def kv_bytes_per_token(L: int, H_kv: int, D: int, b: float, p: int = 1, pp: int 
     KV heads, not attention heads; with p > H_kv the heads are replicated (each rank keeps one).
     """
     return 2 * (L / pp) * math.ceil(H_kv / p) * D * b
-
-
-def kv_token_capacity(total_bytes: float, weights: float, runtime: float, margin: float, per_token: float) -> int:
-    """floor((M_total − weights − runtime − margin) / per-token bytes)."""
-    return max(0, math.floor((total_bytes - weights - runtime - margin) / per_token))
 
 
 def paged_tail_waste_bound(active_sequences: int, block_size: int) -> int:
@@ -260,8 +191,6 @@ def littles_law_l(arrival_rate: float, mean_time_in_system: float) -> float:
 
 EXACT_MAX_N = 10  # no ties: exact permutation distribution of S (Mahonian numbers) up to this n
 EXACT_TIES_MAX_N = 7  # with ties: enumeration of the 7! = 5,040 orders; above, the tie-corrected normal approximation
-SEN_EXACT_MAX_PAIRS = 200_000  # Theil-Sen over all pairs up to this many; above, the median of as many random pairs
-SEN_SEED = 20240101  # fixed: the same series gives the same slope on every run
 
 
 @dataclass(frozen=True)
@@ -334,38 +263,6 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> tuple[float | None, str]:
-    """Median of the pairwise slopes (y_j − y_i)/(x_j − x_i), i < j, x_j ≠ x_i; with the method used.
-
-    Exact over all pairs up to SEN_EXACT_MAX_PAIRS pairs; above, the median of SEN_EXACT_MAX_PAIRS pairs drawn
-    uniformly at random with a fixed seed (a consistent estimator of the same median; O(n) memory).
-    """
-    import numpy as np
-
-    x = np.asarray(xs, dtype=float)
-    y = np.asarray(ys, dtype=float)
-    n = len(x)
-    if n < 2:
-        return None, "all pairs"
-    pairs = n * (n - 1) // 2
-    if pairs <= SEN_EXACT_MAX_PAIRS:
-        i, j = np.triu_indices(n, k=1)
-        method = "all pairs"
-    else:
-        rng = np.random.default_rng(SEN_SEED)
-        i = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        j = rng.integers(0, n, SEN_EXACT_MAX_PAIRS)
-        lo, hi = np.minimum(i, j), np.maximum(i, j)
-        keep = lo != hi
-        i, j = lo[keep], hi[keep]
-        method = f"median of {len(i):,} random pairs of {pairs:,} (seed {SEN_SEED})"
-    dx = x[j] - x[i]
-    ok = dx != 0
-    if not ok.any():
-        return None, method
-    return float(np.median((y[j] - y[i])[ok] / dx[ok])), method
-
-
 def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
     """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes; O(n log n).
 
@@ -408,10 +305,9 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
             z = (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var) if s < 0 else 0.0
             p_inc, p_dec = _normal_sf(z), _normal_sf(-z)
         method = "normal (tie-corrected)"
-    sen, sen_method = theil_sen(xs, ys)
-    mx, my = (sum(xs) / n, sum(ys) / n) if n else (0.0, 0.0)
-    sxx = sum((v - mx) ** 2 for v in xs)
-    ols = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sxx if sxx > 0 else None
+    # Sen's slope over all pairs up to SEN_EXACT_MAX_PAIRS pairs, else over as many random pairs (O(n) memory)
+    sen, sen_method = sen_slope(xs, ys, SAMPLE_PAIRS)
+    line = ols(xs, ys, with_r2=False)
     return Trend(
         n=n,
         s=s,
@@ -419,7 +315,133 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
         p_decrease=p_dec,
         method=method,
         sen_slope=sen,
-        ols_slope=ols,
+        ols_slope=line.slope if line is not None else None,
         alpha=alpha,
         sen_method=sen_method,
     )
+
+
+# ---------------------------------------------------------------- samples that share a printed second
+
+
+def spread_ties(t: Sequence[float]) -> list[float]:
+    """Times in file order, with the samples that share one printed whole second spread across that second by
+    position: the j-th of m samples stamped s gets s + j/m.
+
+    Engines print whole seconds (SGLang logs a batch line every few decode steps, many per second), so equal stamps
+    are real order, not simultaneity; a printed stamp s means a time in [s, s + 1). Spreading keeps that order for
+    the trend tests and gives Sen's slope a time difference between them. Times that differ are left as they are;
+    NaN stays NaN.
+    """
+    out = [float(x) for x in t]
+    i, n = 0, len(out)
+    while i < n:
+        j = i + 1
+        while j < n and out[j] == out[i]:
+            j += 1
+        m = j - i
+        if m > 1 and not math.isnan(out[i]):
+            base = out[i]
+            for k in range(m):
+                out[i + k] = base + k / m
+        i = j
+    return out
+
+
+# ---------------------------------------------------------------- queue growth that matters
+
+QUEUE_MIN_RISE = 2.0  # requests: a queue must rise by more than this to be growth (one stuck request is not)
+QUEUE_RISE_SHARE = 0.10  # ... and by at least this share of the running batch
+
+
+def queue_rise_threshold(running_median: float | None) -> float:
+    """The rise a queue must exceed to count as growth: max(QUEUE_MIN_RISE, QUEUE_RISE_SHARE × median running).
+
+    A trend test alone calls 0 → 1 growth; a queue of one request next to a batch of 32 is one slow admission
+    (or a stuck request: SCH011's), not arrivals outpacing completions."""
+    return max(QUEUE_MIN_RISE, QUEUE_RISE_SHARE * (running_median or 0.0))
+
+
+# ---------------------------------------------------------------- histograms (Prometheus buckets)
+
+
+@dataclass(frozen=True)
+class HistogramQuantile:
+    q: float  # the quantile asked, 0-1
+    estimate: float  # Prometheus histogram_quantile: linear inside the bucket that holds the rank
+    low: float  # the bucket's lower edge: the true quantile is in [low, high]
+    high: float  # the bucket's upper edge (inf in the +Inf bucket)
+    count: float  # observations in the histogram
+
+
+def histogram_quantile(buckets: Sequence[tuple[float, float]], q: float) -> HistogramQuantile | None:
+    """The q-quantile of a cumulative histogram [(le, count ≤ le)] with its error bounds; None when it is empty.
+
+    As Prometheus's histogram_quantile: rank = q·N, the first bucket whose cumulative count reaches it holds the
+    quantile, linearly interpolated between its edges (the lowest bucket from 0 when its edge is positive); in the
+    +Inf bucket the estimate is the highest finite edge. The bounds are the edges themselves: a histogram knows a
+    quantile only to its bucket.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    bs = sorted((float(le), float(c)) for le, c in buckets)
+    if not bs or bs[-1][1] <= 0:
+        return None
+    total = bs[-1][1]
+    rank = q * total
+    prev_le, prev_c = 0.0, 0.0
+    if bs[0][0] <= 0:
+        prev_le = bs[0][0]
+    for le, c in bs:
+        if c >= rank and c > prev_c:
+            if math.isinf(le):
+                finite = [b for b, _ in bs if not math.isinf(b)]
+                top = finite[-1] if finite else 0.0
+                return HistogramQuantile(q, top, top, math.inf, total)
+            lo = prev_le if prev_le < le else le
+            est = lo + (le - lo) * (rank - prev_c) / (c - prev_c)
+            return HistogramQuantile(q, est, lo, le, total)
+        prev_le, prev_c = le, c
+    return None
+
+
+# ---------------------------------------------------------------- data-parallel engines
+
+
+def capacity_lost(throughputs: Sequence[float]) -> float:
+    """Share of the engines' combined capacity not delivered: 1 − Σ tput_e / (n · max tput_e).
+
+    What the fleet would gain if every engine generated as fast as the fastest one did in the same window (an upper
+    estimate: the fastest engine may have had the most work)."""
+    xs = [x for x in throughputs if x is not None and not math.isnan(x)]
+    if len(xs) < 2 or max(xs) <= 0:
+        return 0.0
+    return 1.0 - sum(xs) / (len(xs) * max(xs))
+
+
+# ---------------------------------------------------------------- speculative acceptance over time
+
+DRIFT_MIN_DROP = 0.10  # a decay must lose at least this share of the series' median acceptance over the window
+
+
+@dataclass(frozen=True)
+class Drift:
+    trend: Trend
+    window_s: float
+    drop: float  # −Sen slope × window: acceptance lost over the window (units of the series)
+    median: float
+    decaying: bool  # significant decrease (one-sided, α) and drop ≥ DRIFT_MIN_DROP · median
+
+
+def acceptance_drift(t: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Drift:
+    """Mann-Kendall test for a decrease of acceptance over time, with the Sen drop over the window.
+
+    A few noisy intervals are not drift: the decrease must be significant and lose at least DRIFT_MIN_DROP of the
+    median acceptance (0.80 → 0.70 is a decay; 0.54 → 0.45 over five intervals is one only if the test says so)."""
+    tr = mann_kendall(t, y, alpha)
+    ts = sorted(float(x) for x in t)
+    window = ts[-1] - ts[0] if ts else 0.0
+    drop = -(tr.sen_slope or 0.0) * window
+    ys = sorted(float(v) for v in y)
+    med = ys[len(ys) // 2] if len(ys) % 2 else (ys[len(ys) // 2 - 1] + ys[len(ys) // 2]) / 2 if ys else 0.0
+    return Drift(tr, window, drop, med, tr.decreasing and drop >= DRIFT_MIN_DROP * med)

@@ -1,4 +1,4 @@
-"""Tensor-parallel communication accounting (RULEBOOK step 3, the seed's "TP article").
+"""Tensor-parallel communication accounting and the break-even T* (docs/method.md, step 3).
 
 Megatron-style TP runs 2 all-reduces per layer per forward step, each with logical payload
 S = T·H·e_a bytes; the bus-equivalent bytes per call are V_AR = 2(p−1)/p·S (the nccl-tests bus
@@ -15,10 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def allreduce_payload_bytes(T: int, H: int, e_a: int) -> int:
-    """S = T·H·e_a: bytes of the [T, H] activation one all-reduce sums."""
-    return T * H * e_a
+from tracediag.model.fitting import LineFit, theil_sen
 
 
 def allreduce_bus_bytes(S: float, p: int) -> float:
@@ -31,67 +28,20 @@ def allreduce_calls_per_step(L: int) -> int:
     return 2 * L
 
 
-def step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
-    """V_step = 4L·(p−1)/p·T·H·e_a, bytes per rank per step."""
-    return 4 * L * (p - 1) / p * T * H * e_a
-
-
-def sp_calls_per_step(L: int) -> int:
-    """4L: a reduce-scatter and an all-gather in place of each of the 2L all-reduces."""
-    return 4 * L
-
-
-def reduce_scatter_bus_bytes(S: float, p: int) -> float:
-    """(p−1)/p · S for a reduce-scatter of the full S-byte input (an all-gather of an S-byte output alike)."""
-    return (p - 1) / p * S
-
-
-def sp_step_bus_bytes(L: int, p: int, T: int, H: int, e_a: int) -> float:
-    """2L·(V_RS + V_AG) = 4L·(p−1)/p·T·H·e_a: the same bytes per step as 2L all-reduces."""
-    return 2 * L * 2 * reduce_scatter_bus_bytes(T * H * e_a, p)
-
-
 def allreduce_time_s(S: float, p: int, alpha_s: float, bus_bw_bytes_per_s: float) -> float:
     """τ_AR(S, p) ≈ α_p + 2(p−1)S/(p·B_p)."""
     return alpha_s + allreduce_bus_bytes(S, p) / bus_bw_bytes_per_s
 
 
-# --- Projection compute and TP profitability (seed, "TP article": 加速成立需要满足什么不等式) ---------------
+# --- Projection compute and TP profitability: when TP=p beats TP=1 (docs/method.md, COL003) -------------
 
 
-def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa: E741 (the RULEBOOK's symbol)
+def proj_flops_per_layer(T: float, H: int, I: int, H_KV: int) -> float:  # noqa: E741 (docs/method.md's symbol)
     """F_proj = 4T(H² + H·H_KV) + 6T·H·I: Q/K/V/O and the three SwiGLU projections, 2 FLOPs per multiply-add.
 
     H_KV is the *width* of the K/V projection (H_kv·D), not the KV head count.
     """
     return 4 * T * (H * H + H * H_KV) + 6 * T * H * I
-
-
-def seconds_per_token_tp1(L: int, H: int, I: int, H_KV: int, flops_per_s: float) -> float:  # noqa: E741
-    """a = L·F_proj/(T·peak): projection compute time per token at TP=1 with an effective FLOP rate."""
-    return L * proj_flops_per_layer(1, H, I, H_KV) / flops_per_s
-
-
-def tp_speedup(
-    T: float,
-    p: int,
-    *,
-    L: int,
-    H: int,
-    I: int,  # noqa: E741
-    H_KV: int,
-    e_a: int,
-    flops_per_s: float,
-    alpha_s: float,
-    bus_bw_bytes_per_s: float,
-) -> float:
-    """t_1/t_p with t_p = t_1/p + 2L·τ_AR(T·H·e_a, p): the seed's cost-model enumeration (ideal 1/p compute,
-    t_other ignored). It is a model for choosing what to measure, not a measurement."""
-    t1 = L * proj_flops_per_layer(T, H, I, H_KV) / flops_per_s
-    if p == 1:
-        return 1.0
-    tp = t1 / p + allreduce_calls_per_step(L) * allreduce_time_s(T * H * e_a, p, alpha_s, bus_bw_bytes_per_s)
-    return t1 / tp
 
 
 def breakeven_denominator(
@@ -138,81 +88,6 @@ def breakeven_tokens(
 
 
 # --- Robust straight-line fits (numpy only) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LineFit:
-    """y ≈ intercept + slope·x, fitted robustly (Theil–Sen slope, median intercept)."""
-
-    intercept: float
-    slope: float
-    n: int  # points used
-    distinct_x: int  # distinct x values among them
-    r2: float | None  # 1 − SS_res/SS_tot of the robust line on all points (None when y is constant)
-    median_abs_rel_residual: float  # median |y − ŷ| / y: typical relative error of the line
-    method: str = "Theil–Sen"
-
-
-MAX_PAIRWISE_POINTS = 2000  # Theil–Sen is O(n²) pairs; larger inputs are sub-sampled deterministically
-
-
-_FEW_DISTINCT_X = 64  # at most this many distinct x values: slopes built per pair of x groups
-
-
-def _pairwise_slopes(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """(y_j − y_i)/(x_j − x_i) over every pair of points with different x. With few distinct x (payload sizes,
-    token counts) built group pair by group pair, without the O(n²) index arrays; the same values either way
-    ((−a)/(−b) is a/b exactly), so the median does not depend on the path."""
-    ux, inverse = np.unique(xs, return_inverse=True)
-    if ux.size > _FEW_DISTINCT_X:
-        i, j = np.triu_indices(xs.size, k=1)
-        dx = xs[j] - xs[i]
-        keep = dx != 0
-        return (ys[j] - ys[i])[keep] / dx[keep]
-    groups = [ys[inverse == g] for g in range(ux.size)]
-    parts = [
-        np.subtract.outer(groups[v], groups[u]).ravel() / (ux[v] - ux[u])
-        for u in range(ux.size)
-        for v in range(u + 1, ux.size)
-    ]
-    return np.concatenate(parts) if parts else np.empty(0)
-
-
-def theil_sen(x, y) -> LineFit | None:
-    """Theil–Sen line: slope = median of pairwise slopes over pairs with different x, intercept = median of
-    y − slope·x. Robust to up to ~29% outliers (e.g. calls that waited for a late rank). None with fewer
-    than two distinct x values."""
-    xa = np.asarray(x, dtype=float)
-    ya = np.asarray(y, dtype=float)
-    ok = np.isfinite(xa) & np.isfinite(ya)
-    xa, ya = xa[ok], ya[ok]
-    distinct = int(np.unique(xa).size)
-    if distinct < 2:
-        return None
-    xs, ys = xa, ya
-    if xs.size > MAX_PAIRWISE_POINTS:
-        idx = np.random.default_rng(0).choice(xs.size, MAX_PAIRWISE_POINTS, replace=False)
-        xs, ys = xs[idx], ys[idx]
-    slopes = _pairwise_slopes(xs, ys)
-    if not slopes.size:  # the sub-sample lost the second x value: fall back to all points by group medians
-        ux = np.unique(xa)
-        slopes = _pairwise_slopes(ux, np.array([np.median(ya[xa == u]) for u in ux]))
-    slope = float(np.median(slopes))
-    intercept = float(np.median(ya - slope * xa))
-    pred = intercept + slope * xa
-    ss_tot = float(np.sum((ya - ya.mean()) ** 2))
-    r2 = 1 - float(np.sum((ya - pred) ** 2)) / ss_tot if ss_tot > 0 else None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.abs(ya - pred) / np.abs(ya)
-    rel = rel[np.isfinite(rel)]
-    return LineFit(
-        intercept=intercept,
-        slope=slope,
-        n=int(xa.size),
-        distinct_x=distinct,
-        r2=r2,
-        median_abs_rel_residual=float(np.median(rel)) if rel.size else float("nan"),
-    )
 
 
 MIN_R2_FOR_BANDWIDTH = 0.25  # below this the per-byte term explains too little of the call times to report B

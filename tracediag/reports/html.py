@@ -190,7 +190,7 @@ def _gist(text: str, limit: int = 110) -> str:
 def _verdict_view(v: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
     cov = v["coverage"]
     return {
-        **{k: None for k in ("rule", "severity", "confidence", "cost", "next_check")},
+        **{k: None for k in ("rule", "severity", "confidence", "cost", "next_check", "undetermined")},
         **v,
         "headline": _title(v["headline"]),
         "explains": [{"rule": r, "title": _gist(titles.get(r, ""))} for r in v.get("explains", [])],
@@ -200,6 +200,42 @@ def _verdict_view(v: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
         else None,
         "coverage": cov,
         "enable": [{"input": g["input"], "rules": g["rules"]} for g in cov["enable"]],
+    }
+
+
+FITNESS_LABEL = {
+    "steady": "steady",
+    "clipped": "steady, clipped at its edges",
+    "cpu_only": "a CPU trace",
+    "startup_only": "start-up only (unfit)",
+    "sampled": "sampled (unfit)",
+    "gpu_stripped": "GPU events stripped (unfit)",
+    "too_short": "too short (unfit)",
+}
+
+
+def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The window line of the header: its class, why, the segments (summed over ranks) and what to re-capture."""
+    if not f:
+        return None
+    ranks = f.get("ranks") or []
+
+    def total(key: str) -> int | None:
+        vals = [r[key] for r in ranks if r.get(key) is not None]
+        return sum(vals) if vals else None
+
+    segments = [
+        (name, units.duration(total(key)))
+        for name, key in (("start-up", "startup_ns"), ("steady", "steady_ns"), ("profiler stop", "stop_ns"))
+        if total(key) is not None
+    ]
+    return {
+        "cls": f["class"],
+        "fit": f["fit"],
+        "label": FITNESS_LABEL.get(f["class"], f["class"]),
+        "why": f["why"],
+        "segments": segments,
+        "recapture": f.get("recapture"),
     }
 
 
@@ -247,6 +283,7 @@ def report_view(report) -> dict[str, Any]:
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "tool": d["tool"],
         "summary": _summary(d),
+        "fitness": fitness_view(d.get("fitness")),
         "verdict": _verdict_view(d["verdict"], {r: c["title"] for r, c in by_rule.items()}),
         "cost_model": d["cost_model"],
         "causes": causes,
@@ -297,7 +334,8 @@ def fragment_view(d: dict[str, Any]) -> dict[str, Any]:
             rows.append({"depth": depth, **view})
     return {
         "summary": _summary(d),
-        "verdict": _verdict_view(d.get("verdict") or build_verdict(d["checks"]), titles),
+        "fitness": fitness_view(d.get("fitness")),
+        "verdict": _verdict_view(d.get("verdict") or build_verdict(d["checks"], fitness=d.get("fitness")), titles),
         "rows": rows,
         "cost_model": d.get("cost_model") or {},
     }

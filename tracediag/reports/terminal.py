@@ -24,7 +24,7 @@ def clip(text: str, limit: int = LINE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-_VERDICT = {"problem": "bold", "no_problem": "bold green", "nothing_ran": "bold red"}
+_VERDICT = {"problem": "bold", "no_problem": "bold green", "inconclusive": "bold yellow", "nothing_ran": "bold red"}
 
 
 def make_console(file=None, stderr: bool = False) -> Console:
@@ -37,10 +37,17 @@ def make_console(file=None, stderr: bool = False) -> Console:
 def verdict_lines(v: dict) -> list[Text]:
     """The verdict as a few lines of text (shared by `analyze` and `check`)."""
     out = []
-    kicker = {"problem": "Verdict", "no_problem": "Verdict (no problem found)", "nothing_ran": "Verdict"}
-    line = Text(f"{kicker[v['status']]}: ", style=_VERDICT[v["status"]])
+    kicker = {
+        "problem": "Verdict",
+        "no_problem": "Verdict (no problem found)",
+        "inconclusive": "Verdict",
+        "nothing_ran": "Verdict",
+    }
+    line = Text(f"{kicker.get(v['status'], 'Verdict')}: ", style=_VERDICT.get(v["status"], "bold"))
     line.append(Text(clip(v["headline"]), style="bold"))
     out.append(line)
+    if v["status"] == "inconclusive" and v.get("next_check"):
+        out.append(Text(f"  Re-capture: {clip(v['next_check'])}"))
     if v.get("rule"):
         meta = Text("  ")
         meta.append(v["rule"], style="bold")
@@ -59,6 +66,9 @@ def verdict_lines(v: dict) -> list[Text]:
         also.append(a["severity"] or "", style=_SEV.get(a["severity"] or "", ""))
         also.append(f" {a['cost']}: {clip(a['title'])}")
         out.append(also)
+    if v.get("undetermined") and v["status"] != "inconclusive":
+        for u in v["undetermined"]:
+            out.append(Text(f"  Not decided: {u['rule']}: {clip(u['decide'])}"))
     if v.get("largest_effect"):
         e = v["largest_effect"]
         out.append(Text(f"  Largest measured effect (info, not a fault): {e['rule']} {e['cost']}: {clip(e['title'])}"))
@@ -85,6 +95,9 @@ def print_summary(report, out_dir, console: Console | None = None) -> None:
     console.print(Text(head + (f" ({tp['source']})" if tp else ""), style="bold"))
     for line in verdict_lines(d["verdict"]):
         console.print(line)
+    if d.get("fitness"):
+        f = d["fitness"]
+        console.print(Text(f"Window: {clip(f['why'])}", style="dim" if f["fit"] else "bold magenta"))
     folded = fold([c for c in d["checks"] if c["status"] == "finding"])
     if folded:
         console.print(Text("Findings, ranked by impact (consequences indented under their cause):", style="bold"))

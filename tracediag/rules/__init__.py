@@ -1,8 +1,20 @@
-"""Built-in rules, one module each, named by RULEBOOK id and slug.
+"""Built-in rules, one module each, named by rule id and slug (docs/rules.md lists them, docs/adding-a-rule.md
+says how to add one).
 
 Registration is explicit: RULE_MODULES is the list the engine runs, in walk order. Third-party rules
-register modules in the `tracediag.rules` entry-point group and go through the same path.
+register modules in the `tracediag.rules` entry-point group and go through the same path. A rule never
+imports another rule: what several share is in tracediag.analyses, and a rule that reads another's verdict
+asks `upstream_check` for it by id.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tracediag.context import Context
+    from tracediag.findings import Check
 
 RULE_MODULES = (
     "tracediag.rules.shp001_tp_divisibility",
@@ -26,6 +38,7 @@ RULE_MODULES = (
     "tracediag.rules.krn008_unfused_elementwise",
     "tracediag.rules.krn009_gemm_precision",
     "tracediag.rules.krn010_cold_window",
+    "tracediag.rules.krn011_dominant_copies",
     "tracediag.rules.sch001_phase_split",
     "tracediag.rules.sch002_chunked_prefill_stalls",
     "tracediag.rules.sch003_queue_growth",
@@ -37,4 +50,15 @@ RULE_MODULES = (
     "tracediag.rules.sch009_load_test_validity",
     "tracediag.rules.sch010_slo_goodput",
     "tracediag.rules.sch011_engine_stall",
+    "tracediag.rules.sch012_ttft_decomposition",
+    "tracediag.rules.sch013_engine_imbalance",
 )
+
+
+def upstream_check(ctx: Context, rule_id: str) -> Check:
+    """The check of the built-in rule `rule_id` on `ctx`, its module found in RULE_MODULES by id: how a rule reads
+    an upstream rule's verdict (COL003 reads COL001's and COL002's on the cost model). Those rules keep their
+    check once per memoized stretch, so the engine's run and this one share it."""
+    prefix = rule_id.lower() + "_"
+    (name,) = [m for m in RULE_MODULES if m.rpartition(".")[2].startswith(prefix)]
+    return importlib.import_module(name).check(ctx)

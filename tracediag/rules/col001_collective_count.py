@@ -19,7 +19,7 @@ Evidence: per rank and step, the all-reduce calls of the TP group and the other 
 example calls (rank, step, timestamp, event name).
 
 What to do: when the count is neither ≈ 2L all-reduces nor the sequence-parallel pairs, stop applying the
-2L·τ_AR(T·H·e_a) model (seed: "stop applying the simplified formula") and rebuild the communication
+2L·τ_AR(T·H·e_a) model (the simplified formula does not describe this run) and rebuild the communication
 account from the trace.
 """
 
@@ -27,9 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._tp_collectives import (
+from tracediag.analyses.tp_collectives import (
     SEQUENCE_PARALLEL,
     empty_steps,
     example_calls,
@@ -39,12 +37,15 @@ from tracediag.rules._tp_collectives import (
     tp_scheme,
     tp_sp_where,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="COL001",
     step=3,
     title="All-reduces per step ≈ 2L",
     requires_tables=("steps",),
+    requires_window="complete",
     requires_model=("L",),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002"),

@@ -11,6 +11,11 @@ With sequence parallelism (COL001) the calls are the TP group's reduce-scatters 
 payload is the full [T, H] side of each: a reduce-scatter's input, an all-gather's output (p × its input
 shard); the vocab-parallel logits all-gather ([n, V/p] → [n, V]) is not an activation call and is left out.
 
+Padded calls: an all-reduce whose tensor is wider than H (an MLP or MoE kernel that works on H rounded up, say
+2880 → 3072, returns its padded output and the model reduces that) moves width/H times the bytes; within the
+tolerance it still counts as matching, and the finding or pass says how many calls are padded, to which width and
+at what extra share of bytes.
+
 Evidence: per rank and step, T (from the step), the expected and observed bytes, the ratio, the
 dtype, and example calls with where their size came from (record_param_comms args, kernel args, op
 input shapes).
@@ -23,10 +28,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tracediag.engine import Context
+from tracediag.analyses.tp_collectives import (
+    SEQUENCE_PARALLEL,
+    activation_element_bytes,
+    tp_allreduce_where,
+    tp_scheme,
+    tp_sp_where,
+)
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.dtypes import element_size
-from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
 
 RULE = RuleMeta(
     id="COL002",
@@ -38,21 +48,6 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002", "COL001"),
 )
 MATCH_SHARE = 0.9  # share of calls within tolerance for a pass
-
-
-def activation_element_bytes(ctx: Context) -> tuple[int | None, str]:
-    """e_a from the GEMM activations in the trace; the config dtype only as a labelled fallback."""
-    row = ctx.rows(
-        "SELECT act_type, count(*) AS n FROM gemm_shapes WHERE act_type IS NOT NULL "
-        "GROUP BY act_type ORDER BY n DESC LIMIT 1"
-    )
-    if row and element_size(row[0]["act_type"]):
-        t = row[0]["act_type"]
-        return element_size(t), f"GEMM activation type in the trace ({t})"
-    m = ctx.model
-    if m.dtype_bytes:
-        return m.dtype_bytes, f"config torch_dtype ({m.dtype}); the trace recorded no GEMM input types"
-    return None, "unknown"
 
 
 def _category(ratio: float, dtype: str | None, e_a: int, p: int, tol: float) -> str:
@@ -114,6 +109,8 @@ def _check(ctx: Context) -> Check:
         c["category"] = _category(c["ratio"], c["dtype"], e_a, p, tol)
     cats = Counter(c["category"] for c in sized)
     matched = cats.get("match", 0)
+    # calls reduced at a width above H (a padded hidden size): how many, to which widths, what extra bytes
+    padded = Counter(c["in_width"] for c in sized if c["in_width"] and c["in_width"] > m.H and not sp)
     share = matched / len(sized)
     steps: dict[tuple, dict] = {}
     for c in sized:
@@ -164,6 +161,18 @@ def _check(ctx: Context) -> Check:
     }
     if sp:
         values["logits_all_gathers_left_out"] = logits
+    pad_note = ""
+    if padded:
+        width = padded.most_common(1)[0][0]
+        values |= {
+            "padded_calls": sum(padded.values()),
+            "padded_widths": dict(sorted(padded.items())),
+            "padded_extra_bytes_share": round(width / m.H - 1, 4),
+        }
+        pad_note = (
+            f"; {sum(padded.values())} of {len(sized)} padded to width {width} (H = {m.H}: "
+            f"+{width / m.H - 1:.1%} bytes per call)"
+        )
     if m.weight_bits and m.weight_bits < 16:
         values["note"] = (
             f"the config quantizes weights to {m.weight_bits} bits; that does not shrink e_a — "
@@ -198,7 +207,8 @@ def _check(ctx: Context) -> Check:
             RULE,
             confidence="high",
             title=f"{matched} of {len(sized)} {what} payloads = T·H·e_a (e_a = {e_a} B)"
-            + (" (sequence parallelism: reduce-scatter input, all-gather output)" if sp else ""),
+            + (" (sequence parallelism: reduce-scatter input, all-gather output)" if sp else "")
+            + pad_note,
             formula=formula,
             substituted=substituted,
             values=values,
@@ -224,7 +234,7 @@ def _check(ctx: Context) -> Check:
         )
         severity = "warning"
     else:
-        title = f"{what.capitalize()} payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls"
+        title = f"{what.capitalize()} payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls{pad_note}"
         nxt = "Check the sharding and what tensor is reduced; compare with the GEMM shapes (SHP002)."
         severity = "warning"
     return finding(

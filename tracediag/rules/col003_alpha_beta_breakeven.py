@@ -2,7 +2,7 @@
 
 Hypothesis: each TP all-reduce costs a fixed latency α plus its bus bytes over a bandwidth B; a
 decode step makes 2L *dependent* calls, so at small T the fixed part 2L·α is not paid back by the
-compute TP saves and TP=p is slower than TP=1 ("TP article": 加速成立需要满足什么不等式).
+compute TP saves and TP=p is slower than TP=1 (docs/method.md, step 3: the inequality TP=p must satisfy).
 
 Formula: τ = α + V_AR/B with V_AR = 2(p−1)/p·S, fitted robustly (Theil–Sen) over the trace's
 all-reduce calls per group size; per step t_comm = 2L·τ_AR(T·H·e_a, p) and its share of the step
@@ -12,7 +12,7 @@ T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p); a non-positive denom
 Sequence parallelism (COL001): the fit runs over the reduce-scatters and all-gathers, each V = (p−1)/p·S
 of its full [T, H] side (a reduce-scatter the backend ran as an all-reduce, as gloo does: 2(p−1)/p·S), and
 t_comm and T* count 4L calls per step: T* = 4L·α / (a(1−1/p) − 2L·(v_RS + v_AG)·H·e_a/B).
-The α–β line is a screening device (the notes: linear only for large messages): the per-T-bucket
+The α–β line is a screening device (collective time is linear in the payload only for large messages): the per-T-bucket
 measured times are shown beside it. T* assumes ideal 1/p compute and ignores the rest of the step, so it
 is optimistic: decode T below it is a sound finding, T above it proves nothing — with one correction: the a·T
 model leaves out the GEMM time's fixed part c (the same fit's intercept, at TP=1 scale: weight reads as T → 0),
@@ -20,14 +20,15 @@ which TP divides too. TP=p is called slower at T only when 2L·α − c(1−1/p)
 decode steps (T*_c = (2L·α − c(1−1/p)) / (a(1−1/p) − bw)); when T* says slower but T*_c does not, the finding is
 info ("not decided").
 F_proj (tracediag.model.accounting): the projection FLOPs per token a stands for, 2 per multiply-add with the
-weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), the RULEBOOK's 4(H² + H·H_KV) + 6H·I per layer
+weights a token uses — dense: L·(4(H·h·D + H·H_kv·D) + 6H·I), docs/method.md's 4(H² + H·H_KV) + 6H·I per layer
 when h·D = H; MoE-active: attention (MLA: q_a, q_b, kv_a, kv_b, o) of all L layers, the dense layers' MLPs at
 their width (first_k_dense_replace, mlp_only_layers, ...), and per MoE layer the router H·E, the shared experts
 and k of the E routed experts of the expert width; attention scores over the context are left out. a is never
-taken from F_proj and a peak (the notes): F_proj shows the throughput a implies (F/a), and with --peak-tflops
-the compute floor F/peak — an a below it is not compute time (weight reads, which TP also divides and the a·T
-model leaves out), so the finding is lowered to info ("not decided"). MoE: the 2L account assumes the experts
-split over the TP group with one all-reduce after each MoE block; all-to-all dispatch/combine fails COL001.
+taken from F_proj and a peak (a nominal peak is not what GEMMs reach): F_proj shows the throughput a implies
+(F/a), and with --peak-tflops the compute floor F/peak — an a below it is not compute time (weight reads, which
+TP also divides and the a·T model leaves out), so the finding is lowered to info ("not decided"). MoE: the 2L
+account assumes the experts split over the TP group with one all-reduce after each MoE block; all-to-all
+dispatch/combine fails COL001.
 
 Evidence: the fitted α (µs), B (GB/s), goodness of fit (R², median relative residual), the payload
 range, where the call times came from (the shortest rank's time of each matched call when several
@@ -48,20 +49,31 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tracediag.engine import Context
+from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
+from tracediag.analyses.baseline import baseline_store, parse_baseline
+from tracediag.analyses.tp_collectives import (
+    SEQUENCE_PARALLEL,
+    activation_element_bytes,
+    tp_allreduce_where,
+    tp_scheme,
+    tp_sp_where,
+)
+from tracediag.context import Context
+from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting, tpmath
-from tracediag.rules._tp_collectives import SEQUENCE_PARALLEL, tp_allreduce_where, tp_scheme, tp_sp_where
-from tracediag.rules.col005_rank_skew import matched_views
+from tracediag.model.fitting import LineFit, theil_sen
+from tracediag.rules import upstream_check
+from tracediag.store import query_dicts
 
 RULE = RuleMeta(
     id="COL003",
     step=3,
     title="α–β fit of the all-reduces and the TP break-even T*",
     requires_tables=("collectives", "steps"),
+    requires_window="steady",
     requires_model=("L", "H"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),
@@ -72,7 +84,7 @@ LM_HEAD_INCLUDED = "lm_head included"  # in a's source when its GEMM time counts
 Rows = Callable[[str, list | None], list[dict[str, Any]]]
 
 
-# --- α–β data ------------------------------------------------------------------------------------------------
+# --- bus bytes per call ----------------------------------------------------------------------------------------
 
 
 def _bus_factor(op: str, exec_op: str | None, p: int) -> float:
@@ -81,97 +93,6 @@ def _bus_factor(op: str, exec_op: str | None, p: int) -> float:
     if op == "all_reduce" or exec_op == "all_reduce":
         return 2 * (p - 1) / p
     return (p - 1) / p
-
-
-# One fit sample per call: the call's group size g (p when unrecorded), its full [T, H] side S (the input of an
-# all-reduce or a reduce-scatter, g × the input of an all-gather) and its bus bytes V = S × 2(g−1)/g (an
-# all-reduce, or a reduce-scatter the backend ran as one) or S × (g−1)/g. Calls of another group size are
-# left out, and so are, in a sequence-parallel run, the logits all-gathers (input width V/g, not H).
-# `calls` is a subquery with the columns rank, step_id, ts_ns, call_name, work_event, op, exec_op, in_width,
-# group_size, payload_bytes, dur_ns and an `ord` to order by. Parameters: p, p, the subquery's, p, sp, vocab, H,
-# vocab.
-SAMPLES_SQL = """
-WITH x AS (
-    SELECT *, coalesce(nullif(group_size, 0), ?) AS g,
-           CASE WHEN op = 'all_gather' THEN payload_bytes * coalesce(nullif(group_size, 0), ?)
-                ELSE payload_bytes END AS full_bytes
-    FROM ({calls}) c
-)
-SELECT rank, step_id AS step, ts_ns, call_name AS name, work_event, op, g AS group_size,
-       full_bytes AS payload_bytes,
-       CASE WHEN op = 'all_reduce' OR exec_op = 'all_reduce' THEN 2 * (g - 1) / g ELSE (g - 1) / g END
-           * full_bytes AS bus_bytes,
-       dur_ns
-FROM x
-WHERE g = ?
-  AND NOT (? AND op = 'all_gather' AND coalesce(in_width, 0) <> 0 AND coalesce(?, 0) <> 0
-           AND in_width IS DISTINCT FROM ? AND in_width * g = ?)
-ORDER BY ord
-"""
-# The shortest call of each matched set (tracediag/derive/matched_collectives.sql) of the fitted ops whose
-# ranks agree on one payload; `ops` is bound as a list.
-MATCHED_CALLS_SQL = """
-SELECT short_rank AS rank, short_step_id AS step_id, short_ts_ns AS ts_ns, short_call_name AS call_name,
-       short_work_event AS work_event, short_op AS op, short_exec_op AS exec_op, short_in_width AS in_width,
-       short_group_size AS group_size, short_payload_bytes AS payload_bytes, min_dur_ns AS dur_ns,
-       set_no AS ord, calls
-FROM matched_sets
-WHERE list_contains(?::VARCHAR[], op) AND distinct_payloads = 1 AND NOT payload_missing
-"""
-
-
-def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple[list[dict], str]:
-    """Collective call times for the fit (the TP all-reduces, or the reduce-scatters and all-gathers of a
-    sequence-parallel run): per matched call (several ranks given) the shortest rank's time — the last
-    arriver's, closest to the transfer itself; else each call's own time. Each sample carries its full
-    payload S and its bus bytes V. Queried once per memoized stretch (COL003, PATH002 and the communication
-    section read them; often more rows than the query memo keeps): the list is shared, not to be changed."""
-    return ctx.once(("allreduce_samples", p, scheme), lambda: _allreduce_samples(ctx, p, scheme))
-
-
-def allreduce_fits(ctx: Context, p: int, scheme: str = "all_reduce") -> dict[int, tpmath.AlphaBetaFit | None]:
-    """fit_by_group_size of allreduce_samples, once per memoized stretch (a Theil–Sen fit is O(n²) pairs)."""
-    samples, _ = allreduce_samples(ctx, p, scheme)
-    return ctx.once(("allreduce_fits", p, scheme), lambda: fit_by_group_size(samples))
-
-
-def _allreduce_samples(ctx: Context, p: int, scheme: str) -> tuple[list[dict], str]:
-    sp = scheme == SEQUENCE_PARALLEL
-    ops = ["reduce_scatter", "all_gather"] if sp else ["all_reduce"]
-    where = tp_sp_where() if sp else tp_allreduce_where()
-    m = ctx.model
-    H, vocab = (m.H if m else None), (getattr(m, "vocab_size", None) if m else None)
-
-    def samples(calls: str, params: list) -> list[dict]:
-        return ctx.rows(SAMPLES_SQL.format(calls=calls), [p, p, *params, p, sp, vocab, H, vocab])
-
-    matched_views(ctx)
-    first_set = ctx.scalar(f"SELECT calls FROM ({MATCHED_CALLS_SQL}) ORDER BY ord LIMIT 1", [ops])
-    if first_set is not None:
-        out = samples(MATCHED_CALLS_SQL, [ops])
-        if out:
-            return out, f"shortest rank's time of each call matched across {first_set} ranks"
-    own = (
-        "SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
-        "in_width, group_size, payload_bytes, dur_ns, row_number() OVER (ORDER BY rank, ts_ns) AS ord "
-        f"FROM collectives WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL"
-    )
-    return samples(own, [p]), "each call's own time (one rank: includes waiting for the other ranks)"
-
-
-def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | None]:
-    groups: dict[int, list[dict]] = defaultdict(list)
-    for s in samples:
-        groups[int(s["group_size"])].append(s)
-    return {
-        g: tpmath.fit_alpha_beta(
-            [s["payload_bytes"] for s in ss],
-            [s["dur_ns"] / 1e9 for s in ss],
-            g,
-            bus_bytes=[s.get("bus_bytes", tpmath.allreduce_bus_bytes(s["payload_bytes"], g)) for s in ss],
-        )
-        for g, ss in sorted(groups.items())
-    }
 
 
 # --- projection slope a ---------------------------------------------------------------------------------------
@@ -233,29 +154,22 @@ def gemm_time_per_step(rows: Rows, model, p: int) -> tuple[list[dict], str]:
     return cpu, f"CPU time of the outermost GEMM and weight-only GEMM ops per step, {lm}"
 
 
-def projection_slope(rows: Rows, model, p: int) -> tuple[tpmath.LineFit | None, str, int]:
+def projection_slope(rows: Rows, model, p: int) -> tuple[LineFit | None, str, int]:
     """Theil–Sen slope of per-step GEMM time (s) over T; returns (fit, source, points)."""
     per_step, source = gemm_time_per_step(rows, model, p)
-    fit = tpmath.theil_sen([r["T"] for r in per_step], [r["gemm_ns"] / 1e9 for r in per_step])
+    fit = theil_sen([r["T"] for r in per_step], [r["gemm_ns"] / 1e9 for r in per_step])
     return fit, source, len(per_step)
 
 
 def baseline_slope(path: str, model) -> tuple[float | None, str, float]:
     """a from a TP=1 trace, ingested into its own in-memory store: (a, how, c) or (None, why not, 0), c the fit's
     intercept (s per step, 0 when negative)."""
-    from tracediag.derive import build_all
-    from tracediag.errors import TracediagError
-    from tracediag.ingest import discover_inputs, load, parse_all
-    from tracediag.store import open_store, query_dicts
-
     try:
-        parsed = parse_all(discover_inputs([Path(path)]))
+        parsed = parse_baseline(path)
     except TracediagError as exc:
         return None, f"the TP=1 baseline could not be read ({exc})", 0.0
-    con = open_store()
+    con = baseline_store(parsed)
     try:
-        load(con, parsed)
-        build_all(con)
         world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
         ars = con.execute(
             "SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND coalesce(group_size, 2) > 1"
@@ -308,7 +222,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
             f"the per-step GEMM time does not rise with T ({n} rank-steps, slope {fit.slope * 1e9:.3g} ns/token): "
             "compute time is hidden by overheads or contention"
         )
-    # a is never taken from a nominal peak (the notes: fit it from a TP=1 trace bucketed by T)
+    # a is never taken from a nominal peak: it is fitted from a TP=1 trace bucketed by T, or estimated above
     return None, "", True, notes, 0.0
 
 
@@ -405,11 +319,9 @@ def projection_account(
 
 def cost_model_verdicts(ctx: Context) -> list[str]:
     """Reasons the 2L·τ_AR(T·H·e_a) account does not hold, from COL001/COL002's own checks on this store."""
-    from tracediag.rules import col001_collective_count, col002_payload_per_call
-
     reasons = []
-    for mod in (col001_collective_count, col002_payload_per_call):
-        c = mod.check(ctx)
+    for rule_id in ("COL001", "COL002"):
+        c = upstream_check(ctx, rule_id)
         if c.cost_model_applies is False:
             reasons.append(f"{c.rule}: {c.title}")
     return reasons
@@ -517,8 +429,6 @@ def _fit_values(fit: tpmath.AlphaBetaFit) -> dict:
 
 
 def check(ctx: Context) -> Check:
-    from tracediag.rules.col002_payload_per_call import activation_element_bytes
-
     m, p = ctx.model, ctx.tp.p
     if p == 1:
         return not_applicable(RULE, "p = 1: no tensor-parallel all-reduces to fit")

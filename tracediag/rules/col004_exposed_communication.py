@@ -2,8 +2,8 @@
 
 Hypothesis: what costs step time is not the sum of collective kernel time but the part of it that no
 computation hides: GPU time during which a collective kernel runs and no compute kernel runs on any
-stream of the same rank is on the critical path ("TP article": collective 位于关键路径上的时间，而不只是
-所有 kernel 时间之和). Decode TP all-reduces are usually fully exposed (they depend on the GEMM
+stream of the same rank is on the critical path (the time a collective sits on the critical path, not the sum
+of all kernel time; docs/method.md, step 4). Decode TP all-reduces are usually fully exposed (they depend on the GEMM
 before them); overlap exists only where the engine runs communication on its own stream.
 
 Formula: per rank and step window W (first to last GPU work the step launched, clipped at the next
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tracediag.context import Context
 from tracediag.derive.intervals import clip as _clip
 from tracediag.derive.intervals import merge_intervals, overlap_each
-from tracediag.engine import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -43,6 +43,7 @@ RULE = RuleMeta(
     step=4,
     title="Exposed communication: collective GPU time not overlapped by compute",
     requires_tables=("collectives",),
+    requires_window="steady",
     may_be_downstream_of=("COL001", "COL002", "COL003", "COL005"),
 )
 EXPOSED_SHARE_FINDING = 0.15  # exposed collective time above this share of step time is a finding
@@ -259,6 +260,8 @@ def check(ctx: Context) -> Check:
         severity="warning",
         confidence="high",
         impact=min(1.0, share),
+        cost_ns=int(exposed),
+        cost_per_step_ns=int(exposed / len(rows)) if rows else None,
         title=(
             f"Collectives are on the critical path: {exposed / 1e6:.2f} ms of {comm / 1e6:.2f} ms collective time "
             f"runs with no compute — {share:.1%} of step time, {share_busy:.1%} of GPU busy time"

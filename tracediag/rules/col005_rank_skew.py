@@ -8,11 +8,16 @@ host problem on one rank.
 Formula: the same collective on every rank of its process group is matched by the process group's
 sequence number when the profiler recorded it, else by its order within (process group, op) on each
 rank. Per matched call: spread = max_r start_r − min_r start_r; the latest-arriving rank is the
-straggler of that call; rank r waits w_r = min(dur_r, max start − start_r). Waiting share of the
-other ranks = Σ w_r / Σ dur_r over ranks ≠ straggler.
+straggler of that call; rank r waits w_r = min(dur_r, max start − start_r). The wait a rank causes =
+Σ w of the others over the calls it reached last; the straggler is the rank that causes the most (how
+often it arrives last is secondary: a rank last half the time by a few µs costs less than one last the
+other half by hundreds). Waiting share of the other ranks = Σ w_r / Σ dur_r over ranks ≠ straggler.
+Finding: the others wait at least half their collective time, and the straggler causes at least half of
+all the waiting and three times what any other rank causes.
 
-Evidence: per rank, how often it arrived last, its median lateness, its collective time and the
-share of it spent waiting; the matched calls with the largest spread (rank, step, timestamp, event).
+Evidence: per rank, how often it arrived last and how late (median, when last), the wait it caused, its
+collective time and the share of it spent waiting; the matched calls with the largest spread (rank, step,
+timestamp, event).
 Start times are compared across rank files as written (one host clock; traces from different hosts
 need synchronised clocks — the end-time spread is shown as a check).
 
@@ -23,135 +28,28 @@ compare its step composition with the other ranks'. Fix the straggler before tun
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-import duckdb
-
-from tracediag.engine import Context
+from tracediag.analyses.kernels import dur
+from tracediag.analyses.stragglers import (
+    CAUSED_SHARE_MIN,
+    DOMINANCE,
+    WAITING_SHARE_DOMINANT,
+    collective_ranks,
+    rank_skew,
+)
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import dur
-from tracediag.store import _sql
 
 RULE = RuleMeta(
     id="COL005",
     step=4,
     title="Rank skew: a straggler rank makes the others wait in collectives",
     requires_tables=("collectives",),
+    requires_window="complete",
     may_be_downstream_of=("SHP001", "PATH001"),
 )
-WAITING_SHARE_FINDING = 0.5  # "the others' collective time is mostly waiting" (RULEBOOK COL005)
-LAST_SHARE_MIN = 0.5  # the straggler must arrive last in at least this share of matched calls
 
-
-def matched_views(ctx: Context) -> None:
-    """Build the temporary view `matched_keyed` and tables `matched_sets`, `matched_calls`, `matched_ranks` from the
-    store's collectives (tracediag/derive/matched_collectives.sql): every call matched across the ranks of
-    its process group, one row per matched set, one row per rank.
-
-    Matching key: (process group, seq) when every call of the group carries the collective sequence
-    number (record_param_comms / NCCL kernel args 'Seq'), else (process group, op, ordinal of the call
-    in host-call order on its rank). Only calls seen on at least two ranks are matched.
-    """
-    # built once per content of `collectives` (the rules and the report sections all read them; a per-group
-    # evaluation restricts `collectives` to other ranks, which changes the fingerprint); checked once per
-    # memoized stretch of a context (the store does not change within one)
-    ctx.once("matched_views", lambda: _build_matched(ctx))
-
-
-# Calls whose process group is recorded nowhere (gloo traces: no name, no ranks) are matched within the TP group
-# of their rank when the evaluation says which that is (temp table RANK_GROUPS: rank -> group name, made by
-# `rank_groups` for the report of a multi-group run); else all such calls form one group.
-RANK_GROUPS = "rank_tp_group"
-_PG_RECORDED = "coalesce(pg_name, pg_ranks, '') AS pg"
-_PG_OR_GROUP = (
-    f"coalesce(pg_name, pg_ranks, (SELECT g.tp_group FROM {RANK_GROUPS} g WHERE g.rank = collectives.rank), '') AS pg"
-)
-
-
-def _build_matched(ctx: Context) -> None:
-    fingerprint = ctx.con.execute(
-        "SELECT count(*), sum(rank), min(ts_ns), max(ts_ns), sum(call_id), sum(dur_ns) FROM collectives"
-    ).fetchone()
-    groups = _has_rank_groups(ctx.con)
-    key = "|".join(map(str, fingerprint)) + ("|by rank group" if groups else "")
-    try:
-        built = ctx.con.execute("SELECT key FROM temp.main.matched_fingerprint").fetchone()[0]
-    except duckdb.CatalogException:
-        built = None
-    if built == key:
-        return
-    sql = _sql("tracediag.derive", "matched_collectives.sql")
-    if groups:
-        if sql.count(_PG_RECORDED) != 1:
-            raise AssertionError("matched_collectives.sql: the process-group key expression changed")
-        sql = sql.replace(_PG_RECORDED, _PG_OR_GROUP)
-    ctx.con.execute(sql)
-    ctx.con.execute("CREATE OR REPLACE TEMP TABLE matched_fingerprint AS SELECT ? AS key", [key])
-
-
-def _has_rank_groups(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [RANK_GROUPS]
-        ).fetchone()[0]
-    )
-
-
-@contextlib.contextmanager
-def rank_groups(con: duckdb.DuckDBPyConnection, groups: dict[int, str]) -> Iterator[None]:
-    """Within the block, calls of an unrecorded process group are matched within their rank's group
-    (`groups`: rank -> group name)."""
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {RANK_GROUPS} (rank INTEGER, tp_group VARCHAR)")
-    con.executemany(f"INSERT INTO {RANK_GROUPS} VALUES (?, ?)", sorted(groups.items()))
-    try:
-        yield
-    finally:
-        con.execute(f"DROP TABLE IF EXISTS {RANK_GROUPS}")
-
-
-def matched_summary(ctx: Context) -> dict | None:
-    """How many call sets were matched and by what (None when none were): for the report's notes."""
-    matched_views(ctx)
-    row = ctx.rows(
-        "SELECT count(*) AS sets, first(matched_by ORDER BY set_no) AS matched_by, "
-        "max(calls) FILTER (WHERE set_no = 1) AS first_set_calls FROM matched_sets"
-    )[0]
-    return row if row["sets"] else None
-
-
-def rank_table(ctx: Context) -> list[dict]:
-    """Per rank: arrivals last, lateness, collective time and waiting (the report's skew table)."""
-    matched_views(ctx)
-    rows = ctx.rows("SELECT * FROM matched_ranks ORDER BY rank")
-    return [
-        {
-            "rank": r["rank"],
-            "matched_calls": r["matched_calls"],
-            "arrived_last": r["arrived_last"],
-            "arrived_last_share": round(r["arrived_last"] / r["matched_calls"], 3),
-            "median_lateness_ns": int(r["median_lateness_ns"]),
-            "p90_lateness_ns": int(r["p90_lateness_ns"]),
-            "collective_ns": int(r["collective_ns"]),
-            "waiting_ns": int(r["waiting_ns"]),
-            "waiting_share": round(r["waiting_ns"] / r["collective_ns"], 3) if r["collective_ns"] else None,
-        }
-        for r in rows
-    ]
-
-
-# The spread of the matched sets: overall, and by the phase of the straggler's step.
-SPREAD_SQL = """
-SELECT count(*) AS sets,
-       first(matched_by ORDER BY set_no) AS matched_by,
-       median(spread_ns) AS median_spread_ns,
-       list_sort(list(spread_ns))[least(count(*), CAST(floor(CAST(0.9 AS DOUBLE) * count(*)) AS BIGINT) + 1)]
-           AS p90_spread_ns,
-       max(spread_ns) AS max_spread_ns,
-       median(end_spread_ns) AS median_end_spread_ns,
-       count(*) FILTER (WHERE distinct_payloads > 1 AND op = 'all_reduce') AS mismatched
-FROM matched_sets
-"""
+# Over the matched sets of tracediag.analyses.stragglers: the median spread by the phase of the straggler's step,
+# and the widest sets (the evidence).
 SPREAD_BY_PHASE_SQL = """
 SELECT CASE WHEN s.step_id IS NULL THEN 'outside steps' ELSE coalesce(s.phase, 'unknown') END AS phase,
        median(m.spread_ns) AS median_spread_ns
@@ -166,30 +64,25 @@ FROM matched_sets ORDER BY spread_ns DESC, set_no LIMIT ?
 
 
 def check(ctx: Context) -> Check:
-    ranks = [r[0] for r in ctx.con.execute("SELECT DISTINCT rank FROM collectives ORDER BY rank").fetchall()]
+    ranks = collective_ranks(ctx)
     if len(ranks) < 2:
         return not_applicable(
             RULE,
             f"missing other ranks: the collectives come from rank {ranks[0] if ranks else '?'} only; skew needs "
             "the traces of at least two ranks of a process group",
         )
-    matched_views(ctx)
-    spread = ctx.rows(SPREAD_SQL)[0]
-    if not spread["sets"]:
+    skew = rank_skew(ctx)
+    if skew is None:
         return not_applicable(RULE, "missing matching collectives: no call was found on two ranks of one group")
-    table = rank_table(ctx)
-    by_rank = {t["rank"]: t for t in table}
-    straggler = max(table, key=lambda t: (t["arrived_last_share"], t["median_lateness_ns"]))["rank"]
-    s_row = by_rank[straggler]
-    others = [t for t in table if t["rank"] != straggler]
-    o_dur = sum(t["collective_ns"] for t in others)
-    o_wait = sum(t["waiting_ns"] for t in others)
-    waiting_share = o_wait / o_dur if o_dur else 0.0
+    spread, table, straggler, s_row = skew.spread, skew.table, skew.straggler, skew.straggler_row
+    o_dur, o_wait, waiting_share = skew.others_collective_ns, skew.others_waiting_ns, skew.waiting_share
     mismatched = spread["mismatched"]
-    step_ns = ctx.scalar(
-        "SELECT sum(dur_ns) FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
+    caused_share = skew.caused_share
+    step_ns, other_steps = ctx.rows(
+        "SELECT sum(dur_ns) AS ns, count(*) AS n FROM steps "
+        "WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
         [straggler],
-    )
+    )[0].values()
     # where the late arrivals happen: spread by phase of the straggler's step
     by_phase = {r["phase"]: int(r["median_spread_ns"]) for r in ctx.rows(SPREAD_BY_PHASE_SQL)}
     values = {
@@ -203,11 +96,19 @@ def check(ctx: Context) -> Check:
         "straggler_rank": straggler,
         "straggler_last_share": s_row["arrived_last_share"],
         "straggler_median_lateness_ns": s_row["median_lateness_ns"],
+        "straggler_median_late_when_last_ns": s_row["median_late_when_last_ns"],
+        "straggler_wait_caused_ns": s_row["wait_caused_ns"],
+        "straggler_wait_caused_share": caused_share,
         "others_collective_ns": o_dur,
         "others_waiting_ns": o_wait,
         "others_waiting_share": round(waiting_share, 4),
         "median_spread_ns_by_phase": dict(sorted(by_phase.items())),
         "calls_with_mismatched_payload": mismatched,
+        "thresholds": {
+            "others_waiting_share": WAITING_SHARE_DOMINANT,
+            "wait_caused_share": CAUSED_SHARE_MIN,
+            "dominance_over_next_rank": DOMINANCE,
+        },
     }
     notes = []
     reliable = values["median_end_spread_ns"] <= max(values["median_spread_ns"], 50_000)
@@ -228,20 +129,21 @@ def check(ctx: Context) -> Check:
     )
     substituted = (
         f"{spread['sets']} matched calls: median spread {values['median_spread_ns'] / 1e3:.1f} µs; rank {straggler} "
-        f"arrives last in {s_row['arrived_last']}/{s_row['matched_calls']}; others wait "
-        f"{o_wait / 1e6:.2f} of {o_dur / 1e6:.2f} ms in collectives = {waiting_share:.0%}"
+        f"arrives last in {s_row['arrived_last']}/{s_row['matched_calls']} (median "
+        f"{dur(s_row['median_late_when_last_ns'])} late then) and causes {dur(s_row['wait_caused_ns'])} = "
+        f"{caused_share:.0%} of all the waiting; others wait {o_wait / 1e6:.2f} of {o_dur / 1e6:.2f} ms in collectives "
+        f"= {waiting_share:.0%}"
     )
     evidence = ctx.rows(WORST_SETS_SQL, [ctx.settings.max_evidence])
-    is_finding = waiting_share >= WAITING_SHARE_FINDING and s_row["arrived_last_share"] >= max(
-        LAST_SHARE_MIN, 1.2 / len(ranks)
-    )
-    if not is_finding:
+    values["next_rank_wait_caused_ns"] = skew.runner_up_wait_caused_ns
+    if not skew.dominant:
         return passed(
             RULE,
             confidence="medium" if reliable else "low",
             title=(
-                f"No dominant straggler: median start spread {dur(values['median_spread_ns'])}, other "
-                f"ranks wait {waiting_share:.0%} of their collective time"
+                f"No dominant straggler: median start spread {dur(values['median_spread_ns'])}; the rank whose late "
+                f"arrivals cost the most (rank {straggler}) causes {caused_share:.0%} of the waiting, the other ranks "
+                f"wait {waiting_share:.0%} of their collective time"
             ),
             formula=formula,
             substituted=substituted,
@@ -254,10 +156,13 @@ def check(ctx: Context) -> Check:
         severity="warning",
         confidence=("high" if s_row["arrived_last_share"] >= 0.75 else "medium") if reliable else "low",
         impact=min(1.0, o_wait / step_ns) if step_ns else waiting_share,
+        cost_ns=int(o_wait),
+        cost_per_step_ns=int(o_wait / other_steps) if other_steps else None,
         title=(
-            f"Rank {straggler} is the straggler: it arrives last at {s_row['arrived_last_share']:.0%} of the "
-            f"collectives (median {dur(s_row['median_lateness_ns'])} late); the other ranks spend "
-            f"{waiting_share:.0%} of their collective time waiting"
+            f"Rank {straggler} is the straggler: its late arrivals cause {caused_share:.0%} of the waiting at "
+            f"collectives ({dur(s_row['wait_caused_ns'])}; last at {s_row['arrived_last_share']:.0%} of them, median "
+            f"{dur(s_row['median_late_when_last_ns'])} late then); the other ranks spend {waiting_share:.0%} of their "
+            "collective time waiting"
         ),
         formula=formula,
         substituted=substituted,

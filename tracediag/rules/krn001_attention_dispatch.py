@@ -29,9 +29,7 @@ from collections import defaultdict
 
 import orjson
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     ATTENTION_KLASSES,
     SOURCE_LABEL,
     dispatch_rows,
@@ -42,6 +40,8 @@ from tracediag.rules._kernels import (
     prepare,
     source_of,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="KRN001",

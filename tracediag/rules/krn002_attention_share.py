@@ -7,7 +7,7 @@ speed-up says little about the service until the share is known per phase.
 
 Formula: f = attention time / step time per phase (attention kernels, fallback included, over the
 phase's summed t_step); best end-to-end speed-up of a kernel s times faster = 1 / ((1 − f) + f/s),
-reported for s = 2 (seed: f = 0.3, s = 2 → 1.18).
+reported for s = 2 (docs/method.md's example: f = 0.3, s = 2 → 1.18).
 
 Evidence: per phase: attention time, step time, f, the bound; the attention kernels (KRN001).
 
@@ -18,15 +18,16 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 
 from __future__ import annotations
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN002",
     step=5,
     title="Attention share f per phase and the Amdahl bound 1/((1−f)+f/s)",
     requires_tables=("steps",),
+    requires_window="steady",
     may_be_downstream_of=("KRN001",),
 )
 SPEEDUP = 2.0  # s: a kernel twice as fast

@@ -26,10 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     SOURCE_LABEL,
     bandwidth,
     call_evidence,
@@ -42,6 +39,9 @@ from tracediag.rules._kernels import (
     source_of,
     tp_degree,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN003",

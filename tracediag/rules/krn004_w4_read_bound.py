@@ -11,7 +11,7 @@ expected E·(1 − (1 − k/E)^T) touched by the step's T tokens — an estimate
 routing); K = KV bytes of one sequence of S tokens (2·ceil(H_kv/p)·D·b per full layer, sliding layers capped at
 their window, MLA one latent of kv_lora_rank + qk_rope_head_dim), b the KV element bytes (engine log, FP8-KV
 kernel name or config; 4-bit weights do not make the KV 4-bit). W4 = the same reads with every 16-bit
-projection group at 4 bits + one 16-bit scale per G (seed: (1 − f) + f/4 + f/G, f = 0.9, G = 128 → 0.332);
+projection group at 4 bits + one 16-bit scale per G (docs/method.md: (1 − f) + f/4 + f/G, f = 0.9, G = 128 → 0.332);
 groups already ≤ 4.5 bits stay. S_read = (W + B·K) / (W4 + B·K). Finding when S_read ≤ 1.25 because KV
 traffic dominates; a pass says so when the weights are already 4-bit (no 4-bit saving is offered for them).
 
@@ -25,10 +25,7 @@ dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up to S_rea
 
 from __future__ import annotations
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     decode_steps,
     kv_cache_dtype,
@@ -38,6 +35,9 @@ from tracediag.rules._kernels import (
     tp_degree,
     w16_formats,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN004",

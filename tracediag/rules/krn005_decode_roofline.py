@@ -5,15 +5,15 @@ from memory (nor than its FLOPs at peak); a decode step far above that floor los
 launch and host overhead, synchronisation, idle gaps (KRN006), or kernels far from bandwidth.
 
 Formula: floor = max(bytes/BW, FLOPs/peak) per decode step and rank; efficiency = floor / measured decode
-t_step (≤ 1; the RULEBOOK's "measured / floor" is the inverse). bytes = W + Σ K: W = weights read at their
+t_step (≤ 1; "measured / floor" is its inverse). bytes = W + Σ K: W = weights read at their
 format as they run (tracediag.model.accounting: the checkpoint's formats when low-bit kernels ran in decode,
 else 16-bit; MoE experts only the expected E·(1 − (1 − k/E)^T) touched, an estimate), K = KV bytes of each
 sequence (MLA latent, sliding layers capped at the window, b from the engine log / kernel names / config);
 FLOPs = 2·N_active·T + 4·L·(h/p)·D·S·B (N_active: dense groups, k experts per MoE layer, lm_head). BW:
---hbm-bandwidth (a measured sustained figure is what the notes mean: "sustained achievable bandwidth") else
+--hbm-bandwidth (a measured, sustained achievable bandwidth is what the floor means; docs/method.md) else
 the device properties' spec peak, labelled as such — a spec peak makes the floor optimistic and the
-efficiency understated. Peak from --peak-tflops (else the floor is the byte term alone). Seed: 14 GB of
-weights at 1 TB/s → 14 ms. Finding when efficiency < 0.3.
+efficiency understated. Peak from --peak-tflops (else the floor is the byte term alone). Example (docs/method.md):
+14 GB of weights at 1 TB/s → 14 ms. Finding when efficiency < 0.3.
 
 Evidence: per decode step: B, S, bytes, FLOPs, floor and measured time; BW and peak with their source; the
 per-group weight table behind W.
@@ -25,10 +25,7 @@ only fewer bytes help (W4A16 where weights dominate — KRN004 — or KV quantiz
 
 from __future__ import annotations
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     SOURCE_LABEL,
     SPEC_PEAK,
@@ -41,12 +38,16 @@ from tracediag.rules._kernels import (
     step_events,
     tp_degree,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN005",
     step=5,
     title="Decode step time vs the floor max(bytes/BW, FLOPs/peak)",
     requires_tables=("steps",),
+    requires_window="steady",
     requires_model=("L", "H", "I", "h", "H_kv", "D"),
     may_be_downstream_of=("KRN001", "KRN003", "KRN006"),
 )

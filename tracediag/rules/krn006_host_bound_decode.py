@@ -4,23 +4,25 @@ Hypothesis: decode steps are short, so the host's work per step — launching hu
 Python, a blocking copy or a synchronisation — can leave the GPU idle for a large share of the time;
 then no kernel, batch or quantization change helps until the host side does. Three places hold that
 idle time and are measured apart, each once: (1) host-blocking stalls — a synchronous copy, a
-synchronize API, a launch that loads a module or compiles, an allocation — during which the GPU has
-nothing to run; (2) idle gaps inside a step's GPU window; (3) idle time between steps (the engine's host
-loop: scheduling, sampling, detokenizing, synchronous output copies).
+synchronize API — during which the GPU has nothing to run; (2) idle gaps inside a step's GPU window; (3) idle
+time between steps (the engine's host loop: scheduling, sampling, detokenizing, synchronous output copies).
+Start-up is not counted: the start-up and profiler-stop segments of the window (derive/fitness.py) and the
+start-up calls anywhere (allocations, module loading, initialisation, cold first launches) are KRN010's; their
+idle time is kept out of every share here.
 
-Formula: over each rank's profiled GPU span (first to last GPU activity), busy = union of kernels and
-copies; step windows = first to last GPU work a step launched (graph replays included), clipped so that
-windows never overlap. stall share = GPU idle during stalls / span; idle share of a phase = Σ idle in its
-windows (stalls excluded) / Σ (window − stalls); idle between steps = idle outside every window (stalls
-excluded) / span. Finding: stalls ≥ 1 % of the span (warning from 10 %), a phase idle ≥ 30 % (decode and
-mixed judged first), or idle between steps ≥ 30 % of the span. Launch facts: kernels per step, share of
-kernels < 10 µs, launch API time, graph launches.
+Formula: over each rank's steady segment (end of start-up to the end of the last GPU activity), busy = union of
+kernels and copies; step windows = first to last GPU work a step launched (graph replays included), clipped so
+that windows never overlap. stall share = GPU idle during host-blocking stalls / steady span; idle share of a
+phase = Σ idle in its windows (stalls and start-up excluded) / Σ (window − stalls − start-up idle); idle
+between steps = idle outside every window (stalls and start-up excluded) / steady span. Finding: stalls ≥ 1 %
+of the span (warning from 10 %), a phase idle ≥ 30 % (decode and mixed judged first), or idle between steps
+≥ 30 % of the span. Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
 
 Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
 idle gap inside a step and what the host did during it, per-phase idle shares, the between-step idle.
 
 What to do: a stall → remove the blocking call from the step (pin and make the copy async, drop the
-.item()/.cpu()/synchronize, warm the allocator and modules before profiling: KRN010); many short kernels
+.item()/.cpu()/synchronize); many short kernels
 and no graphs in decode → capture decode in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more
 sequences per step; idle between steps → overlap scheduling with the GPU (async scheduling, async output
 processing), fewer synchronous copies of the sampled tokens.
@@ -32,15 +34,16 @@ from collections import defaultdict
 
 import orjson
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import median, ms, phase_name, phase_order, prepare, source_of
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import median, ms, phase_name, phase_order, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN006",
     step=5,
     title="Host-blocking stalls, GPU idle inside and between steps, launch overhead (host-bound decode)",
     requires_tables=("steps",),
+    requires_window="steady",
 )
 IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between steps: host-bound
 STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
@@ -142,10 +145,14 @@ def check(ctx: Context) -> Check:
     if not steps:
         return not_applicable(RULE, "missing GPU work inside engine steps (no launch of the trace is in a step)")
     timeline = ctx.rows("SELECT * FROM gpu_timeline ORDER BY rank")
-    stalls = ctx.rows("SELECT * FROM host_stalls ORDER BY gpu_idle_ns DESC")
-    span = sum(t["span_ns"] for t in timeline)
+    # host-blocking stalls of the steady state; start-up calls and the start-up / stop segments are KRN010's
+    stalls = ctx.rows(
+        "SELECT * FROM host_stalls WHERE segment = 'steady' AND NOT startup_call ORDER BY gpu_idle_ns DESC"
+    )
+    span = sum(t["steady_span_ns"] for t in timeline)
     stall_ns = sum(t["stall_ns"] for t in timeline)
     between_ns = sum(t["idle_between_ns"] for t in timeline)
+    startup_idle = sum(t["startup_idle_ns"] for t in timeline)
     table = _phase_table(steps)
     judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
     worst = judged[0]
@@ -155,8 +162,11 @@ def check(ctx: Context) -> Check:
     host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
     step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
     values = {
-        "profiled_gpu_span_ns": span,
-        "gpu_busy_ns": sum(t["busy_ns"] for t in timeline),
+        "steady_gpu_span_ns": span,
+        "gpu_busy_ns": sum(t["steady_busy_ns"] for t in timeline),
+        "startup_and_stop_idle_ns": startup_idle,
+        "startup_and_stop_idle": "GPU idle in the start-up and profiler-stop segments and during start-up calls: "
+        "KRN010's, kept out of these shares",
         "stall_ns": stall_ns,
         "stall_share_of_span": round(stall_share, 4),
         "stalls": len(stalls),
@@ -175,8 +185,9 @@ def check(ctx: Context) -> Check:
         },
     }
     formula = (
-        "stall share = Σ GPU idle during stalls / span; idle share (phase) = Σ idle in windows, stalls excluded / "
-        "Σ (window − stalls); idle between steps = idle outside windows / span"
+        "stall share = Σ GPU idle during host-blocking stalls / steady span; idle share (phase) = Σ idle in windows, "
+        "stalls and start-up excluded / Σ (window − stalls − start-up idle); idle between steps = idle outside "
+        "windows / steady span"
     )
     substituted = (
         f"stalls {ms(stall_ns)} / {ms(span)} = {stall_share:.3f}; "
@@ -231,15 +242,16 @@ def check(ctx: Context) -> Check:
         parts.append(
             (
                 stall_share,
+                stall_ns,
                 "warning" if stall_share >= STALL_WARNING else "info",
                 f"host-blocking stall: {s0['name']} ({s0['kind']}) {ms(s0['dur_ns'])} in "
                 f"{s0['op_name'] or 'no CPU op'}{_dims(s0['op_dims'])}"
                 + (f" and {len(stalls) - 1} more" if len(stalls) > 1 else "")
                 + (" idle" if len(stalls) > 1 else " idles")
-                + f" the GPU {ms(stall_ns)} = {stall_share:.0%} of the profiled GPU time; kept out of step "
+                + f" the GPU {ms(stall_ns)} = {stall_share:.0%} of the steady GPU time; kept out of step "
                 f"times{with_without}",
                 "Remove the blocking call from the step: pin the host memory and copy with non_blocking=True, drop the "
-                ".item()/.cpu()/synchronize, warm the allocator and modules before profiling (KRN010).",
+                ".item()/.cpu()/synchronize.",
             )
         )
     for t in judged:
@@ -247,6 +259,7 @@ def check(ctx: Context) -> Check:
             parts.append(
                 (
                     t["idle_share"],
+                    t["gpu_idle_ns"],
                     "warning",
                     f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {gap_cause}"
                     if t is worst
@@ -258,8 +271,9 @@ def check(ctx: Context) -> Check:
         parts.append(
             (
                 between_share,
+                between_ns,
                 "warning",
-                f"GPU idle between steps {ms(between_ns)} = {between_share:.0%} of the profiled GPU time (the engine's "
+                f"GPU idle between steps {ms(between_ns)} = {between_share:.0%} of the steady GPU time (the engine's "
                 "host loop: scheduling, sampling, output processing)",
                 "Overlap the host loop with the GPU (async scheduling / output processing), cut synchronous copies of "
                 "the sampled tokens.",
@@ -277,14 +291,16 @@ def check(ctx: Context) -> Check:
             ),
         )
     parts.sort(key=lambda p: -p[0])
-    impact, severity, lead, nxt = parts[0]
-    rest = [p[2].split(";")[0] for p in parts[1:]]
+    impact, cost, severity, lead, nxt = parts[0]
+    rest = [p[3].split(";")[0] for p in parts[1:]]
     return finding(
         RULE,
         **common,
         severity=severity,
         confidence="high",
         impact=min(1.0, impact),
+        cost_ns=int(cost),
+        cost_per_step_ns=int(cost / len(steps)),
         title=lead[0].upper() + lead[1:] + (" — also: " + "; ".join(rest) if rest else ""),
-        next_check=nxt + (" " + " ".join(p[3] for p in parts[1:] if p[3] != nxt) if len(parts) > 1 else ""),
+        next_check=nxt + (" " + " ".join(p[4] for p in parts[1:] if p[4] != nxt) if len(parts) > 1 else ""),
     )

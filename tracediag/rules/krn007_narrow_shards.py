@@ -1,9 +1,9 @@
 """KRN007 Narrow shards.
 
 Hypothesis: tensor parallelism divides each projection GEMM by p, and the cost model assumes each rank then
-runs its 1/p of the FLOPs at the same rate ("TP article": ideal 1/p; 真实小矩阵还可能因每卡的 I/p 过窄而降低
-计算效率). When the shards get narrow — I/p or h·D/p columns on a rank — a GEMM kernel runs at a lower
-FLOP rate, so TP=p buys less than 1/p and the break-even T* (COL003) is optimistic.
+runs its 1/p of the FLOPs at the same rate (ideal 1/p, docs/method.md step 3; real small matrices can lose
+efficiency when each card's I/p is too narrow). When the shards get narrow — I/p or h·D/p columns on a rank —
+a GEMM kernel runs at a lower FLOP rate, so TP=p buys less than 1/p and the break-even T* (COL003) is optimistic.
 
 Formula: per projection role (q/k/v or fused qkv, o, gate/up, down, matched by their (K, N) at TP=p from the
 config) and T: FLOPs = 2·T·K·N per call, achieved rate R_p = Σ FLOPs / Σ time (GPU kernel time of the op on
@@ -22,12 +22,15 @@ fused gate/up); re-measure T* (COL003) with --tp1-baseline.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import orjson
 
-from tracediag.engine import Context
+from tracediag.analyses.baseline import baseline_store, parse_baseline
+from tracediag.context import Context
+from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.gemm_roles import expected_roles
+from tracediag.store import query_dicts
 
 RULE = RuleMeta(
     id="KRN007",
@@ -100,25 +103,16 @@ def _gemms(rows_fn) -> list[dict]:
 
 
 def _roles(m, p: int) -> dict[tuple[int, int], str]:
-    from tracediag.rules.shp002_config_trace_consistency import expected_roles
-
     return {kn: role for role, kn in expected_roles(m, p).items() if not role.startswith("lm_head")}
 
 
 def _baseline(path: str, m) -> tuple[dict | None, str]:
-    from tracediag.derive import build_all
-    from tracediag.errors import TracediagError
-    from tracediag.ingest import discover_inputs, load, parse_all
-    from tracediag.store import open_store, query_dicts
-
     try:
-        parsed = parse_all(discover_inputs([Path(path)]))
+        parsed = parse_baseline(path)
     except TracediagError as exc:
         return None, f"the TP=1 baseline could not be read ({exc})"
-    con = open_store()
+    con = baseline_store(parsed)
     try:
-        load(con, parsed)
-        build_all(con)
         world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
         if (world[0] or 1) > 1 or world[1] > 1:
             return None, f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files)"

@@ -24,15 +24,16 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import ms, prepare, source_of
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN008",
     step=5,
     title="Unfused elementwise work: eager norm / RoPE / activation / cast passes as a share of GPU time",
     requires_tables=("steps",),
+    requires_window="complete",
 )
 INFO_SHARE, WARNING_SHARE = 0.10, 0.25
 
@@ -104,6 +105,9 @@ def check(ctx: Context) -> Check:
         by_kind[r["kind"]] += r["time_ns"]
     unfused = sum(by_kind.values())
     share = unfused / total
+    steps = ctx.scalar(  # the steps the share is over: the cost per step
+        "SELECT count(*) FROM step_activity WHERE " + ("gpu_busy_ns > 0" if gpu else "step_ns > 0")
+    )
     values = {
         "unfused_ns": unfused,
         "total_ns": total,
@@ -147,6 +151,8 @@ def check(ctx: Context) -> Check:
         severity="warning" if share >= WARNING_SHARE else "info",
         confidence="high" if gpu else "medium",
         impact=min(1.0, share),
+        cost_ns=int(unfused),
+        cost_per_step_ns=int(unfused / steps) if steps else None,
         title=(
             f"Unfused elementwise work takes {share:.0%} of {'GPU busy' if gpu else 'step'} time: {parts} — "
             f"mostly {lead} passes a fused kernel or torch.compile would merge"

@@ -15,18 +15,20 @@ bf16 names), or on AMD Instinct (MFMA, gfx90a/gfx94x). Finding when the fp32 SIM
 Evidence: the fp32 GEMM kernels with calls and time, the launching ops, the device and why it has tensor cores.
 
 What to do: check the model's dtype and autocast (bf16/fp16 weights and activations), torch.backends.cuda.matmul
-.allow_tf32 / torch.set_float32_matmul_precision('high') for fp32 models, and layers kept in fp32 on purpose
-(lm_head, router, norms feeding a GEMM).
+.allow_tf32 / torch.set_float32_matmul_precision('high') for fp32 models — on compute capability 8.0 and later
+only: Volta and Turing (7.x) tensor cores take fp16, not TF32 or bf16, so the advice there is fp16 autocast (the
+capability is read from the trace's device properties) — and layers kept in fp32 on purpose (lm_head, router,
+norms feeding a GEMM).
 """
 
 from __future__ import annotations
 
 import re
 
+from tracediag.analyses.kernels import ms, prepare, source_of
 from tracediag.catalog import gemm_precision
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms, prepare, source_of
 
 RULE = RuleMeta(
     id="KRN009",
@@ -77,6 +79,44 @@ def tensor_cores(ctx: Context) -> tuple[bool | None, str]:
     return None, "no device properties and no GEMM kernel names a tensor-core architecture"
 
 
+def tf32_available(ctx: Context) -> tuple[bool | None, str]:
+    """(TF32 tensor cores on this GPU, why): from compute capability 8.0 (Ampere) on NVIDIA; None when unknown."""
+    dev = ctx.rows(
+        "SELECT device_name, device_compute_capability AS cc FROM inputs WHERE rank IS NOT NULL "
+        "AND device_compute_capability IS NOT NULL LIMIT 1"
+    )
+    name = (dev[0]["device_name"] or "GPU") if dev else "GPU"
+    # ROCm traces write the gfx version (9.4 = gfx942) where CUDA writes the compute capability
+    hip = ctx.scalar("SELECT count(*) FROM runtime WHERE name LIKE 'hip%'")
+    if not dev or _AMD_MATRIX.search(name) or hip:
+        return None, "no NVIDIA compute capability in the device properties (an AMD GPU, or none given)"
+    try:
+        major = int(str(dev[0]["cc"]).split(".")[0])
+    except ValueError:
+        return None, f"compute capability {dev[0]['cc']!r} not understood"
+    if major >= 8:
+        return True, f"{name}, compute capability {dev[0]['cc']}: TF32 and bf16 tensor cores (from 8.0)"
+    return False, f"{name}, compute capability {dev[0]['cc']}: fp16 tensor cores only (TF32 and bf16 start at 8.0)"
+
+
+def _advice(tf32: bool | None, tf32_why: str) -> str:
+    if tf32 is False:
+        return (
+            "Run these GEMMs in fp16 on the tensor cores (autocast to torch.float16, or an fp16 model): this GPU's "
+            f"tensor cores take fp16 only, so allowing TF32 does nothing here ({tf32_why}); look for layers kept in "
+            "fp32 (lm_head, router)."
+        )
+    tf32_text = (
+        "allow TF32 (torch.set_float32_matmul_precision('high'))"
+        if tf32
+        else "allow TF32 (torch.set_float32_matmul_precision('high')) if the GPU has compute capability 8.0 or later"
+    )
+    return (
+        f"Check the model dtype and autocast (bf16/fp16), and for fp32 models {tf32_text}; look for layers kept in "
+        "fp32 (lm_head, router)."
+    )
+
+
 def check(ctx: Context) -> Check:
     prepare(ctx)
     if source_of(ctx) != "gpu_kernel":
@@ -103,6 +143,7 @@ def check(ctx: Context) -> Check:
     share = by["fp32"] / gemm_ns if gemm_ns else 0.0
     cost = by["fp32"] / busy if busy else 0.0
     has_tc, why = tensor_cores(ctx)
+    tf32, tf32_why = tf32_available(ctx)
     values = {
         "gemm_ns": gemm_ns,
         "fp32_simt_ns": by["fp32"],
@@ -111,6 +152,8 @@ def check(ctx: Context) -> Check:
         "fp32_share_of_gpu_busy": round(cost, 4),
         "tensor_cores": has_tc,
         "tensor_cores_from": why,
+        "tf32_available": tf32,
+        "tf32_from": tf32_why,
         "thresholds": {"fp32_share_of_gemm": SHARE_FINDING, "warning_cost": WARNING_COST},
     }
     formula = "fp32 share = Σ fp32 SIMT GEMM time / Σ GEMM time; cost = fp32 SIMT GEMM time / GPU busy time"
@@ -138,12 +181,10 @@ def check(ctx: Context) -> Check:
         severity="warning" if cost >= WARNING_COST else "info",
         confidence="high",
         impact=min(1.0, cost),
+        cost_ns=int(by["fp32"]),
         title=(
             f"fp32 GEMMs on CUDA cores: {ms(by['fp32'])} = {share:.0%} of GEMM time ({cost:.0%} of GPU busy time) run "
             f"SIMT fp32 on a GPU with tensor cores ({why})"
         ),
-        next_check=(
-            "Check the model dtype and autocast (bf16/fp16), and for fp32 models allow TF32 "
-            "(torch.set_float32_matmul_precision('high')); look for layers kept in fp32 (lm_head, router)."
-        ),
+        next_check=_advice(tf32, tf32_why),
     )

@@ -24,9 +24,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import ms
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import ms
 
 RULE = RuleMeta(
     id="KRN010",
@@ -151,6 +151,7 @@ def check(ctx: Context) -> Check:
         severity="warning" if share >= WARNING_SHARE else "info",
         confidence="high",
         impact=min(1.0, share),
+        cost_ns=int(cold),  # paid once, not per step
         title=(
             f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}); step and idle "
             "measurements here overstate the steady state"

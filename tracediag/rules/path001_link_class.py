@@ -3,7 +3,7 @@
 Hypothesis: the GPUs of the tensor-parallel group are not joined by NVLink (or NVSwitch): the group
 spans PCIe-only pairs, pairs without P2P (staged through host memory), GPUs on different CPU sockets,
 another node, or NVLink links that are down. The expected bus bandwidth is then an order of magnitude
-lower and every TP all-reduce pays for it ("TP article", troubleshooting step 2: nvidia-smi topo -m
+lower and every TP all-reduce pays for it (docs/method.md, step 2 of the walk: nvidia-smi topo -m
 and P2P status).
 
 Formula: for each pair of GPUs in the group, the link class from the NVML snapshot — nvlink (direct
@@ -22,9 +22,8 @@ fabric manager); enable P2P/ACS settings; pin each rank to its GPU's NUMA node.
 
 from __future__ import annotations
 
-import json
-
-from tracediag.engine import Context
+from tracediag.analyses.topology import group_gpus, snapshots
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -42,25 +41,6 @@ CLASS_WORDS = {
     "pcie-host": "PCIe without P2P (staged through host memory)",
     "network": "network link (the group does not fit in this node)",
 }
-
-
-def snapshots(ctx: Context) -> list[dict]:
-    """The topology inputs with their facts (host, whether NVML was available)."""
-    out = []
-    for r in ctx.rows("SELECT path, meta_json FROM inputs WHERE format = 'topology' ORDER BY input_id"):
-        meta = json.loads(r["meta_json"] or "{}")
-        out.append({"path": r["path"], **meta})
-    return out
-
-
-def group_gpus(ctx: Context, p: int, n_gpus: int) -> tuple[list[int], str]:
-    """NVML indices of the TP group's GPUs on the (first) snapshot's node."""
-    devs = ctx.rows("SELECT rank, min(device) AS device FROM kernels GROUP BY rank ORDER BY rank")
-    if devs and len(devs) >= min(p, 2):
-        idx = sorted({int(d["device"]) for d in devs if d["device"] is not None})[:p]
-        if idx and max(idx) < n_gpus:
-            return idx, "the GPU ordinals the ranks' kernels ran on (assumes CUDA ordinals = NVML order)"
-    return list(range(min(p, n_gpus))), f"GPUs 0..{min(p, n_gpus) - 1} of the snapshot (no GPU ordinals in a trace)"
 
 
 def check(ctx: Context) -> Check:

@@ -2,8 +2,8 @@
 
 Hypothesis: the collectives are slow either because the path is slow (the micro-benchmark is slow
 too: NVLink down, PCIe, NIC, NUMA, GPUDirect) or because the application uses a good path badly
-(rank placement, concurrent streams, CPU affinity, framework syncs, contention). The "TP article"'s
-troubleshooting steps 3 and 4: measure the collective alone at the same payloads, then compare it
+(rank placement, concurrent streams, CPU affinity, framework syncs, contention). Steps 3 and 4
+of the walk (docs/method.md): measure the collective alone at the same payloads, then compare it
 with the application's.
 
 Formula: step 3 — peak bus bandwidth of the nccl-tests all_reduce_perf table (out-of-place) vs the
@@ -32,11 +32,11 @@ import math
 import statistics
 from collections import defaultdict
 
-from tracediag.engine import Context
+from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
+from tracediag.analyses.topology import group_gpus, snapshots
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import tpmath
-from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples
-from tracediag.rules.path001_link_class import group_gpus, snapshots
 
 RULE = RuleMeta(
     id="PATH002",

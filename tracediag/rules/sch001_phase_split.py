@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     SOURCE_LABEL,
     fit_line,
     median,
@@ -36,12 +34,15 @@ from tracediag.rules._kernels import (
     step_events,
     step_rows,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="SCH001",
     step=6,
     title="Prefill/decode split, T distribution and t_step = a·T + b",
     requires_tables=("steps",),
+    requires_window="steady",
     may_be_downstream_of=("COL001", "COL002", "COL003", "COL004", "COL005", "KRN001", "KRN005", "KRN006"),
 )
 FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fixed-cost dominated

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from statistics import median
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import bench_evidence, bench_runs, run_label
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import nearest_rank
-from tracediag.rules._serving import bench_evidence, bench_runs, run_label
 
 RULE = RuleMeta(
     id="SCH002",
@@ -246,6 +246,20 @@ def check(ctx: Context) -> Check:
             RULE,
             "missing a gap budget: mixed prefill/decode steps but no decode-only step to compare with; "
             "pass --slo itl=MS",
+        )
+    counted = ctx.rows(
+        "SELECT count(*) AS steps, sum(ctx_tokens) AS prefill_tokens FROM steps "
+        "WHERE ctx_reqs IS NOT NULL OR gen_reqs IS NOT NULL"
+    )[0]
+    if counted["steps"]:  # the trace has engine steps with token counts, and none of them is decoding
+        n = counted["steps"]
+        return not_applicable(
+            RULE,
+            f"missing decoding requests: the trace's {n} engine step{'s' if n > 1 else ''} with token counts (step "
+            f"annotations) carr{'y' if n > 1 else 'ies'} prefill only ({counted['prefill_tokens'] or 0:,} prefill "
+            "tokens, no decoding request), so no decode waited on a prefill chunk; a stall needs decoding requests "
+            "in a step with prefill, or per-request inter-token latencies (--bench with a `vllm bench serve "
+            "--save-detailed` result)",
         )
     return not_applicable(
         RULE,

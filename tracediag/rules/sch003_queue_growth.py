@@ -9,8 +9,12 @@ significance level α = 0.05: S = Σ_{i<j} sign(w_j − w_i), computed in O(n lo
 "no trend" (exact permutation distribution for n ≤ 10 without ties or n ≤ 7 with ties, else the
 tie-corrected normal approximation); slope = Theil-Sen median pairwise slope (requests/s; over all pairs up
 to 200,000 pairs, else the median of 200,000 seeded random pairs, said so in the table). A finding needs
-p < α and slope > 0 — a trend over the window, not one large sample. At least 4 samples per series; each
-server run of a log is its own window (a restart empties the queue).
+p < α and slope > 0 — a trend over the window, not one large sample — and a rise that matters: the Sen rise over the
+window (slope × window) above max(2 requests, 10 % of the median running batch) for request counts; one request
+stuck in the queue (0 → 1) is SCH011's, not growth. At least 4 samples per series; each server run of a log is its
+own window (a restart empties the queue). Engines print whole seconds: the samples of one printed second (SGLang
+logs a batch line every few steps) are ordered by their position in the file, the j-th of m at s + j/m. A queue
+that stayed 0 is a pass however few samples show it.
 
 Evidence: per series (a log's stats lines of one engine: V0 Pending, V1 Waiting; or the
 vllm:num_requests_waiting gauge of timed scrapes; and the mean queue time per scrape interval from the
@@ -25,10 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import Trend, mann_kendall
-from tracediag.rules._serving import (
+from tracediag.analyses.serving import (
     MIN_TREND_POINTS,
     SIGNIFICANCE,
     Series,
@@ -36,14 +37,20 @@ from tracediag.rules._serving import (
     metric_series,
     series_evidence,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import Trend, mann_kendall, queue_rise_threshold, spread_ties
 
 RULE = RuleMeta(
     id="SCH003",
     step=6,
     title="Waiting requests and queue time are not rising over the window",
-    may_be_downstream_of=("SCH009", "SCH011"),
+    may_be_downstream_of=("SCH009", "SCH011", "SCH013"),
 )
-FORMULA = "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05 and Sen slope > 0"
+FORMULA = (
+    "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05, Sen slope > 0 and "
+    "rise = slope·window > max(2, 0.1·median running)"
+)
 
 
 def _queue_time_series(ctx: Context) -> list[Series]:
@@ -93,6 +100,30 @@ def _row(s: Series, what: str, t: Trend | None, xs: list[float], ys: list[float]
     }
 
 
+def _running_median(s: Series, running: dict[tuple, Series]) -> float | None:
+    """The median running batch beside a queue series: the same log lines' Running, or the same scrape's gauge."""
+    if s.source == "log":
+        a = s.cols.get("running")
+    else:
+        r = running.get((s.input_id, s.engine))
+        a = r.v if r is not None else None
+    if a is None:
+        return None
+    v = a.astype(float)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if len(v) else None
+
+
+def _span(seconds: float) -> str:
+    """A window's length as the log can show it (whole seconds, or a fraction of one for same-second samples)."""
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def _xy(s: Series) -> tuple[list[float], list[float]]:
+    xs, ys = s.xy()
+    return (spread_ties(xs) if s.source == "log" else xs), ys
+
+
 def check(ctx: Context) -> Check:
     candidates = [(s, "waiting requests") for s in log_series(ctx, "waiting")]
     candidates += [(s, "waiting requests") for s in metric_series(ctx, "requests_waiting")]
@@ -101,29 +132,86 @@ def check(ctx: Context) -> Check:
         return not_applicable(
             RULE, "missing queue series: no vLLM stats lines (Waiting/Pending) and no timed /metrics scrapes"
         )
-    table, tested = [], []
+    running = {(s.input_id, s.engine): s for s in metric_series(ctx, "requests_running")}
+    table, tested, small = [], [], []
     for s, what in candidates:
-        xs, ys = s.xy()
+        xs, ys = _xy(s)
         t = mann_kendall(xs, ys, SIGNIFICANCE) if len(ys) >= MIN_TREND_POINTS else None
-        table.append(_row(s, what, t, xs, ys))
+        row = _row(s, what, t, xs, ys)
+        if t is not None and what == "waiting requests":
+            rise = (t.sen_slope or 0.0) * (xs[-1] - xs[0])
+            threshold = queue_rise_threshold(_running_median(s, running))
+            row |= {"sen_rise": round(rise, 3), "rise_threshold": round(threshold, 3)}
+            if t.increasing and rise <= threshold:
+                small.append((s, what, t, xs, ys, rise, threshold))
+        table.append(row)
         if t is not None:
             tested.append((s, what, t, xs, ys))
     if not tested:
         longest = max(len(s.xy()[1]) for s, _ in candidates)
+        zero = [(s, what) for s, what in candidates if s.xy()[1] and all(v == 0 for v in s.xy()[1])]
+        if zero and len(zero) == sum(1 for s, _ in candidates if s.xy()[1]):
+            s, what = max(zero, key=lambda x: len(x[0].xy()[1]))
+            xs, ys = _xy(s)
+            n_zero = sum(len(z.xy()[1]) for z, _ in zero)
+            return passed(
+                RULE,
+                confidence="low",
+                title=(
+                    f"No queue: {what} stayed 0 in all {n_zero} samples of {len(zero)} series"
+                    if len(zero) > 1
+                    else f"No queue: {what} 0 in the one sample"
+                    if len(ys) == 1
+                    else f"No queue: {what} stayed 0 in all {len(ys)} samples ({_span(xs[-1] - xs[0])})"
+                ),
+                formula=FORMULA,
+                substituted=f"{s.label}: waiting = 0 in every sample; no trend to test",
+                values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": n_zero, "series": len(zero)},
+                table=table,
+                evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
+            )
         return not_applicable(
             RULE,
             f"missing a queue time series of at least {MIN_TREND_POINTS} samples (longest has {longest}): "
             "a trend needs a window, not one sample; scrape /metrics with `tracediag scrape` or pass a longer log",
         )
-    growing = [x for x in tested if x[2].increasing]
+    tiny = {id(x[0]) for x in small}
+    growing = [x for x in tested if x[2].increasing and id(x[0]) not in tiny]
     values = {"alpha": SIGNIFICANCE, "series_tested": len(tested), "series_growing": len(growing)}
+    if not growing and small:
+        s, what, t, xs, ys, rise, threshold = min(small, key=lambda x: x[2].p_increase)
+        values |= {
+            "S": t.s,
+            "p_increase": t.p_increase,
+            "sen_slope_per_s": t.sen_slope,
+            "n": t.n,
+            "sen_rise": rise,
+            "rise_threshold": threshold,
+        }
+        return passed(
+            RULE,
+            confidence="medium",
+            title=(
+                f"Queue rose only {ys[0]:g} → {ys[-1]:g} (Sen rise {rise:.2g} ≤ {threshold:.2g}, the least growth "
+                f"that matters beside the running batch): not arrivals outpacing completions; a request stuck in the "
+                "queue is SCH011's"
+            ),
+            formula=FORMULA,
+            substituted=(
+                f"{s.label}: n = {t.n}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)} × "
+                f"{xs[-1] - xs[0]:.3g} s = {rise:.3g} ≤ max(2, 0.1 × median running) = {threshold:.3g}"
+            ),
+            values=values,
+            table=table,
+            evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
+        )
     if not growing:
         s, what, t, xs, ys = max(tested, key=lambda x: x[2].n)
         if all(v == 0 for v in ys):
-            title = f"No queue: {what} stayed 0 over {xs[-1] - xs[0]:.0f} s ({t.n} samples)"
+            title = f"No queue: {what} stayed 0 over {_span(xs[-1] - xs[0])} ({t.n} samples)"
         elif t.decreasing:
             title = (
-                f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
+                f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
                 f"(Sen slope {_slope(t.sen_slope)}, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
             )
         else:
@@ -161,20 +249,26 @@ def check(ctx: Context) -> Check:
         "last": ys[-1],
         "max": max(ys),
     }
+    rise_txt = ""
+    if what == "waiting requests":
+        rise = (t.sen_slope or 0.0) * (xs[-1] - xs[0])
+        threshold = queue_rise_threshold(_running_median(s, running))
+        values |= {"sen_rise": rise, "rise_threshold": threshold}
+        rise_txt = f"; rise = {rise:.3g} > max(2, 0.1 × median running) = {threshold:.3g}"
     return finding(
         RULE,
         severity="error" if ys[-1] > 0 and t.p_increase < SIGNIFICANCE / 5 else "warning",
         confidence="high" if t.n >= 8 else "medium",
         impact=min(1.0, len(growing) / len(tested)),
         title=(
-            f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {xs[-1] - xs[0]:.0f} s "
+            f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
             f"({_slope(t.sen_slope)}, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "
             "arrivals outpace completions"
         ),
         formula=FORMULA,
         substituted=(
             f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g} < {SIGNIFICANCE}, "
-            f"Sen slope = {_slope(t.sen_slope)} (least squares {_slope(t.ols_slope)})"
+            f"Sen slope = {_slope(t.sen_slope)} (least squares {_slope(t.ols_slope)}){rise_txt}"
         ),
         values=values,
         table=table,

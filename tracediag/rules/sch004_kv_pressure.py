@@ -15,7 +15,9 @@ high, ≥ 95 % with requests waiting limits admission, "full" only at ≥ 99 %; 
 retraction) is a finding. Every title quotes one sample (its usage and queue) or says "max … at …".
 
 Evidence: vLLM stats lines (GPU KV cache usage, V1 Preemptions, V0 Swapped/Pending), V0 preemption
-warnings (total_num_cumulative_preemption), SGLang batch lines (token usage, #queue-req) and retractions,
+warnings (total_num_cumulative_preemption), SGLang batch lines (token usage, #queue-req) and retractions (`KV
+cache pool is full. Retract requests.`, before 2025 `Decode out of memory happened`: a retraction message alone,
+without usage lines, is the finding — SGLang retracts only when the pool cannot hold the next decode step),
 /metrics kv_cache_usage_perc (gpu_cache_usage_perc before 0.10), sglang:token_usage, num_preemptions and
 sglang:num_retracted_requests; with a model config and the engine's reported KV size, the bytes per token,
 capacity and tail-waste bound. Capacity walk: KV is resource evidence, read after load-test validity
@@ -28,14 +30,12 @@ replicas.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
-from tracediag.model.servingmath import paged_tail_waste_bound
-from tracediag.rules._kernels import kv_cache_dtype
-from tracediag.rules._serving import (
+from tracediag.analyses.kernels import kv_cache_dtype
+from tracediag.analyses.serving import (
     input_paths,
     log_evidence,
     log_series,
@@ -43,6 +43,10 @@ from tracediag.rules._serving import (
     series_evidence,
     startup_facts,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
+from tracediag.model.servingmath import paged_tail_waste_bound
 
 RULE = RuleMeta(
     id="SCH004",
@@ -87,6 +91,20 @@ def _capacity(ctx: Context) -> dict:
     return out
 
 
+def _one_per_engine(rows) -> list[dict]:
+    """SGLang retraction messages once per engine decision: every tensor-parallel rank of an engine runs the same
+    scheduler and logs the same retraction (`[… TP8]` … `[… TP15]`, same second, same text); data-parallel ranks
+    (`DPn`) decide apart."""
+    seen, out = set(), []
+    for r in rows:
+        dp = re.search(r"(?<![A-Z_])DP\d+", r.get("process") or "")
+        key = (r["input_id"], r["t_s"], r["text"], dp[0] if dp else None)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 def _where(s, p: dict) -> str:
     """Where a sample is: the log line and its time, or the scrape."""
     if s.source == "log":
@@ -94,20 +112,29 @@ def _where(s, p: dict) -> str:
     return f"{s.label} scrape {p.get('scrape')}" + (f" (t = {p['t_s']:.0f} s)" if p.get("t_s") is not None else "")
 
 
+KV_PCT_MAX = 100.5  # engines round; a little over 100 % is a full cache, far over it is not a usage
+
+
 def check(ctx: Context) -> Check:
     paths = input_paths(ctx)
     kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
     kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
-    if not kv_logs and not kv_metrics:
+    pressure_messages = ctx.scalar("SELECT count(*) FROM serving_events WHERE kind IN ('preemption', 'retraction')")
+    if not kv_logs and not kv_metrics and not pressure_messages:
         return not_applicable(
-            RULE, "missing KV-cache usage: no vLLM/SGLang stats lines and no kv_cache_usage_perc/token_usage metric"
+            RULE,
+            "missing KV-cache usage: no vLLM/SGLang stats lines, no kv_cache_usage_perc/token_usage metric and no "
+            "preemption or retraction message",
         )
     table, evidence = [], []
     n_samples, n_admission = 0, 0
     worst_queued: tuple | None = None  # (kv %, waiting, series, index): the fullest sample with a queue
     worst: tuple | None = None  # (kv %, series, index): the fullest sample
     for s in kv_logs + kv_metrics:
-        pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
+        # a usage outside 0-100 % (a corrupt sample, ±1e308) is not a measurement: left out like a missing one
+        pct[~np.isfinite(pct) | (pct < 0) | (pct > KV_PCT_MAX)] = np.nan
         ok = ~np.isnan(pct)
         if not ok.any():
             continue
@@ -143,14 +170,14 @@ def check(ctx: Context) -> Check:
         "ORDER BY swapped DESC LIMIT 5"
     )
     warn = ctx.rows(
-        "SELECT input_id, line, ts_text, t_s, cumulative, mode, seq_group, kind FROM serving_events "
+        "SELECT input_id, line, ts_text, t_s, cumulative, mode, seq_group, kind, process, text FROM serving_events "
         "WHERE kind IN ('preemption', 'retraction') ORDER BY input_id, t_s"
     )
     counters = [s for s in metric_series(ctx, "preemptions") if len(s)]
     n_v1 = int(sum(r["preemptions"] for r in v1))
     v0 = [r for r in warn if r["kind"] == "preemption"]
     n_warn = max((r["cumulative"] or 0 for r in v0), default=0) or len(v0)
-    n_retract = sum(r["cumulative"] or 1 for r in warn if r["kind"] == "retraction")
+    n_retract = sum(r["cumulative"] or 1 for r in _one_per_engine(r for r in warn if r["kind"] == "retraction"))
     n_metric = float(
         sum(np.nanmax(s.v.astype(float)) if not np.isnan(s.v.astype(float)).all() else 0 for s in counters)
     )
@@ -195,7 +222,8 @@ def check(ctx: Context) -> Check:
     evidence = evidence[: ctx.settings.max_evidence]
     formula = FORMULA
     substituted = (
-        f"max KV usage {kv_max:.1f} % ({values['kv_usage_max_at']}); preemptions {preempted:g} (V1 {n_v1}, "
+        (f"max KV usage {kv_max:.1f} % ({values['kv_usage_max_at']})" if worst else "no KV usage samples")
+        + f"; preemptions {preempted:g} (V1 {n_v1}, "
         f"V0 {n_warn}, SGLang retractions {n_retract}, metrics {n_metric:g}), max swapped {max_swapped}; "
         f"{n_admission} of {n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
     )
@@ -225,17 +253,19 @@ def check(ctx: Context) -> Check:
             what.append(f"{n_retract} retracted (SGLang)")
         if max_swapped:
             what.append(f"up to {max_swapped} swapped")
+        usage = (
+            f"max KV usage {kv_max:.1f} % at {values['kv_usage_max_at']}"
+            if worst
+            else "KV usage not in these inputs (the engine ran out of KV blocks to retract them)"
+        )
         return finding(
             RULE,
             severity="warning",
             confidence="high",
-            impact=min(1.0, kv_max / 100),
+            impact=min(1.0, kv_max / 100) if worst else 1.0,
             next_check=nxt,
             **common,
-            title=(
-                f"KV cache {full_word}, requests preempted: {', '.join(what)}; max KV usage {kv_max:.1f} % at "
-                f"{values['kv_usage_max_at']}"
-            ),
+            title=f"KV cache {full_word if worst else 'full'}, requests preempted: {', '.join(what)}; {usage}",
         )
     if worst_queued:
         pct, waiting, ws, j = worst_queued

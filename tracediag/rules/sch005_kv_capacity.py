@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import kv_cache_dtype
+from tracediag.analyses.serving import input_paths, log_evidence, short, startup_facts
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import DTYPE_BYTES, accounting
-from tracediag.rules._kernels import kv_cache_dtype
-from tracediag.rules._serving import input_paths, log_evidence, short, startup_facts
 
 RULE = RuleMeta(
     id="SCH005",

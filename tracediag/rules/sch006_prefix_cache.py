@@ -25,9 +25,9 @@ before crediting or blaming it — the engine's hit rate may count block lookups
 
 from __future__ import annotations
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
 
 RULE = RuleMeta(
     id="SCH006",

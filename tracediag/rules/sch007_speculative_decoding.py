@@ -10,25 +10,46 @@ position i / drafts); conditional P(Ai | A1…Ai−1) = P(A1…Ai) / P(A1…Ai�
 E[tokens/round] = 1 + Σ_i P(A1…Ai) (constant α: 1 + α + … + α^k; k=4, α=0.8 → 3.3616; α=0.3 → 1.43);
 break-even: T_round / E < T_base, i.e. T_round < E·T_base; position k adds P(A1…Ak) tokens per round.
 Findings: a trailing position adding < 0.1 token per round; rejected drafts ≥ 50 % of verified draft
-tokens while requests wait.
+tokens while requests wait; a sustained decay of acceptance over time on one engine (Mann-Kendall one-sided
+for a decrease, α = 0.05, on the per-interval acceptance in time order, same-second lines by position; the Sen
+drop −slope × window must reach 10 % of the engine's median acceptance) — the draft model fits the traffic less
+as it goes (a workload shift, a longer context than the draft was trained on, a weight update the draft missed).
+SGLang prints per interval `accept len` = (accepted drafts + 1) per verify round, which is E itself, and `accept
+rate` = the same count over the draft tokens verified; it has no per-position counts, so the trailing-position
+test needs vLLM's.
 
 Evidence: V1 'SpecDecoding metrics' lines (per logging interval), V0 'Speculative metrics' lines (totals;
-E = emitted / (draft tokens / k)), /metrics spec_decode_num_drafts / _num_draft_tokens /
-_num_accepted_tokens(_per_pos) counters; Waiting from the stats line of the same engine and time.
+E = emitted / (draft tokens / k)), SGLang decode lines with `accept len`/`accept rate` (per engine: DP rank or TP
+rank), /metrics spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens(_per_pos) counters; Waiting
+from the stats line of the same engine and time; the acceptance series per engine with its trend.
 
 What to do: lower num_speculative_tokens to drop low-yield positions; with a queue, disable speculative
 decoding or lower k (it trades throughput for single-request latency); measure T_round and T_base before
-keeping it on.
+keeping it on; on a decay, compare the traffic before and after (prompt lengths, languages, tasks) and the draft
+model's training data, and re-check after a weight update.
 """
 
 from __future__ import annotations
 
 import json
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import (
+    MIN_TREND_POINTS,
+    SIGNIFICANCE,
+    input_paths,
+    log_evidence,
+    metric_evidence,
+    series_label,
+)
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import conditional_acceptance, expected_tokens_per_round
-from tracediag.rules._serving import input_paths, log_evidence, metric_evidence, series_label
+from tracediag.model.servingmath import (
+    DRIFT_MIN_DROP,
+    acceptance_drift,
+    conditional_acceptance,
+    expected_tokens_per_round,
+    spread_ties,
+)
 
 RULE = RuleMeta(
     id="SCH007",
@@ -63,6 +84,41 @@ def _log_groups(ctx: Context) -> list[dict]:
             prev = [ln for ln in waits if ln <= r["line"]]
             r["waiting"] = waits[max(prev)] if prev else None
         k = rs[-1]["num_spec_tokens"]
+        if rs[-1]["log_format"] == "sglang":  # per interval: accept len is E itself, accept rate a share
+            lens = [r["mean_acceptance_length"] for r in rs if r["mean_acceptance_length"] is not None]
+            rates = [r["acceptance_rate"] for r in rs if r["acceptance_rate"] is not None]
+            e = sum(lens) / len(lens) if lens else None
+            rate = sum(rates) / len(rates) if rates else None
+            loaded = [r for r in rs if (r["waiting"] or 0) > 0 and r["acceptance_rate"] is not None]
+            out.append(
+                {
+                    "series": label,
+                    "source": "log (sglang accept len / accept rate)",
+                    # draft tokens verified per round ≈ accept len / accept rate (speculative_num_draft_tokens)
+                    "k": round(e / rate) - 1 if e and rate else None,
+                    "rounds": None,
+                    "draft_tokens": None,
+                    "accepted_tokens": None,
+                    "acceptance_rate": rate,
+                    "expected_tokens_per_round": e,
+                    "joint": None,
+                    "max_waiting": max((r["waiting"] or 0 for r in rs), default=None),
+                    "loaded_acceptance": sum(r["acceptance_rate"] for r in loaded) / len(loaded) if loaded else None,
+                    "over_time": _over_time(rs),
+                    "evidence": [
+                        log_evidence(
+                            path,
+                            r,
+                            "decode line (accept len, accept rate)",
+                            waiting=r["waiting"],
+                            accept_len=r["mean_acceptance_length"],
+                            acceptance=r["acceptance_rate"],
+                        )
+                        for r in (loaded or rs)[:2]
+                    ],
+                }
+            )
+            continue
         if rs[-1]["cumulative"]:  # V0: totals since start; use the latest line
             last = rs[-1]
             drafts = last["num_drafts"] or 0
@@ -102,6 +158,7 @@ def _log_groups(ctx: Context) -> list[dict]:
                     if loaded and sum(r["draft_tokens"] or 0 for r in loaded) and not rs[-1]["cumulative"]
                     else None
                 ),
+                "over_time": None if rs[-1]["cumulative"] else _over_time(rs),
                 "evidence": [
                     log_evidence(path, r, "spec decode line", waiting=r["waiting"], acceptance=r["acceptance_rate"])
                     for r in (loaded or rs)[:2]
@@ -109,6 +166,44 @@ def _log_groups(ctx: Context) -> list[dict]:
             }
         )
     return out
+
+
+def _over_time(rs: list[dict]) -> list[tuple[float, float, dict]] | None:
+    """(time, acceptance, row) per interval line in file order: the acceptance rate, else SGLang's accept len."""
+    pts = [(r["t_s"], r["acceptance_rate"], r) for r in rs if r["t_s"] is not None and r["acceptance_rate"] is not None]
+    if len(pts) < 2 and any(r["mean_acceptance_length"] is not None for r in rs):
+        pts = [
+            (r["t_s"], r["mean_acceptance_length"], r)
+            for r in rs
+            if r["t_s"] is not None and r["mean_acceptance_length"] is not None
+        ]
+    if not pts:
+        return None
+    ts = spread_ties([p[0] for p in pts])
+    return [(t, v, r) for t, (_, v, r) in zip(ts, pts)]
+
+
+def _drift(g: dict) -> dict | None:
+    """The acceptance trend of one engine's interval lines; None with fewer than MIN_TREND_POINTS lines."""
+    pts = g.get("over_time")
+    if not pts or len(pts) < MIN_TREND_POINTS:
+        return None
+    d = acceptance_drift([p[0] for p in pts], [p[1] for p in pts], SIGNIFICANCE)
+    return {
+        "series": g["series"],
+        "n": d.trend.n,
+        "window_s": round(d.window_s, 3),
+        "first": pts[0][1],
+        "last": pts[-1][1],
+        "median": d.median,
+        "S": d.trend.s,
+        "p_decrease": round(d.trend.p_decrease, 6),
+        "sen_slope_per_s": d.trend.sen_slope,
+        "drop": round(d.drop, 4),
+        "min_drop": round(DRIFT_MIN_DROP * d.median, 4),
+        "decaying": d.decaying,
+        "_pts": pts,
+    }
 
 
 def _metric_groups(ctx: Context) -> list[dict]:
@@ -150,6 +245,7 @@ def _metric_groups(ctx: Context) -> list[dict]:
                 "joint": joint,
                 "max_waiting": None,
                 "loaded_acceptance": None,
+                "over_time": None,
                 "evidence": [metric_evidence(paths.get(input_id, "?"), g, "spec_decode counters", value=accepted)],
             }
         )
@@ -166,9 +262,14 @@ def check(ctx: Context) -> Check:
         )
     table = []
     tails, loaded = [], []
+    drifts = [d for d in (_drift(g) for g in groups) if d is not None]
+    decays = [d for d in drifts if d["decaying"]]
     for g in groups:
         cond = conditional_acceptance(g["joint"]) if g["joint"] else None
-        row = {k: v for k, v in g.items() if k not in ("evidence", "joint")}
+        row = {k: v for k, v in g.items() if k not in ("evidence", "joint", "over_time")}
+        dr = next((d for d in drifts if d["series"] == g["series"]), None)
+        if dr is not None:
+            row["acceptance_trend"] = {k: v for k, v in dr.items() if not k.startswith("_")}
         row["per_position_joint"] = [round(x, 4) for x in g["joint"]] if g["joint"] else None
         row["per_position_conditional"] = [round(x, 4) if x is not None else None for x in cond] if cond else None
         table.append(row)
@@ -199,6 +300,9 @@ def check(ctx: Context) -> Check:
         if e
         else f"{g0['series']}: E unknown"
     ) + (f"; pays off only if T_round < {e:.3f}·T_base" if e else "")
+    if drifts:
+        values["acceptance_trends"] = len(drifts)
+        values["acceptance_decays"] = len(decays)
     evidence = [ev for g in (loaded or tails or groups) for ev in g["evidence"]][: ctx.settings.max_evidence]
     if loaded:
         g = loaded[0]
@@ -223,6 +327,40 @@ def check(ctx: Context) -> Check:
                 "The target model verifies every draft token, so rejected drafts take batch slots the waiting "
                 "requests need: lower num_speculative_tokens or disable speculative decoding under load, and "
                 "compare throughput and SCH003's queue trend with it off."
+            ),
+        )
+    if decays and not tails:
+        d = max(decays, key=lambda x: x["drop"] / (x["median"] or 1))
+        pts = d["_pts"]
+        values |= {k: v for k, v in d.items() if not k.startswith("_") and k != "series"} | {"series": d["series"]}
+        share = d["drop"] / d["median"] if d["median"] else 1.0
+        return finding(
+            RULE,
+            severity="warning",
+            confidence="medium" if d["n"] >= 8 else "low",
+            impact=min(1.0, share),
+            impact_basis="the engine's median acceptance",
+            formula=FORMULA + "; drift: Mann-Kendall p(S' ≤ S) < α and −Sen slope × window ≥ 10 % of the median",
+            substituted=(
+                f"{d['series']}: n = {d['n']}, S = {d['S']}, p = {d['p_decrease']:.4g} < {SIGNIFICANCE}, Sen slope "
+                f"{d['sen_slope_per_s']:+.3g}/s × {d['window_s']:.3g} s = −{d['drop']:.3g} ≥ 0.1 × median "
+                f"{d['median']:.3g}"
+            ),
+            values=values,
+            table=table,
+            evidence=[
+                log_evidence(input_paths(ctx).get(r["input_id"], "?"), r, label, acceptance=v)
+                for label, (_, v, r) in (("first interval", pts[0]), ("last interval", pts[-1]))
+            ],
+            title=(
+                f"Speculative acceptance decays on {d['series']}: {d['first']:.2f} → {d['last']:.2f} over "
+                f"{d['window_s']:.0f} s (Sen slope {d['sen_slope_per_s']:+.2g}/s, Mann-Kendall p = "
+                f"{d['p_decrease']:.2g}): each round yields fewer tokens as the run goes on"
+            ),
+            next_check=(
+                "Compare the traffic of the first and last intervals (prompt lengths, languages, tasks) with what the "
+                "draft model was trained on, check for a weight update the draft did not get, and measure E[tokens/"
+                "round] again; lower num_speculative_tokens while acceptance stays low."
             ),
         )
     if tails:
@@ -255,9 +393,24 @@ def check(ctx: Context) -> Check:
         table=table,
         evidence=evidence,
         title=(
-            f"Speculative decoding yields {e:.2f} tokens per round (k = {g0['k']}, acceptance "
-            f"{(g0['acceptance_rate'] or 0) * 100:.0f} %): it pays while a round costs < {e:.2f} decode steps"
+            f"Speculative decoding yields {e:.2f} tokens per round ({_k_and_rate(g0)}): it pays while a round costs "
+            f"< {e:.2f} decode steps" + _steady(drifts)
             if e
             else "Speculative decoding statistics present; tokens per round unknown"
         ),
     )
+
+
+def _k_and_rate(g: dict) -> str:
+    parts = [f"k = {g['k']}" if g["k"] is not None else "k not logged"]
+    if g["acceptance_rate"] is not None:
+        parts.append(f"acceptance {g['acceptance_rate'] * 100:.0f} %")
+    return ", ".join(parts)
+
+
+def _steady(drifts: list[dict]) -> str:
+    """'; acceptance holds over time on 2 engines' when the trend test ran and found no decay."""
+    if not drifts:
+        return ""
+    n = len(drifts)
+    return f"; no sustained decay of acceptance ({n} engine{'s' if n != 1 else ''} tested over time)"

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model.servingmath import littles_law_l
-from tracediag.rules._serving import (
+from tracediag.analyses.serving import (
     bench_runs,
     bench_stat,
     input_paths,
@@ -34,6 +31,9 @@ from tracediag.rules._serving import (
     run_label,
     short,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.servingmath import littles_law_l
 
 RULE = RuleMeta(
     id="SCH008",

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import bench_evidence, bench_runs, bench_stat, finite, run_label
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._serving import bench_evidence, bench_runs, bench_stat, finite, run_label
 
 RULE = RuleMeta(id="SCH009", step=6, title="The load test measured open-loop arrivals without dropping errors")
 # Capacity walk (load generator first): SCH009 is linked as the possible cause of SCH002-SCH004, SCH006-SCH008

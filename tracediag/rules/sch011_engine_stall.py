@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracediag.engine import Context
+from tracediag.analyses.serving import Series, input_paths, log_evidence, log_series, metric_series, series_evidence
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._serving import Series, input_paths, log_evidence, log_series, metric_series, series_evidence
 
 RULE = RuleMeta(id="SCH011", step=6, title="The engine makes progress whenever requests are in it")
 K = 3  # consecutive stuck samples

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from tracediag.engine import Context
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, passed
 
 RULE = RuleMeta(

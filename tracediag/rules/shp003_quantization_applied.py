@@ -24,9 +24,7 @@ kernels exist for this GPU arch and dtype, and the engine flags (--quantization)
 
 from __future__ import annotations
 
-from tracediag.engine import Context
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.rules._kernels import (
+from tracediag.analyses.kernels import (
     SOURCE_LABEL,
     call_evidence,
     declared_formats,
@@ -37,6 +35,8 @@ from tracediag.rules._kernels import (
     source_of,
     tp_degree,
 )
+from tracediag.context import Context
+from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="SHP003",

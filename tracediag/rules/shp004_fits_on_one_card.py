@@ -2,7 +2,7 @@
 
 Hypothesis: the model would fit on one GPU, yet it is served with tensor parallelism; then the fair
 baseline for throughput is p replicas of TP=1 on the same p cards, compared by per-card goodput —
-not TP=1 vs TP=p latency ("TP article": 先把“放得下”和“跑得快”拆开; vLLM's deployment guidance
+not TP=1 vs TP=p latency (separate "it fits" from "it runs fast"; vLLM's deployment guidance
 starts from single-GPU serving when the model fits). Capacity is necessary, not proof of speed.
 
 Formula: M_rank(p) = M_weight(p) + M_KV(p) + M_runtime ≤ M_usable. M_weight(p): every module group's
@@ -28,10 +28,10 @@ latency of one stream). Informational until per-card goodput data shows TP losin
 
 from __future__ import annotations
 
-from tracediag.engine import Context
+from tracediag.analyses.kernels import kv_cache_dtype, served_formats
+from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting
-from tracediag.rules._kernels import kv_cache_dtype, served_formats
 
 RULE = RuleMeta(
     id="SHP004",
@@ -173,8 +173,20 @@ def check(ctx: Context) -> Check:
             f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights of "
             f"{values['gpu_memory_gib']:.0f} GiB)"
         )
+    elif p_used == min_p:
+        below = max(p for p in ps if p < min_p)
+        title = (
+            f"TP={p_used} is needed for capacity: the model does not fit at p = {below} (smallest p that fits: {min_p})"
+        )
+    elif p_used > min_p:
+        title = (
+            f"TP={p_used} is more than capacity needs: the smallest p that fits is {min_p}; compare "
+            f"{p_used // min_p if p_used % min_p == 0 else 'several'} TP={min_p} replicas by per-card goodput"
+        )
+        values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
     else:
-        title = f"TP={p_used} is needed for capacity: the smallest p that fits is {min_p}"
-        if p_used > min_p:
-            values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
+        title = (
+            f"TP={p_used} runs, but the estimate says it needs p = {min_p} to hold one full context "
+            f"({ctx_len or 1:,} tokens) of KV: the deployment may serve shorter contexts, or check the config"
+        )
     return passed(RULE, **common, confidence="medium", title=title)

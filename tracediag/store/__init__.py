@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from tracediag.memory import duckdb_settings
+
 if TYPE_CHECKING:  # Arrow is imported where data is appended: reading a store needs none
     import pyarrow as pa
 
@@ -43,13 +45,11 @@ def _schema_files() -> tuple[str, ...]:
 
 
 def connect(path: str | Path | None = None, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection within the memory budget (`tracediag.ingest.memory`): `memory_limit` set from it,
+    """A DuckDB connection within the memory budget (`tracediag.memory`): `memory_limit` set from it,
     spilling beyond it to `<file>.tmp` beside a file store (DuckDB's default) or, in memory, to a folder in
     the system's temporary folder."""
     import os
     import tempfile
-
-    from tracediag.ingest.memory import duckdb_settings
 
     config = duckdb_settings(memory_limit)
     if not path:
@@ -207,6 +207,16 @@ def _canonical_column_comments() -> dict[str, str]:
             for col, text in cols.items():
                 canonical.setdefault(col, text)
     return canonical
+
+
+def column_docs() -> dict[str, dict[str, str]]:
+    """{table: {column: unit and meaning}} of every table and view the schema and derivation files document
+    (a copy: the comments trace.duckdb carries), the schema files' columns first."""
+    docs = {}
+    for table, cols in sorted(_all_column_comments().items()):
+        said_here = SUPPLEMENT.get(table, {})
+        docs[table] = dict(sorted(cols.items(), key=lambda kv: kv[0] in said_here))  # stable: file order kept
+    return docs
 
 
 def comment_columns(con: duckdb.DuckDBPyConnection) -> int:

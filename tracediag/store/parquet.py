@@ -7,9 +7,9 @@ Layout of a store folder (readable by DuckDB, Spark, Trino or pyarrow unchanged)
     tables/<table>/*.parquet          tables without a rank column (inputs metadata, serving telemetry...)
 
 `tracediag ingest TRACES --store DIR` writes it; `analyze/check/diff --store DIR` read it through DuckDB views
-(no re-parsing, no re-deriving). Ingest workers write their own partition files (`write_parsed`) and send back
-only metadata, so a trace's tables never travel through a pipe. A store is valid for the tracediag version that
-wrote it: its `schema_version` fingerprints the schema and derivation SQL, and a mismatch is an input error
+(no re-parsing, no re-deriving). Ingest workers write their own partition files (`tracediag.fleet.write_parsed`)
+and send back only metadata, so a trace's tables never travel through a pipe. A store is valid for the tracediag
+version that wrote it: its `schema_version` fingerprints the schema and derivation SQL, and a mismatch is an input error
 that says to ingest again.
 """
 
@@ -19,7 +19,7 @@ import datetime as _dt
 import functools
 import hashlib
 import json
-import os
+import re
 import shutil
 from dataclasses import dataclass
 from importlib import resources
@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import msgspec
 
-from tracediag import __version__
 from tracediag.errors import InputError
+from tracediag.version import __version__
 
 if TYPE_CHECKING:  # imported where files are written: reading a store through views needs no Arrow
     import pyarrow as pa
@@ -109,37 +110,6 @@ def conform(table: str, data: pa.Table) -> pa.Table:
     return pa.table(cols, schema=schema)
 
 
-def write_parsed(store: Path, parsed: Any, input_id: int) -> dict[str, Any]:
-    """Write a parser's tables into the store; return what the coordinator needs (no table data).
-
-    A table the parser spilled (ingest.base.SpilledTable: Parquet parts already in the store's columns) is
-    moved in a part at a time, so a multi-GB rank is never held whole."""
-    from tracediag.ingest.base import SpilledTable
-
-    counts = {}
-    for name, t in parsed.tables.items():
-        if isinstance(t, SpilledTable):
-            counts[name] = sum(_move_part(store, name, f, f"input-{input_id}-{i}") for i, f in enumerate(t.files))
-        else:
-            counts[name] = write_arrow(store, name, conform(name, t), f"input-{input_id}")
-    return {
-        "input_id": input_id,
-        "path": parsed.path,
-        "format": parsed.format,
-        "inputs_rows": parsed.inputs_rows,
-        "process_groups": parsed.process_groups,
-        "rows": {k: v for k, v in counts.items() if v},
-    }
-
-
-def _move_part(store: Path, table: str, part: str, name: str) -> int:
-    import pyarrow.parquet as papq
-
-    n = write_arrow(store, table, papq.read_table(part), name)
-    os.unlink(part)
-    return n
-
-
 def copy_table(con: duckdb.DuckDBPyConnection, store: Path, table: str) -> int:
     """Write a table of the DuckDB connection (a derived table) into the store; returns its row count."""
     n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # table names are ours, not input
@@ -178,7 +148,7 @@ class StoreManifest:
 
 def write_manifest(store: Path, inputs: list[dict[str, Any]], tables: dict[str, dict[str, Any]], **extra: Any) -> None:
     from tracediag.catalog import CATALOG_VERSION
-    from tracediag.output import write_atomic
+    from tracediag.files import write_atomic
 
     doc = {
         "schema": STORE_SCHEMA_ID,
@@ -206,13 +176,81 @@ def read_manifest(store: Path) -> StoreManifest:
         raise InputError(m, f"unreadable store manifest ({exc})") from None
     if not isinstance(doc, dict) or doc.get("schema") != STORE_SCHEMA_ID or not isinstance(doc.get("tables"), dict):
         raise InputError(m, f"not a {STORE_SCHEMA_ID} manifest")
+    _validate_manifest(m, doc)
     if doc.get("schema_version") != schema_version():
         raise InputError(
             store,
             f"store written by tracediag {doc.get('tool', {}).get('version')} with another table layout "
             f"(schema {doc.get('schema_version')}, this version reads {schema_version()}); ingest the traces again",
         )
+    verify_parquet_files(store)
     return StoreManifest(store, doc)
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# a column type as DuckDB names it: BIGINT, VARCHAR, DECIMAL(18,3), STRUCT(a INTEGER)[]… (no quotes, no semicolons)
+_TYPE = re.compile(r"^[A-Za-z0-9_ ,()\[\]]{1,200}$")
+# what a stored view's SQL may not do (it is run when the store is opened): write, load or attach anything
+_VIEW_FORBIDDEN = re.compile(r"\b(COPY|ATTACH|DETACH|INSTALL|LOAD|EXPORT|IMPORT|PRAGMA|SET|CALL)\b", re.I)
+
+
+class _TableEntry(msgspec.Struct):
+    columns: list[tuple[str, str]]
+    rows: int = 0
+    kind: str | None = None
+
+
+class _Manifest(msgspec.Struct):
+    schema: str
+    tables: dict[str, _TableEntry]
+    inputs: list[dict[str, Any]] = []
+    views: dict[str, str] = {}
+
+
+def _validate_manifest(m: Path, doc: dict[str, Any]) -> None:
+    """The manifest's tables, columns and views become SQL when the store is opened: every name must be an
+    identifier, every type a type, every view one CREATE VIEW of a SELECT (a manifest edited by hand, or by
+    someone else, must not run other SQL)."""
+    try:
+        man = msgspec.convert(doc, _Manifest)
+    except msgspec.ValidationError as exc:
+        raise InputError(m, f"not the manifest tracediag writes ({exc}); ingest the traces again") from None
+    for table, entry in man.tables.items():
+        bad = [n for n in (table, *(c for c, _ in entry.columns)) if not _IDENT.match(n)]
+        bad += [t for _, t in entry.columns if not _TYPE.match(t)]
+        if bad:
+            raise InputError(m, f"table {table[:60]!r}: names or types no tracediag store has ({bad[0][:60]!r})")
+    for name, sql in man.views.items():
+        head = re.match(r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(\w+)\s+AS\s", sql, re.I)
+        try:
+            one = len(duckdb.extract_statements(sql)) == 1
+        except duckdb.Error:
+            one = False
+        if not (_IDENT.match(name) and head and head.group(1) == name and one and not _VIEW_FORBIDDEN.search(sql)):
+            raise InputError(m, f"view {name[:60]!r}: not a view definition tracediag writes; ingest the traces again")
+
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def verify_parquet_files(store: Path) -> None:
+    """Every Parquet file of the store begins and ends with its magic bytes: a file cut short (a copy that did not
+    finish, a full disk) is named now, not as a reader's error deep inside a rule."""
+    for f in sorted(Path(store, TABLES).rglob("*.parquet")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                head = fh.read(4)
+                fh.seek(max(0, size - 4))
+                tail = fh.read(4)
+        except OSError as exc:
+            raise InputError(f, f"cannot read this store file ({exc.strerror or exc})") from None
+        if size < 12 or head != _PARQUET_MAGIC or tail != _PARQUET_MAGIC:
+            raise InputError(
+                f,
+                f"truncated or damaged Parquet file ({size:,} bytes, no {_PARQUET_MAGIC.decode()} footer) in the "
+                f"store {store}; ingest the traces again",
+            )
 
 
 def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
@@ -259,7 +297,3 @@ def clear_store(store: Path) -> None:
 
 def is_store(path: Path) -> bool:
     return Path(path, MANIFEST).is_file() and Path(path, TABLES).is_dir()
-
-
-def store_size_bytes(store: Path) -> int:
-    return sum(f.stat().st_size for f in Path(store, TABLES).rglob("*.parquet")) if os.path.isdir(store) else 0

@@ -1,5 +1,7 @@
--- tracediag canonical schema. Every ingester (Kineto JSON today; Nsight, metrics, logs later)
--- writes these tables; rules read only these tables and the derived views, never the source format.
+-- tracediag canonical schema: `inputs` (one row per file, or per rank of a file, from every ingester) and the
+-- profiler-trace tables the Kineto JSON and Nsight Systems ingesters write (serving telemetry, nccl-tests,
+-- topology and Nsight-only detail are in the other schema_*.sql files); rules read only these tables and the
+-- derived views, never the source format.
 -- Units are in column names: *_ns = integer nanoseconds on the profiler's clock, *_bytes = bytes.
 -- `rank` is the global rank of the process that wrote the input file.
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+from tracediag.analyses.per_rank import collectives_per_rank
 from tracediag.reports.sections import Section
 
 
 def build(ctx) -> Section | None:
-    rows = ctx.rows("""
-        SELECT rank, op, dtype, group_size, count(*) AS calls, count(payload_bytes) AS sized_calls,
-               min(payload_bytes) AS min_payload_bytes, max(payload_bytes) AS max_payload_bytes,
-               sum(payload_bytes) AS total_payload_bytes, sum(dur_ns) AS total_ns,
-               any_value(evidence) AS size_from, count(kernel_name) AS with_kernel
-        FROM collectives GROUP BY ALL ORDER BY rank, calls DESC, op, dtype, group_size""")
+    rows = collectives_per_rank(ctx)
     if not rows:
         return None
     layout = getattr(ctx, "layout", None)

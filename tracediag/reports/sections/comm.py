@@ -10,7 +10,7 @@ from tracediag.reports.sections import Section
 
 
 def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
-    from tracediag.rules.col003_alpha_beta_breakeven import allreduce_fits, allreduce_samples
+    from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
 
     samples, source = allreduce_samples(ctx, p)
     if not samples:
@@ -65,7 +65,7 @@ def _fit_chart(ctx, p: int) -> tuple[list[str], list[str], list[dict]]:
 
 
 def build(ctx) -> Section | None:
-    from tracediag.rules.col005_rank_skew import matched_summary, rank_table
+    from tracediag.analyses.stragglers import matched_summary, rank_table
 
     tables: dict[str, list[dict]] = {}
     charts: list[str] = []

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_name, phase_order, prepare, source_of
 from tracediag.catalog import family_label
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import SOURCE_LABEL, phase_name, phase_order, prepare, source_of
 
 TOP_KERNELS = 15  # kernel rows per phase; the rest are summed into one row
 

@@ -4,11 +4,11 @@ all-to-all — its time and payload beside the tensor-parallel all-reduces."""
 
 from __future__ import annotations
 
+from tracediag.analyses.kernels import phase_name, phase_order, prepare, tp_degree
 from tracediag.catalog import family_label
 from tracediag.model import accounting
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import phase_name, phase_order, prepare, tp_degree
 
 ROUTING_FAMILIES = ("moe_routing", "trtllm_gen_moe", "triton_kernels")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from tracediag.analyses.kernels import PHASES, prepare
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import PHASES, prepare
 
 PHASE_LABEL = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", None: "unphased"}
 
@@ -118,7 +118,7 @@ def _timeline(rows: list[dict[str, Any]], t0: int) -> list[str]:
 
 
 def _waiting(ctx) -> tuple[str | None, list[dict[str, Any]]]:
-    from tracediag.rules.col005_rank_skew import matched_summary, rank_table
+    from tracediag.analyses.stragglers import matched_summary, rank_table
 
     if (ctx.scalar("SELECT count(DISTINCT rank) FROM collectives") or 0) < 2:
         return None, []

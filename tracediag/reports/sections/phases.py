@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from tracediag.analyses.kernels import PHASES, fit_line, phase_table, prepare, step_rows
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
-from tracediag.rules._kernels import PHASES, fit_line, phase_table, prepare, step_rows
 
 PHASE_LABEL = {"prefill": "prefill", "decode": "decode", "mixed": "mixed", None: "unphased"}
 MIN_DISTINCT_T = 4  # fewer distinct T than this: the T distribution is said in words, not drawn

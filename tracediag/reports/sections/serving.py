@@ -11,9 +11,7 @@ import json
 
 import numpy as np
 
-from tracediag.reports.sections import Section
-from tracediag.reports.svg import scatter
-from tracediag.rules._serving import (
+from tracediag.analyses.serving import (
     input_paths,
     key_value,
     log_runs,
@@ -22,6 +20,8 @@ from tracediag.rules._serving import (
     series_label,
     short,
 )
+from tracediag.reports.sections import Section
+from tracediag.reports.svg import scatter
 
 MAX_SERIES = 6
 MAX_POINTS = 1500  # per chart series

@@ -1,31 +1,14 @@
 """Engine steps per rank: marker, phase, T, host duration, step time (GPU span, else host duration),
-collectives, attention. `tracediag.measures` reads this table too (step time per phase and T bucket)."""
+collectives, attention (tracediag.analyses.per_rank, which tracediag.measures reads too)."""
 
 from __future__ import annotations
 
+from tracediag.analyses.per_rank import steps_sql
 from tracediag.reports.sections import Section
-from tracediag.store import has_table
-
-_ACTIVITY = "a.step_ns, a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns"
-_NO_ACTIVITY = "NULL::BIGINT AS step_ns, NULL::BIGINT AS gpu_idle_ns, NULL::BIGINT AS attention_ns"
-
-STEPS_SQL = """
-SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.phase_source, s.T, s.t_source, s.ts_ns, s.dur_ns,
-       {activity}, s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
-       count(c.op) FILTER (WHERE c.op = 'all_reduce') AS all_reduces,
-       count(c.op) AS collectives, sum(c.dur_ns) AS collective_ns
-FROM steps s {join}
-LEFT JOIN collectives c USING (rank, step_id)
-GROUP BY ALL ORDER BY s.rank, s.step_id"""
 
 
 def build(ctx) -> Section | None:
-    # step_activity exists in every store this version writes; a store from before it still gets its steps
-    activity = has_table(ctx.con, "step_activity")
-    sql = STEPS_SQL.format(
-        activity=_ACTIVITY if activity else _NO_ACTIVITY,
-        join="LEFT JOIN step_activity a USING (rank, step_id)" if activity else "",
-    )
+    sql = steps_sql(ctx)
     rows = ctx.rows(sql)
     if not rows:
         return None

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tracediag.engine import Context
+from tracediag.context import Context
 
 MIN_TREND_POINTS = 4  # fewest samples a trend test runs on (exact one-sided p can reach 1/24 < 0.05)
 SIGNIFICANCE = 0.05  # one-sided significance level of the trend tests

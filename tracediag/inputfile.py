@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracediag.errors import InputError
-from tracediag.ingest.memory import CHUNK_FACTOR, memory_limit, read_bytes_budget
+from tracediag.memory import CHUNK_FACTOR, memory_limit, read_bytes_budget
 
 GZIP_MAGIC = b"\x1f\x8b"
 GZIP_MAX_RATIO = 100  # decompressed / compressed bytes of a streamed gzip input

@@ -12,10 +12,12 @@ from typing import Any
 import orjson
 
 from tracediag.catalog import family_label
+from tracediag.context import Context
 from tracediag.derive import kernel_steps
-from tracediag.engine import Context
 from tracediag.model import accounting
 from tracediag.model.config import DTYPE_BYTES
+from tracediag.model.fitting import ols
+from tracediag.model.gemm_roles import expected_roles
 from tracediag.model.kernel_formats import kernel_format
 from tracediag.model.quant import Format
 
@@ -125,20 +127,14 @@ def phase_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def fit_line(points: list[tuple[float, float]]) -> dict[str, Any] | None:
-    """Least squares t = a·T + b with R²; None unless there are >= 3 points and >= 2 distinct T."""
+    """Least squares t = a·T + b with R² (tracediag.model.fitting.ols) over (T, step ns) points; None unless there
+    are >= 3 points and >= 2 distinct T."""
     if len(points) < 3 or len({x for x, _ in points}) < 2:
         return None
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    sxy = sum((x - mx) * (y - my) for x, y in points)
-    a = sxy / sxx
-    b = my - a * mx
-    ss_tot = sum((y - my) ** 2 for _, y in points)
-    ss_res = sum((y - (a * x + b)) ** 2 for x, y in points)
-    r2 = 1 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return {"a_ns_per_token": a, "b_ns": b, "r2": r2, "n": n, "distinct_T": len({x for x, _ in points})}
+    fit = ols([x for x, _ in points], [y for _, y in points])
+    if fit is None:
+        return None
+    return {"a_ns_per_token": fit.slope, "b_ns": fit.intercept, "r2": fit.r2, "n": fit.n, "distinct_T": fit.distinct_x}
 
 
 # ------------------------------------------------------------------ model byte counts (per rank)
@@ -276,41 +272,8 @@ def served_formats(ctx: Context, phase: str | None = None) -> tuple[dict[str, Fo
     )
 
 
-def bytes_table(m, p: int, fmts: dict[str, Format]) -> list[dict[str, Any]]:
-    """The per-group weight table a rule used (for findings.json): params, format, bits, bytes per rank."""
-    return [g.row() for g in accounting.weights(m, p, fmts)]
-
-
 def w16_formats(m) -> dict[str, Format]:
     return {g: accounting.W16 for g in accounting.formats(m)}
-
-
-def w16_w4_bytes(m, p: int) -> dict[str, Any] | None:
-    """The seed's pair for the projections and lm_head one rank reads (every expert counted): W16 at 2 bytes per
-    weight, W4 with the projection groups at 4 bits + one 16-bit scale per G; f = the projections' share."""
-    if None in (m.h, m.H_kv, m.D) or (m.I is None and m.moe is None):
-        return None
-    _, g, g_source = accounting.hypothetical_w4(m)
-    seed4 = Format("int4 (seed)", 4, 4 + 16 / g, 16, "bf16", f"4 bits + one 16-bit scale per {g}")
-    w4_fmts = {
-        k: seed4 if k in ("attention", "dense_mlp", "experts", "shared_experts") else v
-        for k, v in w16_formats(m).items()
-    }
-    full = m.moe.experts if m.moe else 1
-    w16 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w16_formats(m)).rows
-    w4 = accounting.decode_reads(m, p, 10**9 if m.moe else 1, w4_fmts).rows
-    proj = sum(r["bytes_read"] for r in w16 if r["group"] in ("attention", "dense_mlp", "experts", "shared_experts"))
-    total16 = sum(r["bytes_read"] for r in w16)
-    total4 = sum(r["bytes_read"] for r in w4)
-    return {
-        "W16_bytes": round(total16),
-        "W4_bytes": round(total4),
-        "quantized_share_f": proj / total16 if total16 else 1.0,
-        "G": g,
-        "G_source": g_source,
-        "ratio": total4 / total16 if total16 else 1.0,
-        "experts_counted": full,
-    }
 
 
 # ------------------------------------------------------------------ bandwidth
@@ -453,8 +416,6 @@ def role_group(role: str) -> str | None:
 def dense_projection_gemms(ctx: Context, p: int) -> list[dict[str, Any]] | None:
     """Dense GEMM ops whose (K, N) is a projection of the config at TP degree p (lm_head excluded): the
     weight is full-size 16-bit. Each carries its role and module group. None when no GEMM shapes were recorded."""
-    from tracediag.rules.shp002_config_trace_consistency import expected_roles  # the same role table
-
     if not ctx.scalar("SELECT count(*) FROM gemm_shapes"):
         return None
     roles: dict[tuple[int, int], str] = {}

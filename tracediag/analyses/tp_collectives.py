@@ -1,10 +1,12 @@
-"""Queries shared by the TP collective rules (COL001, COL002, COL003)."""
+"""Queries shared by the TP collective rules (COL001, COL002, COL003): which calls are the TP group's, the
+scheme (all-reduces or sequence-parallel pairs), per-step counts, and the element size e_a of the activations."""
 
 from __future__ import annotations
 
 import statistics
 
-from tracediag.engine import Context
+from tracediag.context import Context
+from tracediag.model.dtypes import element_size
 
 ALL_REDUCE = "all_reduce"
 SEQUENCE_PARALLEL = "sequence_parallel"  # reduce-scatter + all-gather per row-/column-parallel GEMM pair
@@ -83,3 +85,18 @@ def example_calls(ctx: Context, where: str, params: list, limit: int) -> list[di
         f"payload_bytes, group_size, evidence FROM collectives WHERE {where} ORDER BY rank, ts_ns LIMIT ?",
         [*params, limit],
     )
+
+
+def activation_element_bytes(ctx: Context) -> tuple[int | None, str]:
+    """e_a from the GEMM activations in the trace; the config dtype only as a labelled fallback."""
+    row = ctx.rows(
+        "SELECT act_type, count(*) AS n FROM gemm_shapes WHERE act_type IS NOT NULL "
+        "GROUP BY act_type ORDER BY n DESC LIMIT 1"
+    )
+    if row and element_size(row[0]["act_type"]):
+        t = row[0]["act_type"]
+        return element_size(t), f"GEMM activation type in the trace ({t})"
+    m = ctx.model
+    if m.dtype_bytes:
+        return m.dtype_bytes, f"config torch_dtype ({m.dtype}); the trace recorded no GEMM input types"
+    return None, "unknown"

@@ -1,0 +1,218 @@
+"""`tracediag mcp` driven by the MCP SDK's own client over stdio (`python -m tracediag mcp` as a subprocess), on
+the real sample traces: analyze with progress, findings, explain, query (a DROP TABLE refused, the table intact),
+diff with its comparability verdict, check, the column-doc resources, and errors as tool errors that leave the
+server running. One server session for the module; each test reads what it did."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, SAMPLES
+from mcp import Client, StdioServerParameters
+
+from tracediag.rules import RULE_MODULES
+
+TP1 = SAMPLES / "healthy_tp1"
+TP2 = SAMPLES / "healthy_tp2"
+
+
+def _env() -> dict[str, str]:
+    # the checkout under test first (the client passes only a safe subset of the environment on)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def _session(runs: Path, store: Path) -> dict[str, Any]:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "tracediag", "mcp", "--runs-dir", str(runs)], env=_env(), cwd=str(REPO)
+    )
+    got: dict[str, Any] = {"progress": []}
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        got["progress"].append((progress, message))
+
+    async with Client(params, read_timeout_seconds=240) as c:
+        call = c.call_tool
+        got["tools"] = {t.name: t for t in (await c.list_tools()).tools}
+        got["analyze"] = await call("analyze", {"inputs": [str(TP1)], "model": str(TP1 / "config.json")},
+                                    progress_callback=on_progress)  # fmt: skip
+        run = got["analyze"].structured_content["run"]
+        got["findings"] = await call("findings", {"run": run})
+        got["explain"] = await call("explain", {"run": run, "rule": "sch001"})
+        got["explain_unknown"] = await call("explain", {"run": run, "rule": "NOPE001"})
+        count = "SELECT count(*) AS n FROM steps"
+        got["count_before"] = await call("query", {"run": run, "sql": count})
+        got["db_before"] = _sha256(Path(run) / "trace.duckdb")
+        got["drop"] = await call("query", {"run": run, "sql": "DROP TABLE steps"})
+        got["two"] = await call("query", {"run": run, "sql": "SELECT 1; DROP TABLE steps"})
+        got["file"] = await call("query", {"run": run, "sql": "SELECT * FROM read_text('/etc/hostname')"})
+        got["count_after"] = await call("query", {"run": run, "sql": count})
+        got["db_after"] = _sha256(Path(run) / "trace.duckdb")
+        got["capped"] = await call("query", {"run": run, "sql": "SELECT * FROM cpu_ops", "max_rows": 3})
+        got["slow"] = await call("query", {"run": run, "sql": "SELECT count(*) FROM range(100000000000)",
+                                           "time_limit_s": 0.5})  # fmt: skip
+        got["missing"] = await call("findings", {"run": str(runs / "nope")})
+        got["store"] = await call("findings", {"run": str(store)})
+        got["store_again"] = await call("findings", {"run": str(store)})
+        got["analyze_tp2"] = await call("analyze", {"inputs": [str(TP2)], "model": str(TP2 / "config.json")})
+        run2 = got["analyze_tp2"].structured_content["run"]
+        got["diff"] = await call("diff", {"before": run, "after": run2})
+        got["diff_forced"] = await call("diff", {"before": run, "after": run2, "force_compare": True})
+        got["diff_same"] = await call("diff", {"before": run2, "after": run2})
+        got["check"] = await call("check", {"inputs": [str(TP1)], "model": str(TP1 / "config.json"),
+                                            "require": "KRN007"})  # fmt: skip
+        got["resources"] = [str(r.uri) for r in (await c.list_resources()).resources]
+        got["steps_doc"] = (await c.read_resource("tracediag://tables/steps")).contents[0].text
+        got["still_alive"] = await call("findings", {"run": run})
+    got["run"], got["run2"] = Path(run), Path(run2)
+    return got
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> dict[str, Any]:
+    store = tmp_path_factory.mktemp("store") / "tp2.store"  # a Parquet store, as `tracediag ingest` writes it
+    r = subprocess.run([sys.executable, "-m", "tracediag", "ingest", str(TP2), "--store", str(store), "-q"],
+                       capture_output=True, text=True, env={**os.environ, **_env()}, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return asyncio.run(_session(tmp_path_factory.mktemp("runs"), store))
+
+
+def test_tools_have_json_schemas_and_output_schemas(session):
+    tools = session["tools"]
+    assert set(tools) == {"analyze", "findings", "explain", "query", "diff", "check"}
+    props = tools["analyze"].input_schema["properties"]
+    assert props["inputs"]["type"] == "array" and props["inputs"]["items"] == {"type": "string"}
+    assert {"model", "out", "log", "metrics", "bench", "tp"} <= set(props) and "ctx" not in props
+    assert tools["analyze"].input_schema["required"] == ["inputs"]
+    assert {"integer", "null"} == {t["type"] for t in props["tp"]["anyOf"]}
+    assert set(tools["query"].input_schema["required"]) == {"run", "sql"}
+    for name, t in tools.items():
+        assert t.output_schema and t.output_schema["type"] == "object", name
+    assert tools["query"].annotations.read_only_hint is True
+
+
+def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(session):
+    r = session["analyze"]
+    assert not r.is_error, r.content
+    s = r.structured_content
+    run = session["run"]
+    assert Path(s["run"]) == run and run.parent.name.startswith("runs")
+    doc = json.loads((run / "findings.json").read_text())  # what the CLI's analyze writes
+    assert s["verdict"]["headline"] == doc["verdict"]["headline"] and s["verdict"]["rule"] == doc["verdict"]["rule"]
+    assert s["coverage"]["rules"] == len(RULE_MODULES) and s["coverage"]["text"] == doc["verdict"]["coverage_text"]
+    assert [f["id"] for f in s["findings"]] == [f["rule"] for f in doc["findings"]]
+    assert all(f["title"] and isinstance(f["impact"], float) for f in s["findings"])
+    assert json.loads(r.content[0].text) == s  # the same result as text for clients without structured output
+    stages = [m for _, m in session["progress"]]
+    assert stages[0].startswith("reading 1 file") and f"running {len(RULE_MODULES)} rules" in stages
+    assert [p for p, _ in session["progress"]] == list(range(1, len(stages) + 1))  # increasing
+
+
+def test_findings_of_an_existing_run_are_the_same(session):
+    assert session["findings"].structured_content == session["analyze"].structured_content
+    assert session["still_alive"].structured_content == session["analyze"].structured_content
+
+
+def test_findings_of_a_parquet_store_analyse_it_once(session):
+    s = session["store"].structured_content
+    assert not session["store"].is_error, session["store"].content
+    assert s["tp"] == 2 and s["coverage"]["rules"] == len(RULE_MODULES) and s["findings"]
+    assert Path(s["run"]).parent == session["run"].parent  # analysed into the runs folder...
+    assert session["store_again"].structured_content == s  # ... once: the same run the second time
+
+
+def test_explain_gives_formula_values_evidence_and_next_check(session):
+    e = session["explain"].structured_content
+    doc = json.loads((session["run"] / "findings.json").read_text())
+    (c,) = [c for c in doc["checks"] if c["rule"] == "SCH001"]
+    assert e["rule"] == "SCH001" and e["status"] == c["status"]
+    assert e["formula"] == c["formula"] and e["substituted"] == c["substituted"] and e["values"] == c["values"]
+    assert e["evidence"] == c["evidence"] and e["evidence"] and e["next_check"] == c["next_check"]
+    assert e["walk_step"] == "Scheduling & queueing" and e["about"].startswith("SCH001 ")
+    bad = session["explain_unknown"]
+    assert bad.is_error and bad.content[0].text.startswith("tracediag: error: explain: no rule 'NOPE001' in ")
+
+
+def test_query_is_read_only_capped_and_time_limited(session):
+    before = session["count_before"].structured_content
+    assert before["columns"] == ["n"] and before["types"] == ["BIGINT"] and before["rows"][0][0] == 7
+    for key, why in (("drop", "not DROP"), ("two", "exactly one SQL statement (got 2)")):
+        r = session[key]
+        assert r.is_error and r.content[0].text.startswith("tracediag: error: query: "), r.content
+        assert why in r.content[0].text and "\n" not in r.content[0].text
+    assert "only a read-only SELECT is allowed, not DROP; nothing was run" in session["drop"].content[0].text
+    assert session["file"].is_error and "file system operations are disabled" in session["file"].content[0].text
+    # the table is intact and the file unchanged
+    assert session["count_after"].structured_content["rows"] == before["rows"]
+    assert session["db_after"] == session["db_before"]
+    capped = session["capped"].structured_content
+    assert capped["row_count"] == 3 and len(capped["rows"]) == 3 and capped["truncated"] is True
+    assert "name" in capped["columns"]
+    slow = session["slow"]
+    assert slow.is_error and "stopped at the time limit (0.5 s)" in slow.content[0].text
+
+
+def test_errors_are_the_cli_line_and_the_server_goes_on(session):
+    r = session["missing"]
+    assert (
+        r.is_error
+        and r.content[0].text == f"tracediag: error: {session['run'].parent / 'nope'}: no such file or directory"
+    )
+    assert not session["still_alive"].is_error
+
+
+def test_diff_says_not_comparable_and_forced_compares(session):
+    d = session["diff"].structured_content
+    assert d["comparability"]["comparable"] is False
+    assert d["comparability"]["verdict"] == "not comparable: TP 1 → 2"
+    assert d["fingerprints"]["before"]["layout"]["tp"] == 1 and d["fingerprints"]["after"]["layout"]["tp"] == 2
+    assert d["headlines"] == [] and d["step_time"] == []
+    forced = session["diff_forced"].structured_content
+    assert forced["comparability"]["forced"] is True and forced["step_time"]
+    assert forced["headlines"][0].startswith("compared anyway (--force-compare), although not comparable: TP 1 → 2")
+    same = session["diff_same"].structured_content
+    assert same["comparability"]["verdict"] == "comparable" and same["headlines"] == []
+
+
+def test_check_outcome_as_the_command_gives_it(session):
+    c = session["check"].structured_content
+    assert c["outcome"] == "inconclusive" and c["exit_code"] == 4
+    assert c["inconclusive"] == [f"required rule KRN007 could not run: {_reason(c, 'KRN007')}"]
+    assert c["text"].splitlines()[-1].startswith("INCONCLUSIVE: 1 required rule(s) could not run: KRN007 — ")
+
+
+def _reason(check: dict, rule: str) -> str:
+    (o,) = [o for o in check["outcomes"] if o["id"] == rule]
+    assert o["status"] == "skipped" and o["required"] is True
+    return o["message"].removeprefix("required, but could not run: ")
+
+
+def test_column_docs_are_resources(session):
+    assert "tracediag://tables" in session["resources"]
+    assert {"tracediag://tables/steps", "tracediag://tables/collectives", "tracediag://tables/bench_runs"} <= set(
+        session["resources"]
+    )
+    doc = session["steps_doc"]
+    assert doc.startswith("# steps\n") and "| `dur_ns` |" in doc and "| `T` |" in doc
+
+
+def test_without_the_sdk_the_command_says_what_to_install():
+    # the SDK made unimportable in this process only
+    script = (
+        "import sys; sys.modules['mcp'] = None; from tracediag.cli import main; sys.argv = ['tracediag', 'mcp']; main()"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, **_env()},
+                       timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr == "tracediag: error: tracediag mcp needs the MCP Python SDK: pip install 'tracediag[mcp]'\n"

@@ -1,0 +1,180 @@
+"""The fitness stage before the rules (tracediag/derive/fitness.py), on vendored real traces: each class of window,
+the segments, the store table, the rules it stops, the `inconclusive` verdict, the severity floor and the report
+header that states it."""
+
+from __future__ import annotations
+
+import functools
+
+import duckdb
+import pytest
+from conftest import REPO, kineto_file
+
+from tracediag.analysis import analyze
+from tracediag.findings import Check, below_floor, severity_follows_impact, verdict
+from tracediag.reports.html import render_html
+from tracediag.reports.terminal import verdict_lines
+
+NSYS = REPO / "tests" / "data" / "external" / "nsys"
+
+
+@functools.cache
+def _report(path: str):
+    return analyze([path])
+
+
+def _check(report, rule: str):
+    (c,) = [c for c in report.checks if c.rule == rule]
+    return c
+
+
+def test_sampled_rank_is_judged_sampled_on_its_id_gaps():
+    r = _report(str(kineto_file("hta_sampled_rank-0.json.gz")))
+    f = r.fitness
+    assert f["class"] == "sampled" and not f["fit"]
+    (rank,) = f["ranks"]
+    assert rank["external_id_gap_median"] == 4 and rank["external_id_gap_p90"] == 50
+    assert rank["correlation_gap_median"] == 36
+    # idle gaps, overlap and counts of a sample are not the window's: the rules that need them say why
+    for rule in ("KRN006", "COL004", "KRN008", "KRN011"):
+        c = _check(r, rule)
+        assert c.status == "not_applicable" and c.reason.startswith("window unfit: sampled"), rule
+    # which kernels ran is true of a sample too
+    assert _check(r, "KRN009").status == "finding"
+
+
+def test_sampled_window_verdict_is_inconclusive_with_what_to_recapture():
+    d = _report(str(kineto_file("hta_sampled_rank-1.json.gz"))).to_dict()
+    v = d["verdict"]
+    assert v["status"] == "inconclusive" and v["window"] == "sampled"
+    assert "neither a problem nor its absence" in v["headline"] and "median of 37" in v["headline"]
+    assert "schedule(wait=" in v["next_check"] and "--profiler-config" in v["next_check"]
+    assert "VLLM_TORCH_PROFILER_DIR" in v["next_check"] and "without sampling" in v["next_check"]
+    assert "rule" not in v  # no cause is named: the window cannot show one
+    assert d["fitness"]["class"] == "sampled"  # findings.json carries the class, its numbers and the advice
+    assert d["fitness"]["recapture"] == v["next_check"]
+
+
+def test_gpu_job_without_device_events_is_gpu_stripped():
+    r = _report(str(kineto_file("hta_rank_not_found.json.gz")))
+    assert r.fitness["class"] == "gpu_stripped"
+    assert r.fitness["ranks"][0]["backend"] == "nccl" and r.fitness["ranks"][0]["gpu_events"] == 0
+    # before: "Unfused elementwise work takes 14% of step time" from CPU op durations of a GPU job
+    assert _check(r, "KRN008").status == "not_applicable"
+    assert r.verdict["status"] == "inconclusive"
+
+
+def test_two_event_trace_is_too_short_and_inconclusive():
+    r = _report(str(kineto_file("hta_large_integer.pt.trace.json.gz")))
+    assert r.fitness["class"] == "too_short" and r.fitness["ranks"][0]["events"] == 2
+    # before: "Collectives are on the critical path ... 100.0% of step time" (warning)
+    assert _check(r, "COL004").status == "not_applicable"
+    assert r.verdict["status"] == "inconclusive"
+
+
+def test_two_kernel_program_is_start_up_only():
+    r = _report(str(NSYS / "nsysai_rtx3080_minimal.sqlite"))
+    f = r.fitness
+    assert f["class"] == "startup_only" and f["ranks"][0]["steady_kernels"] == 0
+    # before: "launch-bound ... capture the step in CUDA graphs" for a program of two cold launches
+    assert _check(r, "KRN006").status == "not_applicable"
+    # the cold window itself is the diagnosis: profile after warm-up
+    assert r.verdict["rule"] == "KRN010"
+
+
+def test_window_cut_from_a_run_is_clipped_and_fit():
+    r = _report(str(NSYS / "nsysai_2xh100_after.sqlite"))
+    assert r.fitness["class"] == "clipped" and r.fitness["fit"]
+    assert [x["launched_before_window"] for x in r.fitness["ranks"]] == [8, 8]
+    assert r.verdict["status"] == "problem"
+
+
+def test_cpu_sample_is_fit_and_unchanged():
+    r = analyze([REPO / "sample_traces" / "healthy_tp2"])
+    assert r.fitness["class"] == "cpu_only" and r.fitness["fit"]
+    assert all(not (c.reason or "").startswith("window unfit") for c in r.checks)
+
+
+def test_start_up_segment_holds_the_cold_calls_and_krn006_ignores_them():
+    """simple_add: a 24.6 s stream-priority query, 474 ms stream creation and 8 s of cudaFree before 9 kernels of
+    steady work. Before: KRN006 'host-blocking stall ... 92% of the profiled GPU time' (warning)."""
+    r = _report(str(kineto_file("hta_a100_simple_add.json.gz")))
+    (rank,) = r.fitness["ranks"]
+    assert rank["startup_ns"] == 41139040000 and rank["steady_kernels"] == 9
+    c = _check(r, "KRN006")
+    assert c.status == "pass" and c.values["stalls"] == 0
+    assert c.values["startup_and_stop_idle_ns"] > 0.99 * 41e9
+    assert _check(r, "KRN010").status == "finding"  # start-up work is KRN010's alone
+
+
+def test_window_fitness_is_a_store_table_with_commented_columns(tmp_path):
+    db = tmp_path / "trace.duckdb"
+    analyze([kineto_file("hta_sampled_rank-0.json.gz")], db_path=db)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        row = con.execute("SELECT fitness_class, events, correlation_gap_median FROM window_fitness").fetchall()
+        assert row == [("sampled", 1154 + 50 + 1204 + 2329 + 73, 36.0)]  # kernels, copies, runtime, ops, annotations
+        comments = dict(
+            con.execute(
+                "SELECT column_name, comment FROM duckdb_columns() WHERE table_name = 'window_fitness'"
+            ).fetchall()
+        )
+        assert all(comments.values()), comments
+        segment = con.execute("SELECT DISTINCT segment FROM host_stalls").fetchall()
+        assert set(segment) <= {("start-up",), ("steady",), ("profiler stop",)}
+    finally:
+        con.close()
+
+
+def test_report_header_states_the_window_and_the_recapture():
+    html = render_html(_report(str(kineto_file("hta_sampled_rank-0.json.gz"))))
+    assert 'id="window"' in html and "sampled (unfit)" in html and "Re-capture:" in html
+    assert "Verdict: inconclusive" in html
+    fit = render_html(_report(str(NSYS / "nsysai_2xh100_after.sqlite")))
+    assert "steady, clipped at its edges" in fit and "profiler stop" in fit
+
+
+def test_terminal_verdict_of_an_unfit_window_says_what_to_recapture():
+    lines = [str(t) for t in verdict_lines(_report(str(kineto_file("hta_large_integer.pt.trace.json.gz"))).verdict)]
+    assert lines[0].startswith("Verdict: Inconclusive") and lines[1].startswith("  Re-capture:")
+
+
+def test_verdict_with_a_problem_stays_a_problem_on_an_unfit_window():
+    problem = Check(rule="SHP001", step=1, status="finding", title="t", severity="error", impact=1.0)
+    unfit = {"class": "sampled", "fit": False, "why": "sampled: …", "recapture": "…"}
+    assert verdict([problem], fitness=unfit)["status"] == "problem"
+    assert verdict([], fitness=unfit)["status"] == "inconclusive"
+    assert verdict([], fitness={"class": "steady", "fit": True, "why": "…"})["status"] == "nothing_ran"
+
+
+# --- the severity floor ---------------------------------------------------------------------------------------
+
+
+def test_four_microseconds_of_elementwise_work_is_not_a_warning():
+    c = _check(_report(str(NSYS / "nsysai_rtx3080_minimal.sqlite")), "KRN008")
+    assert c.severity == "info" and c.rule_severity == "warning"
+    assert c.cost_ns == 4129 and c.floor.startswith("cost 4.13 µs over the profiled window < 1 ms")
+
+
+def test_floor_reads_share_window_cost_and_cost_per_step():
+    def f(**kw):
+        return Check(rule="X", step=5, status="finding", title="t", severity="warning", **kw)
+
+    assert below_floor(f(impact=0.5, cost_ns=5_000_000, cost_per_step_ns=50_000)) is None
+    assert below_floor(f(impact=0.005)).startswith("impact")
+    assert below_floor(f(impact=0.5, cost_ns=900_000)).startswith("cost 900 µs over the profiled window")
+    assert below_floor(f(impact=0.5, cost_ns=5_000_000, cost_per_step_ns=9_000)).endswith("per step < 10 µs")
+    assert severity_follows_impact(f(impact=0.5, cost_per_step_ns=1)).severity == "info"
+
+
+@pytest.mark.parametrize("name", ["hta_v100_ns_resolution.pt.trace.json.gz"])
+def test_no_tf32_advice_on_volta(name):
+    """V100 (compute capability 7.0): tensor cores take fp16; TF32 starts at 8.0. Before: 'allow TF32'."""
+    c = _check(_report(str(kineto_file(name))), "KRN009")
+    assert c.status == "finding" and c.values["tf32_available"] is False
+    assert "allow TF32 (" not in c.next_check and "fp16" in c.next_check
+
+
+def test_tf32_advice_on_ampere():
+    c = _check(_report(str(kineto_file("hta_a100_simple_add.json.gz"))), "KRN009")
+    assert c.values["tf32_available"] is True and "allow TF32 (torch.set_float32_matmul_precision" in c.next_check

@@ -1,0 +1,57 @@
+"""`tracediag mcp`: a Model Context Protocol server over stdio (tracediag.agent), for agents such as Claude
+Desktop, Claude Code, VS Code or Cursor. Needs the `mcp` extra (the official MCP Python SDK)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+MISSING_SDK = "tracediag mcp needs the MCP Python SDK: pip install 'tracediag[mcp]'"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("mcp")(mcp)
+
+
+def mcp(
+    runs_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--runs-dir",
+            metavar="DIR",
+            help="Where `analyze` writes runs given no `out` (run-1, run-2, ...); default: a temporary folder "
+            "removed when the server stops.",
+        ),
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Serve tracediag's tools over stdio for MCP clients: analyze, findings, explain, query, diff, check.
+
+    The client starts this command and speaks JSON-RPC on its stdin and stdout; register it once, e.g.
+    `claude mcp add tracediag -- tracediag mcp`. Tool errors carry the one-line message the CLI would print.
+
+    \b
+    Examples:
+      tracediag mcp
+      tracediag mcp --runs-dir ~/tracediag-runs
+    """
+    from tracediag.cli import _guard
+    from tracediag.errors import UsageError
+
+    def run():
+        try:
+            from tracediag.agent.server import serve
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.split(".")[0] in ("mcp", "mcp_types", "pydantic", "typing_extensions"):
+                raise UsageError(MISSING_SDK) from None
+            raise
+        if runs_dir is not None:
+            serve(runs_dir)
+            return
+        with tempfile.TemporaryDirectory(prefix="tracediag-mcp-") as tmp:
+            serve(Path(tmp))
+
+    _guard(run, debug)

@@ -1,0 +1,301 @@
+"""Window fitness: what the profiled window holds, and whether the rules can judge it.
+
+Before any rule runs, each rank's window is split into segments and judged for completeness; the table
+`window_fitness` (window_fitness.sql: one row per rank of a profiler trace) holds the numbers, `summarize` the
+verdict the engine, the report and findings.json read.
+
+Segments (the bounds are computed in derive/windows.py, with the stalls, from `startup_end` below):
+
+* **start-up** — from the trace start to the first GPU work, extended through each start-up call (allocation,
+  module loading, initialisation, a first launch that loads a module or compiles) after which the window since
+  the first GPU work is still at least half start-up idle; KRN010 judges it, nothing else counts it as a stall;
+* **profiler stop** — from the end of the last GPU work to the trace end: the final synchronisation and the flush;
+* **steady** — between them: what the kernel and step rules measure.
+
+Classes, the first that applies (for the whole analysis: the worst of its ranks):
+
+* `too_short` — fewer than TOO_FEW_EVENTS recorded events on the rank: nothing to measure;
+* `gpu_stripped` — a GPU job (NCCL/RCCL backend, device properties or runtime calls) with no GPU activity
+  recorded: the device events were left out of the trace;
+* `sampled` — the recorded events are a sample: the CPU ops' external ids (numbered one per op by the profiler)
+  step by a median of at least 2, or the runtime calls' correlation ids by a median of at least
+  SAMPLED_CORRELATION_GAP (a whole trace: 1 and 1–11 in every unsampled trace here);
+* `startup_only` — no kernel starts after the start-up segment: the window holds start-up work only;
+* `clipped` — the window starts inside GPU work launched before it, or ends before launched work ran (GPU
+  operations whose launch is older than every launch in the trace; launches newer than every GPU operation):
+  fit, the edge steps may be partial;
+* `steady` — a steady segment with every event recorded;
+* `cpu_only` — no GPU activity and no GPU backend (a CPU trace): fit, no segments.
+
+The first four are unfit: rules that declare they need a complete window (RuleMeta.requires_window = "complete":
+every event of the window) or a steady one ("steady": complete, and steady work beyond start-up) report "not
+applicable" with the reason, and a verdict that found no problem is `inconclusive` (tracediag/findings.py),
+with what to re-capture (RECAPTURE).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from tracediag.derive import intervals as iv
+from tracediag.store import run_sql_file
+
+STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
+TOO_FEW_EVENTS = 10  # a rank with fewer recorded events (kernels, copies, runtime calls, CPU ops, annotations)
+SAMPLED_EXTERNAL_GAP = 2  # median step of the CPU ops' external ids in a sampled trace (1 in a whole one)
+SAMPLED_CORRELATION_GAP = 25  # median step of the runtime calls' correlation ids (1–11 in whole traces)
+MIN_IDS = 20  # ... judged on at least this many ids
+GPU_BACKEND = re.compile(r"nccl|rccl|hccl|xccl|cuda|hip", re.I)
+
+UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only")
+ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "clipped", "steady", "cpu_only")
+# what each requirement of a rule cannot be met by
+BLOCKS = {"complete": ("too_short", "gpu_stripped", "sampled"), "steady": UNFIT}
+NEEDS = {
+    "complete": "this rule needs every event of the window",
+    "steady": "this rule needs whole steady steps",
+}
+
+COLUMNS = (
+    "rank",
+    "format",
+    "backend",
+    "events",
+    "gpu_events",
+    "kernels",
+    "runtime_calls",
+    "cpu_ops",
+    "trace_ns",
+    "startup_ns",
+    "steady_ns",
+    "stop_ns",
+    "steady_kernels",
+    "correlation_gap_median",
+    "correlation_gap_p90",
+    "external_id_gap_median",
+    "external_id_gap_p90",
+    "launched_before_window",
+    "launches_after_window",
+    "fitness_class",
+    "why",
+)  # fmt: skip  (the columns of window_fitness.sql, in order)
+
+RECAPTURE = {
+    "too_short": (
+        "Capture a longer window with every event: several whole steps after warm-up (torch.profiler with "
+        "schedule(wait=…, warmup=…, active=…) and prof.step() per step; vLLM: --profiler-config "
+        '\'{"profiler": "torch", "torch_profiler_dir": "/abs/dir"}\', or VLLM_TORCH_PROFILER_DIR before '
+        "v0.13, then /start_profile and /stop_profile around a few requests)."
+    ),
+    "gpu_stripped": (
+        "Re-capture with GPU activity recorded: torch.profiler activities=[ProfilerActivity.CPU, "
+        "ProfilerActivity.CUDA] (ROCm uses CUDA too), or nsys profile -t cuda,nvtx; keep the device events when "
+        "the trace is filtered or exported."
+    ),
+    "sampled": (
+        "Re-capture without sampling or filtering: a short window in full beats a long one sampled — "
+        "torch.profiler schedule(wait=…, warmup=…, active=2–5 steps), every event kept (no trace filter or "
+        "sampler on the export); vLLM: --profiler-config (v0.13+) or VLLM_TORCH_PROFILER_DIR, a few requests."
+    ),
+    "startup_only": (
+        "Re-capture after warm-up: start the profiler after a few steps (torch.profiler "
+        "schedule(skip_first=…, wait=…, warmup=1, active=…)); vLLM and SGLang warm up and capture graphs at start "
+        "— start profiling (/start_profile) once the server serves, with --profiler-config or "
+        "VLLM_TORCH_PROFILER_DIR; CUDA_MODULE_LOADING=EAGER for the measurement."
+    ),
+}
+
+
+def startup_end(g_first: int, cold: list[tuple[int, int, np.ndarray, np.ndarray]], g_last: int) -> int:
+    """End of the start-up segment: the first GPU work `g_first`, extended to the end of each start-up call
+    `(start, end, idle starts, idle ends)` that begins before the last GPU work `g_last` and after which the
+    window since `g_first` is still at least STARTUP_SHARE idle in start-up calls."""
+    parts = [(gs, ge) for _, _, gs, ge in cold]
+    if not parts:
+        return g_first
+    cs, ce = iv.merge_intervals(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    before = int(iv.covered(cs, ce, np.array([g_first]))[0])
+    end = g_first
+    for ts, e, _, _ in sorted(cold, key=lambda c: c[1]):
+        if ts >= g_last or e <= g_first:
+            continue
+        e = min(e, g_last)
+        idle = int(iv.covered(cs, ce, np.array([e]))[0]) - before
+        if idle >= STARTUP_SHARE * (e - g_first):
+            end = max(end, e)
+    return end
+
+
+_RANK_SQL = """
+WITH r AS (SELECT rank, any_value(format) AS format, any_value(backend) AS backend,
+                  any_value(device_name) AS device, min(trace_start_ns) AS t0, max(trace_end_ns) AS t1
+           FROM inputs WHERE rank IS NOT NULL AND format IN ('kineto', 'nsys-sqlite', 'nsys-rep') GROUP BY rank),
+n AS (SELECT rank, count(*) AS n FROM kernels GROUP BY rank),
+m AS (SELECT rank, count(*) AS n FROM memops GROUP BY rank),
+rt AS (SELECT rank, count(*) AS n FROM runtime GROUP BY rank),
+op AS (SELECT rank, count(*) AS n FROM cpu_ops GROUP BY rank),
+an AS (SELECT rank, count(*) AS n FROM annotations GROUP BY rank)
+SELECT r.*, coalesce(n.n, 0) AS kernels, coalesce(m.n, 0) AS memops, coalesce(rt.n, 0) AS runtime_calls,
+       coalesce(op.n, 0) AS cpu_ops, coalesce(an.n, 0) AS annotations
+FROM r LEFT JOIN n USING (rank) LEFT JOIN m USING (rank) LEFT JOIN rt USING (rank) LEFT JOIN op USING (rank)
+LEFT JOIN an USING (rank) ORDER BY rank
+"""
+# consecutive ids of one rank: the step from each to the next (a profiler numbers every call / op once)
+_GAPS_SQL = """
+WITH ids AS (SELECT DISTINCT rank, {col} AS id FROM {table} WHERE {col} > 0),
+g AS (SELECT rank, id - lag(id) OVER (PARTITION BY rank ORDER BY id) AS d FROM ids)
+SELECT rank, median(d) AS med, quantile_cont(d, 0.9) AS p90, count(*) AS n FROM g WHERE d IS NOT NULL GROUP BY rank
+"""
+_CLIPPED_SQL = """
+WITH gpu AS (SELECT rank, correlation FROM kernels WHERE correlation > 0
+             UNION ALL SELECT rank, correlation FROM memops WHERE correlation > 0),
+launch AS (SELECT rank, correlation FROM runtime
+           WHERE correlation > 0 AND regexp_matches(name, '(?i)launch|memcpy|memset')),
+lo AS (SELECT rank, min(correlation) AS c FROM launch GROUP BY rank),
+hi AS (SELECT rank, max(correlation) AS c FROM gpu GROUP BY rank)
+SELECT r.rank,
+       (SELECT count(*) FROM gpu g WHERE g.rank = r.rank AND g.correlation < (SELECT c FROM lo WHERE lo.rank = r.rank)
+           AND NOT EXISTS (SELECT 1 FROM runtime x WHERE x.rank = g.rank AND x.correlation = g.correlation))
+           AS before_window,
+       (SELECT count(*) FROM launch l
+        WHERE l.rank = r.rank AND l.correlation > (SELECT c FROM hi WHERE hi.rank = r.rank)
+           AND NOT EXISTS (SELECT 1 FROM gpu g WHERE g.rank = l.rank AND g.correlation = l.correlation))
+           AS after_window
+FROM (SELECT DISTINCT rank FROM gpu) r
+"""
+
+
+def build(con: duckdb.DuckDBPyConnection) -> None:
+    cur = con.execute(_RANK_SQL)
+    cols = [d[0] for d in cur.description]
+    ranks = [dict(zip(cols, row)) for row in cur.fetchall()]
+    corr = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="correlation", table="runtime")).fetchall()}
+    ext = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="external_id", table="cpu_ops")).fetchall()}
+    clipped = {r[0]: r[1:] for r in con.execute(_CLIPPED_SQL).fetchall()}
+    timeline = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT rank, startup_end_ns, stop_ts_ns, steady_span_ns, steady_kernels FROM gpu_timeline"
+        ).fetchall()
+    }
+    rows = []
+    for r in ranks:
+        rank, t0, t1 = r["rank"], r["t0"], r["t1"]
+        c_med, c_p90, c_n = corr.get(rank, (None, None, 0))
+        e_med, e_p90, e_n = ext.get(rank, (None, None, 0))
+        before, after = clipped.get(rank, (0, 0))
+        s0, s1, steady, steady_kernels = timeline.get(rank, (None, None, None, None))
+        row = {
+            "rank": rank,
+            "format": r["format"],
+            "backend": r["backend"],
+            "events": r["kernels"] + r["memops"] + r["runtime_calls"] + r["cpu_ops"] + r["annotations"],
+            "gpu_events": r["kernels"] + r["memops"],
+            "kernels": r["kernels"],
+            "runtime_calls": r["runtime_calls"],
+            "cpu_ops": r["cpu_ops"],
+            "trace_ns": t1 - t0 if t0 is not None and t1 is not None else None,
+            "startup_ns": s0 - t0 if s0 is not None and t0 is not None else None,
+            "steady_ns": steady,
+            "stop_ns": max(0, t1 - s1) if s1 is not None and t1 is not None else None,
+            "steady_kernels": steady_kernels,
+            "correlation_gap_median": c_med if c_n >= MIN_IDS else None,
+            "correlation_gap_p90": c_p90 if c_n >= MIN_IDS else None,
+            "external_id_gap_median": e_med if e_n >= MIN_IDS else None,
+            "external_id_gap_p90": e_p90 if e_n >= MIN_IDS else None,
+            "launched_before_window": before,
+            "launches_after_window": after,
+        }
+        row["fitness_class"], row["why"] = classify(row, gpu_job=_gpu_job(r))
+        rows.append(row)
+    run_sql_file(con, "tracediag.derive", "window_fitness.sql")
+    if rows:
+        marks = ", ".join("?" for _ in COLUMNS)
+        con.executemany(f"INSERT INTO window_fitness VALUES ({marks})", [[r[c] for c in COLUMNS] for r in rows])
+
+
+def _gpu_job(r: dict[str, Any]) -> bool:
+    return bool(GPU_BACKEND.search(r["backend"] or "") or r["device"] or r["runtime_calls"])
+
+
+def _n(x: float | None) -> str:
+    return "?" if x is None else f"{x:g}"
+
+
+def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
+    """(class, why in words with its numbers) of one rank's window."""
+    if row["events"] < TOO_FEW_EVENTS:
+        return "too_short", (
+            f"too short: {row['events']} recorded event{'s' if row['events'] != 1 else ''} (kernels, copies, runtime "
+            f"calls, CPU ops, annotations; fewer than {TOO_FEW_EVENTS})"
+        )
+    if not row["gpu_events"]:
+        if gpu_job:
+            return "gpu_stripped", (
+                f"GPU events stripped: a GPU job (backend {row['backend'] or '?'}) whose trace records no kernel and "
+                f"no copy ({row['cpu_ops']:,} CPU ops, {row['runtime_calls']:,} runtime calls)"
+            )
+        return "cpu_only", "a CPU trace: no GPU activity and no GPU backend"
+    e_med, c_med = row["external_id_gap_median"], row["correlation_gap_median"]
+    gapped_ops = e_med is not None and e_med >= SAMPLED_EXTERNAL_GAP
+    if gapped_ops or (c_med is not None and c_med >= SAMPLED_CORRELATION_GAP):
+        keep = f"about 1 in {c_med:g} runtime calls kept" if c_med else "a sample of the CPU ops kept"
+        return "sampled", (
+            f"sampled: the CPU ops' external ids step by a median of {_n(e_med)} "
+            f"(p90 {_n(row['external_id_gap_p90'])}; "
+            f"1 when every op is recorded) and the runtime calls' correlation ids by a median of {_n(c_med)} "
+            f"(p90 {_n(row['correlation_gap_p90'])}): {keep}"
+        )
+    if row["steady_kernels"] == 0:
+        return "startup_only", (
+            f"start-up only: no kernel starts after the start-up segment ({(row['startup_ns'] or 0) / 1e6:.3g} ms of "
+            f"the {(row['trace_ns'] or 0) / 1e6:.3g} ms trace: first GPU work, allocations, module loading and cold "
+            f"first launches); {row['kernels']} kernel{'s' if row['kernels'] != 1 else ''} in all"
+        )
+    if row["launched_before_window"] or row["launches_after_window"]:
+        return "clipped", (
+            f"clipped: {row['launched_before_window']:,} GPU operations at the start were launched before the window, "
+            f"{row['launches_after_window']:,} launches at the end ran after it; the edge steps may be partial"
+        )
+    return "steady", (
+        f"steady: {(row['steady_ns'] or 0) / 1e6:.3g} ms of steady GPU work ({row['steady_kernels']:,} kernels) after "
+        f"{(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, every event recorded"
+    )
+
+
+def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """The analysis's fitness: the worst rank's class, why, the numbers per rank, and what to re-capture; None when
+    no input is a profiler trace (or the store predates this table)."""
+    try:
+        cur = con.execute("SELECT * FROM window_fitness ORDER BY rank")
+    except duckdb.CatalogException:
+        return None
+    cols = [d[0] for d in cur.description]
+    ranks = [dict(zip(cols, r)) for r in cur.fetchall()]
+    if not ranks:
+        return None
+    worst = min(ranks, key=lambda r: (ORDER.index(r["fitness_class"]), r["rank"]))
+    cls = worst["fitness_class"]
+    same = [r["rank"] for r in ranks if r["fitness_class"] == cls]
+    where = f"rank {same[0]}" if len(same) == 1 else f"ranks {', '.join(map(str, same))}"
+    out = {
+        "class": cls,
+        "fit": cls not in UNFIT,
+        "why": worst["why"] if len(ranks) == 1 else f"{worst['why']} ({where} of {len(ranks)})",
+        "ranks": ranks,
+    }
+    if cls in RECAPTURE:
+        out["recapture"] = RECAPTURE[cls]
+    return out
+
+
+def unfit_reason(fitness: dict[str, Any] | None, need: str | None) -> str | None:
+    """'window unfit: sampled: …; this rule needs every event of the window' when a rule that declares `need`
+    cannot be judged on this window, else None."""
+    if not fitness or not need or fitness["class"] not in BLOCKS[need]:
+        return None
+    return f"window unfit: {fitness['why']}; {NEEDS[need]}"
