@@ -357,3 +357,9 @@ def test_a_store_manifest_that_is_not_ours_runs_no_sql(tmp_path, store, edit):
     for r in (run("check", "--store", bad, "-q", cwd=tmp_path), run("analyze", "--store", bad, "-o", tmp_path / "o")):
         one_error_line(r, "manifest.json")
     assert not list(tmp_path.glob("*.csv")) and not Path("/tmp/pwned.csv").exists()
+
+
+def test_a_config_that_is_a_fifo_is_refused_not_waited_for(tmp_path):
+    fifo = tmp_path / "tracediag.toml"
+    os.mkfifo(fifo)
+    one_error_line(run("check", TRACE, "-m", CONFIG, "--config", fifo, "-q", timeout=120), str(fifo), "FIFO")

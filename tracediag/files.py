@@ -288,14 +288,7 @@ class OutputGuard:
 
 def require_regular_file(path: str | Path) -> None:
     """What tracediag reads back (a findings.json, a trace.duckdb, a baseline) must be a regular file: a FIFO or a
-    device would block or never end."""
-    import stat
+    device would block or never end. The same check, and words, as every input (tracediag/inputfile.py)."""
+    from tracediag.inputfile import regular_file
 
-    from tracediag.errors import InputError
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        raise InputError(path, f"cannot read it ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(mode):
-        raise InputError(path, "not a regular file (a FIFO, socket or device); give the file itself")
+    regular_file(path, "it")

@@ -185,6 +185,9 @@ def find_config(start: Path | None = None) -> Path | None:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    from tracediag.inputfile import regular_file
+
+    regular_file(path, "the config")  # a FIFO or a device would block the check
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

@@ -169,7 +169,7 @@ def parse_batch(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
 def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
     batches = 0
-    for n, line in logical_lines(physical_lines(path), _STARTS_RECORD):
+    for n, line in logical_lines(physical_lines(path, st), _STARTS_RECORD):
         matches = [m for m in RECORD.finditer(line) if m["time"] or m["tags"]]
         py = None if matches else PY_RECORD.search(line)
         if py is not None:
