@@ -7,6 +7,8 @@ with its signature and the first (kind, index) that produced it, which `--replay
     python benchmarks/fuzz_long.py --per-kind 10000 --target ingest                # every ingester alone
     python benchmarks/fuzz_long.py --per-kind 1000 --target analyze                # + derive, rules, JSON
     python benchmarks/fuzz_long.py --per-kind 200 --target cli                     # the CLI's exit contract
+    python benchmarks/fuzz_long.py --per-kind 20 --target endless                  # FIFOs, devices, sparse files,
+                                                                                   # gzip bombs of every kind
     python benchmarks/fuzz_long.py --per-kind 300 --target commands                # command lines, read-back
                                                                                    # outputs, file-system faults
     python benchmarks/fuzz_long.py --kind kineto --replay 1234 --keep /tmp/case    # write one variant back out
@@ -62,6 +64,12 @@ def _one(kind: str, index: int, salt: str, target: str, timeout: float) -> dict:
         if target == "commands":
             case = commands.make_case(kind, random.Random(f"{salt}:{kind}:{index}"), work, COMMANDS_CACHE)
             out = commands.check_case(case, timeout)
+            return {"status": out.status, "detail": out.detail, "where": out.where}
+        if target == "endless":  # a FIFO, a device, a sparse file or a gzip bomb made from a real seed, via the CLI
+            rnd = random.Random(f"{salt}:{kind}:{index}")
+            seed = rnd.choice(seeds.seed_files(kind))
+            path = mutate.endless_or_oversized(seed, work / seed.name, rnd)
+            out = harness.check_cli(kind, path, work, timeout)
             return {"status": out.status, "detail": out.detail, "where": out.where}
         path = variant(kind, index, salt, work)
         if target == "cli":
@@ -138,7 +146,7 @@ def _run_kind(kind: str, per_kind: int, target: str, salt: str, jobs: int, timeo
     todo = iter(range(per_kind))
     workers: list[_Worker] = []
     pending = per_kind
-    hard_limit = timeout * (3 if target in ("cli", "commands") else 1.5) + 10
+    hard_limit = timeout * (3 if target in ("cli", "commands", "endless") else 1.5) + 10
 
     def record(i: int, res: dict) -> None:
         o = harness.Outcome(res["status"], res["detail"], res["where"])
@@ -251,7 +259,7 @@ def main() -> None:
         help="input kind (repeatable; default: all of the target's)",
     )
     ap.add_argument("--per-kind", type=int, default=1000)
-    ap.add_argument("--target", choices=["ingest", "store", "analyze", "cli", "commands"], default="ingest")
+    ap.add_argument("--target", choices=["ingest", "store", "analyze", "cli", "commands", "endless"], default="ingest")
     ap.add_argument("--salt", default="tracediag-fuzz-1")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per input before it counts as a hang")
