@@ -27,6 +27,7 @@ an fp32 reduce option, a custom op that upcasts); on a p or 1/p ratio, check the
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from tracediag.analyses.tp_collectives import (
     SEQUENCE_PARALLEL,
@@ -73,15 +74,14 @@ def check(ctx: Context) -> Check:
 
 
 def _check(ctx: Context) -> Check:
-    m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
-    if p == 1:
-        return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no tensor-parallel all-reduces to size")
-    e_a, e_a_source = activation_element_bytes(ctx)
-    if e_a is None:
-        return not_applicable(
-            RULE, f"missing activation element type: no GEMM input types in the trace and no torch_dtype in {m.path}"
-        )
-    sp = tp_scheme(ctx, p) == SEQUENCE_PARALLEL
+    ms = measure(ctx)
+    if isinstance(ms, str):
+        return not_applicable(RULE, ms)
+    return judge(ctx, ms)
+
+
+def _tp_calls(ctx: Context, p: int, sp: bool) -> tuple[list[dict], int]:
+    """The TP collectives inside engine steps, with their step's T; the logits all-gathers left out (SP)."""
     calls = ctx.rows(
         f"SELECT c.rank, c.step_id, c.ts_ns, c.call_name, coalesce(c.kernel_name, c.exec_name) AS work_event, "
         f"c.op, c.dtype, c.elements, c.in_width, c.payload_bytes, coalesce(c.group_size, ?) AS group_size,"
@@ -89,29 +89,13 @@ def _check(ctx: Context) -> Check:
         f"WHERE {tp_sp_where('c') if sp else tp_allreduce_where('c')} ORDER BY c.rank, c.ts_ns",
         [p, p],
     )
-    logits = 0
     if sp:
-        calls, logits = _full_side(calls, m.vocab_size, m.H)
-    what = "reduce-scatter / all-gather" if sp else "all-reduce"
-    if not calls:
-        return not_applicable(RULE, f"missing TP {what} calls inside engine steps")
-    sized = [c for c in calls if c["payload_bytes"] is not None and c["T"]]
-    if not sized:
-        why = (
-            "no step has T"
-            if all(c["T"] is None for c in calls)
-            else "no call recorded its size (no record_param_comms args, kernel args or input shapes)"
-        )
-        return not_applicable(RULE, f"missing payload or T: {why}")
-    for c in sized:
-        c["expected_bytes"] = c["T"] * m.H * e_a
-        c["ratio"] = c["payload_bytes"] / c["expected_bytes"]
-        c["category"] = _category(c["ratio"], c["dtype"], e_a, p, tol)
-    cats = Counter(c["category"] for c in sized)
-    matched = cats.get("match", 0)
-    # calls reduced at a width above H (a padded hidden size): how many, to which widths, what extra bytes
-    padded = Counter(c["in_width"] for c in sized if c["in_width"] and c["in_width"] > m.H and not sp)
-    share = matched / len(sized)
+        return _full_side(calls, ctx.model.vocab_size, ctx.model.H)
+    return calls, 0
+
+
+def _step_table(sized: list[dict]) -> list[dict]:
+    """One row per (rank, step): its T, expected bytes, the payloads and dtypes seen and the calls' categories."""
     steps: dict[tuple, dict] = {}
     for c in sized:
         s = steps.get((c["rank"], c["step_id"]))
@@ -131,7 +115,7 @@ def _check(ctx: Context) -> Check:
         s["payload_bytes"].add(c["payload_bytes"])
         s["dtypes"].add(c["dtype"])
         s["categories"][c["category"]] += 1
-    table = [
+    return [
         s
         | {
             "payload_bytes": sorted(s["payload_bytes"]),
@@ -141,17 +125,44 @@ def _check(ctx: Context) -> Check:
         }
         for s in steps.values()
     ]
+
+
+@dataclass(frozen=True)
+class PayloadMeasure:
+    """COL002's numbers: each sized call's ratio to T·H·e_a and category, counted, and per step."""
+
+    e_a: int
+    sp: bool
+    what: str
+    sized: list[dict]
+    cats: Counter
+    matched: int
+    share: float
+    padded: Counter  # calls reduced at a width above H (a padded hidden size), by width
+    table: list[dict]
+    values: dict
+
+
+def _values(ctx: Context, ms_parts: dict) -> dict:
+    m, p, sized, cats, e_a, sp = (
+        ctx.model,
+        ctx.tp.p,
+        ms_parts["sized"],
+        ms_parts["cats"],
+        ms_parts["e_a"],
+        ms_parts["sp"],
+    )
     ex = sized[0]
     values = {
         "H": m.H,
         "e_a": e_a,
-        "e_a_source": e_a_source,
+        "e_a_source": ms_parts["e_a_source"],
         "p": p,
-        "tolerance": tol,
+        "tolerance": ctx.settings.payload_tolerance,
         "calls_checked": len(sized),
-        "calls_without_size_or_T": len(calls) - len(sized),
-        "calls_matching": matched,
-        "matching_share": share,
+        "calls_without_size_or_T": ms_parts["n_calls"] - len(sized),
+        "calls_matching": ms_parts["matched"],
+        "matching_share": ms_parts["share"],
         "categories": dict(cats),
         "example_T": ex["T"],
         "example_expected_bytes": ex["expected_bytes"],
@@ -160,8 +171,8 @@ def _check(ctx: Context) -> Check:
         "scheme": "sequence-parallel (payload = the full [T, H] side of each call)" if sp else "all-reduce",
     }
     if sp:
-        values["logits_all_gathers_left_out"] = logits
-    pad_note = ""
+        values["logits_all_gathers_left_out"] = ms_parts["logits"]
+    padded = ms_parts["padded"]
     if padded:
         width = padded.most_common(1)[0][0]
         values |= {
@@ -169,60 +180,112 @@ def _check(ctx: Context) -> Check:
             "padded_widths": dict(sorted(padded.items())),
             "padded_extra_bytes_share": round(width / m.H - 1, 4),
         }
-        pad_note = (
-            f"; {sum(padded.values())} of {len(sized)} padded to width {width} (H = {m.H}: "
-            f"+{width / m.H - 1:.1%} bytes per call)"
-        )
     if m.weight_bits and m.weight_bits < 16:
         values["note"] = (
             f"the config quantizes weights to {m.weight_bits} bits; that does not shrink e_a — "
             "the all-reduce sums activations"
         )
-    formula = "ratio = payload_bytes / (T·H·e_a)"
-    substituted = (
-        f"e.g. rank {ex['rank']} step {ex['step_id']}: {ex['payload_bytes']:,} / "
-        f"({ex['T']}×{m.H}×{e_a} = {ex['expected_bytes']:,}) = {ex['ratio']:.3f}"
+    return values
+
+
+def measure(ctx: Context) -> PayloadMeasure | str:
+    """Every number COL002 judges by, or the reason (a string) it does not apply."""
+    m, p, tol = ctx.model, ctx.tp.p, ctx.settings.payload_tolerance
+    if p == 1:
+        return f"p = 1 ({ctx.tp.source}): no tensor-parallel all-reduces to size"
+    e_a, e_a_source = activation_element_bytes(ctx)
+    if e_a is None:
+        return f"missing activation element type: no GEMM input types in the trace and no torch_dtype in {m.path}"
+    sp = tp_scheme(ctx, p) == SEQUENCE_PARALLEL
+    calls, logits = _tp_calls(ctx, p, sp)
+    what = "reduce-scatter / all-gather" if sp else "all-reduce"
+    if not calls:
+        return f"missing TP {what} calls inside engine steps"
+    sized = [c for c in calls if c["payload_bytes"] is not None and c["T"]]
+    if not sized:
+        why = (
+            "no step has T"
+            if all(c["T"] is None for c in calls)
+            else "no call recorded its size (no record_param_comms args, kernel args or input shapes)"
+        )
+        return f"missing payload or T: {why}"
+    for c in sized:
+        c["expected_bytes"] = c["T"] * m.H * e_a
+        c["ratio"] = c["payload_bytes"] / c["expected_bytes"]
+        c["category"] = _category(c["ratio"], c["dtype"], e_a, p, tol)
+    cats = Counter(c["category"] for c in sized)
+    matched = cats.get("match", 0)
+    padded = Counter(c["in_width"] for c in sized if c["in_width"] and c["in_width"] > m.H and not sp)
+    share = matched / len(sized)
+    table = _step_table(sized)
+    parts = {
+        "sized": sized,
+        "cats": cats,
+        "e_a": e_a,
+        "e_a_source": e_a_source,
+        "sp": sp,
+        "n_calls": len(calls),
+        "matched": matched,
+        "share": share,
+        "logits": logits,
+        "padded": padded,
+    }
+    return PayloadMeasure(e_a, sp, what, sized, cats, matched, share, padded, table, _values(ctx, parts))
+
+
+def _evidence(ctx: Context, rows: list[dict]) -> list[dict]:
+    return [
+        {
+            "rank": c["rank"],
+            "step": c["step_id"],
+            "ts_ns": c["ts_ns"],
+            "name": c["call_name"],
+            "work_event": c["work_event"],
+            "dtype": c["dtype"],
+            "elements": c["elements"],
+            "payload_bytes": c["payload_bytes"],
+            "T": c["T"],
+            "ratio": round(c["ratio"], 4),
+            "size_from": c["evidence"],
+        }
+        for c in rows[: ctx.settings.max_evidence]
+    ]
+
+
+def _substituted(H: int, e_a: int, c: dict, prefix: str) -> str:
+    return (
+        f"{prefix}rank {c['rank']} step {c['step_id']}: {c['payload_bytes']:,} / "
+        f"({c['T']}×{H}×{e_a} = {c['expected_bytes']:,}) = {c['ratio']:.3f}"
     )
 
-    def evid(rows):
-        return [
-            {
-                "rank": c["rank"],
-                "step": c["step_id"],
-                "ts_ns": c["ts_ns"],
-                "name": c["call_name"],
-                "work_event": c["work_event"],
-                "dtype": c["dtype"],
-                "elements": c["elements"],
-                "payload_bytes": c["payload_bytes"],
-                "T": c["T"],
-                "ratio": round(c["ratio"], 4),
-                "size_from": c["evidence"],
-            }
-            for c in rows[: ctx.settings.max_evidence]
-        ]
 
-    if share >= MATCH_SHARE:
+def judge(ctx: Context, ms: PayloadMeasure) -> Check:
+    """Status, severity and words from COL002's numbers."""
+    H, e_a, sized, what, padded = ctx.model.H, ms.e_a, ms.sized, ms.what, ms.padded
+    pad_note = ""
+    if padded:
+        width = padded.most_common(1)[0][0]
+        pad_note = (
+            f"; {sum(padded.values())} of {len(sized)} padded to width {width} (H = {H}: "
+            f"+{width / H - 1:.1%} bytes per call)"
+        )
+    formula = "ratio = payload_bytes / (T·H·e_a)"
+    if ms.share >= MATCH_SHARE:
         return passed(
             RULE,
             confidence="high",
-            title=f"{matched} of {len(sized)} {what} payloads = T·H·e_a (e_a = {e_a} B)"
-            + (" (sequence parallelism: reduce-scatter input, all-gather output)" if sp else "")
+            title=f"{ms.matched} of {len(sized)} {what} payloads = T·H·e_a (e_a = {e_a} B)"
+            + (" (sequence parallelism: reduce-scatter input, all-gather output)" if ms.sp else "")
             + pad_note,
             formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evid(sized),
+            substituted=_substituted(H, e_a, sized[0], "e.g. "),
+            values=ms.values,
+            table=ms.table,
+            evidence=_evidence(ctx, sized),
             cost_model_applies=True,
         )
-    worst = next(k for k, _ in cats.most_common() if k != "match")
+    worst = next(k for k, _ in ms.cats.most_common() if k != "match")
     bad = [c for c in sized if c["category"] == worst]
-    b = bad[0]
-    substituted = (
-        f"rank {b['rank']} step {b['step_id']}: {b['payload_bytes']:,} / "
-        f"({b['T']}×{m.H}×{e_a} = {b['expected_bytes']:,}) = {b['ratio']:.3f}"
-    )
     if worst.startswith("fp32 upcast"):
         title = (
             f"All-reduce runs in fp32: payload is 2× T·H·e_a in {len(bad)} of {len(sized)} calls "
@@ -232,22 +295,20 @@ def _check(ctx: Context) -> Check:
             "Find the .float()/fp32 upcast before the all-reduce (model code, custom op, reduce option): "
             "it doubles bus bytes and time per call."
         )
-        severity = "warning"
     else:
         title = f"{what.capitalize()} payload is {worst} of T·H·e_a in {len(bad)} of {len(sized)} calls{pad_note}"
         nxt = "Check the sharding and what tensor is reduced; compare with the GEMM shapes (SHP002)."
-        severity = "warning"
     return finding(
         RULE,
-        severity=severity,
+        severity="warning",
         confidence="high",
         impact=len(bad) / len(sized),
         title=title,
         formula=formula,
-        substituted=substituted,
-        values=values,
-        table=table,
-        evidence=evid(bad),
+        substituted=_substituted(H, e_a, bad[0], ""),
+        values=ms.values,
+        table=ms.table,
+        evidence=_evidence(ctx, bad),
         next_check=nxt + " The 2L·τ_AR(T·H·e_a) cost model does not apply until the payload is T·H·e_a.",
         cost_model_applies=False,
     )

@@ -428,23 +428,58 @@ def _fit_values(fit: tpmath.AlphaBetaFit) -> dict:
     }
 
 
-def check(ctx: Context) -> Check:
-    m, p = ctx.model, ctx.tp.p
-    if p == 1:
-        return not_applicable(RULE, "p = 1: no tensor-parallel all-reduces to fit")
+def _fit_text(fit: tpmath.AlphaBetaFit, r2: float | None) -> str:
+    return (
+        f"α = {fit.alpha_s * 1e6:.1f} µs, B = "
+        + (f"{fit.bus_bw_bytes_per_s / 1e9:.2f} GB/s" if fit.bus_bw_bytes_per_s else "unresolved")
+        + f" (R² {r2}, {fit.line.n} calls)"
+    )
+
+
+def _fit_notes(fit: tpmath.AlphaBetaFit, r2: float | None) -> dict[str, Any]:
+    """The fit's caveats as values: a clamped intercept, a bandwidth the call times do not resolve."""
+    notes: dict[str, Any] = {}
+    if fit.alpha_clamped:
+        notes["alpha_note"] = (
+            f"the robust intercept was {fit.raw_intercept_s * 1e6:.1f} µs (< 0, not physical): α is taken as 0 and B "
+            "from the median of τ/V_AR (a fit through the origin); T* is then 0 — read it as 'latency does not "
+            "limit TP here', and check the fit residuals"
+        )
+    if fit.latency_only:
+        notes["fitted_slope_bus_bw_gbs"] = round(1 / fit.line.slope / 1e9, 4) if fit.line.slope > 0 else None
+        notes["bus_bw_note"] = (
+            f"the call time does not grow measurably with payload over {fit.min_payload_bytes:,}–"
+            f"{fit.max_payload_bytes:,} B (R² {r2} < {tpmath.MIN_R2_FOR_BANDWIDTH}): latency-bound, "
+            "α = median call time and the bandwidth term is taken as 0 (T* is then a lower bound)"
+        )
+    return notes
+
+
+@dataclass(frozen=True)
+class FitMeasure:
+    """The α–β fit at group size p and the calls it was made from."""
+
+    fit: tpmath.AlphaBetaFit
+    cm: CommModel
+    samples: list[dict]
+    values: dict[str, Any]
+    fit_text: str
+
+
+def measure_fit(ctx: Context, p: int) -> FitMeasure | str:
+    """The α–β fit of the TP collectives at group size p, or why it cannot be made."""
     scheme = tp_scheme(ctx, p)
     what = "reduce-scatter / all-gather" if scheme == SEQUENCE_PARALLEL else "all-reduce"
     samples, dur_source = allreduce_samples(ctx, p, scheme)
     if not samples:
-        return not_applicable(RULE, f"missing TP {what} calls with a recorded payload and duration")
+        return f"missing TP {what} calls with a recorded payload and duration"
     fits = allreduce_fits(ctx, p, scheme)
     fit = fits.get(p)
     if fit is None:
         sizes = sorted({s["payload_bytes"] for s in samples if s["group_size"] == p})
-        return not_applicable(
-            RULE,
+        return (
             f"missing {what} calls of at least two different payload sizes at group size {p} "
-            f"(seen: {sizes[:5]}): α and B cannot be separated",
+            f"(seen: {sizes[:5]}): α and B cannot be separated"
         )
     cm = comm_model(ctx, p, scheme)
     values: dict[str, Any] = {
@@ -459,56 +494,21 @@ def check(ctx: Context) -> Check:
         values["other_group_sizes"] = {
             str(g): _fit_values(f) if f else "fewer than two payload sizes" for g, f in fits.items() if g != p
         }
-    fit_text = (
-        f"α = {fit.alpha_s * 1e6:.1f} µs, B = "
-        + (f"{fit.bus_bw_bytes_per_s / 1e9:.2f} GB/s" if fit.bus_bw_bytes_per_s else "unresolved")
-        + f" (R² {values['fit_r2']}, {fit.line.n} calls)"
-    )
-    if fit.alpha_clamped:
-        values["alpha_note"] = (
-            f"the robust intercept was {fit.raw_intercept_s * 1e6:.1f} µs (< 0, not physical): α is taken as 0 and B "
-            "from the median of τ/V_AR (a fit through the origin); T* is then 0 — read it as 'latency does not "
-            "limit TP here', and check the fit residuals"
-        )
-    if fit.latency_only:
-        values["fitted_slope_bus_bw_gbs"] = round(1 / fit.line.slope / 1e9, 4) if fit.line.slope > 0 else None
-        values["bus_bw_note"] = (
-            f"the call time does not grow measurably with payload over {fit.min_payload_bytes:,}–"
-            f"{fit.max_payload_bytes:,} B (R² {values['fit_r2']} < {tpmath.MIN_R2_FOR_BANDWIDTH}): latency-bound, "
-            "α = median call time and the bandwidth term is taken as 0 (T* is then a lower bound)"
-        )
-    against = cost_model_verdicts(ctx)
-    if against:
-        return not_applicable(
-            RULE,
-            "the 2L·τ_AR(T·H·e_a, p) cost model does not apply here ("
-            + "; ".join(against)
-            + f"), so neither the per-step account nor T* is computed; fitted {fit_text}",
-        )
-    e_a, e_a_source = activation_element_bytes(ctx)
-    if e_a is None:
-        return not_applicable(RULE, "missing activation element type (no GEMM input types, no torch_dtype)")
-    values |= {"L": m.L, "H": m.H, "e_a": e_a, "e_a_source": e_a_source}
-    table = t_buckets(ctx, p, fit, e_a, cm)
-    a, a_source, a_is_estimate, a_notes, c_fixed = estimate_a(ctx, p)
-    if a_notes:
-        values["a_notes"] = a_notes
-    evidence = [
+    values |= _fit_notes(fit, values["fit_r2"])
+    return FitMeasure(fit, cm, samples, values, _fit_text(fit, values["fit_r2"]))
+
+
+def _evidence(ctx: Context, samples: list[dict]) -> list[dict]:
+    return [
         {k: s[k] for k in ("rank", "step", "ts_ns", "name", "work_event", "payload_bytes", "dur_ns")}
         for s in sorted(samples, key=lambda s: s["payload_bytes"])[:: max(1, len(samples) // 5)][
             : ctx.settings.max_evidence
         ]
     ]
-    if a is None:
-        return not_applicable(
-            RULE,
-            "missing the projection slope a: " + "; ".join(a_notes) + "; pass --tp1-baseline (a TP=1 trace of the "
-            f"same model; a is never taken from a nominal peak); fitted {fit_text}",
-        )
-    B = fit.bus_bw_bytes_per_s
-    per_token = cm.bus_bytes_per_token(m.H, e_a)
-    den = tpmath.breakeven_denominator(a, p, m.L, m.H, e_a, B, per_token)
-    t_star = tpmath.breakeven_tokens(m.L, fit.alpha_s, a, p, m.H, e_a, B, cm.calls_per_step, per_token)
+
+
+def _compared_steps(ctx: Context) -> tuple[list[int], str]:
+    """The T of each decode step (one rank per step), or of every step when none is labelled decode."""
     decode = ctx.rows(
         "SELECT DISTINCT ON (step_id) step_id, T, rank FROM steps WHERE phase = 'decode' AND T IS NOT NULL "
         "ORDER BY step_id, rank"
@@ -519,7 +519,68 @@ def check(ctx: Context) -> Check:
             "SELECT DISTINCT ON (step_id) step_id, T, rank FROM steps WHERE T IS NOT NULL ORDER BY step_id, rank"
         )
         scope = "all (no decode steps labelled)"
-    Ts = [d["T"] for d in decode]
+    return [d["T"] for d in decode], scope
+
+
+@dataclass(frozen=True)
+class BreakEvenMeasure:
+    """COL003's numbers: the fit, a and c, T*, T*_c and the steps on either side of them."""
+
+    p: int
+    fm: FitMeasure
+    e_a: int
+    a: float
+    a_is_estimate: bool
+    c_fixed: float
+    den: float
+    t_star: float | None
+    Ts: list[int]
+    scope: str
+    share: float
+    share_with_c: float
+    two_l_alpha: float
+    fixed_saved: float
+    proj: dict[str, Any]
+    floor: float | None
+    table: list[dict]
+    evidence: list[dict]
+
+
+def measure(ctx: Context) -> BreakEvenMeasure | str:
+    """Every number COL003 judges by, or the reason (a string) it does not apply."""
+    m, p = ctx.model, ctx.tp.p
+    if p == 1:
+        return "p = 1: no tensor-parallel all-reduces to fit"
+    fm = measure_fit(ctx, p)
+    if isinstance(fm, str):
+        return fm
+    fit, cm, values = fm.fit, fm.cm, fm.values
+    against = cost_model_verdicts(ctx)
+    if against:
+        return (
+            "the 2L·τ_AR(T·H·e_a, p) cost model does not apply here ("
+            + "; ".join(against)
+            + f"), so neither the per-step account nor T* is computed; fitted {fm.fit_text}"
+        )
+    e_a, e_a_source = activation_element_bytes(ctx)
+    if e_a is None:
+        return "missing activation element type (no GEMM input types, no torch_dtype)"
+    values |= {"L": m.L, "H": m.H, "e_a": e_a, "e_a_source": e_a_source}
+    table = t_buckets(ctx, p, fit, e_a, cm)
+    a, a_source, a_is_estimate, a_notes, c_fixed = estimate_a(ctx, p)
+    if a_notes:
+        values["a_notes"] = a_notes
+    evidence = _evidence(ctx, fm.samples)
+    if a is None:
+        return (
+            "missing the projection slope a: " + "; ".join(a_notes) + "; pass --tp1-baseline (a TP=1 trace of the "
+            f"same model; a is never taken from a nominal peak); fitted {fm.fit_text}"
+        )
+    B = fit.bus_bw_bytes_per_s
+    per_token = cm.bus_bytes_per_token(m.H, e_a)
+    den = tpmath.breakeven_denominator(a, p, m.L, m.H, e_a, B, per_token)
+    t_star = tpmath.breakeven_tokens(m.L, fit.alpha_s, a, p, m.H, e_a, B, cm.calls_per_step, per_token)
+    Ts, scope = _compared_steps(ctx)
     below = [t for t in Ts if t_star is None or t < t_star]
     share = len(below) / len(Ts) if Ts else 0.0
     # The per-token model leaves out the GEMM time's fixed part c (its intercept: weight reads at T → 0), which
@@ -550,7 +611,33 @@ def check(ctx: Context) -> Check:
 
     proj, floor = projection_account(m, p, a, a_source, ctx.settings.peak_tflops, t_star_at)
     values |= proj
-    below_floor = floor is not None and a < floor
+    return BreakEvenMeasure(
+        p,
+        fm,
+        e_a,
+        a,
+        a_is_estimate,
+        c_fixed,
+        den,
+        t_star,
+        Ts,
+        scope,
+        share,
+        share_with_c,
+        two_l_alpha,
+        fixed_saved,
+        proj,
+        floor,
+        table,
+        evidence,
+    )
+
+
+def _formula(ctx: Context, ms: BreakEvenMeasure) -> tuple[str, str]:
+    """T*'s formula and the same with the numbers plugged in, for the scheme measured."""
+    m, p, fit, cm, a, e_a = ctx.model, ms.p, ms.fm.fit, ms.fm.cm, ms.a, ms.e_a
+    t_star, proj, values = ms.t_star, ms.proj, ms.fm.values
+    B = fit.bus_bw_bytes_per_s
     bw = f"{B / 1e9:.3g} GB/s" if B else "∞ (unresolved)"
     if cm.name == "sequence-parallel":
         formula = (
@@ -560,22 +647,22 @@ def check(ctx: Context) -> Check:
         factors = " + ".join(f"{n}·{f:.3g}" for _, n, f in cm.calls)
         substituted = (
             f"T* = {cm.calls_per_step}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − ({factors})·{m.H}·"
-            f"{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
+            f"{e_a} B/{bw}) = {ms.two_l_alpha * 1e3:.4g} ms / {ms.den * 1e3:.4g} ms = "
             + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
         )
     else:
         formula = "T* = 2L·α_p / (a(1−1/p) − 4L·(p−1)/p·H·e_a/B_p), τ = α + V_AR/B fitted (Theil–Sen)"
         substituted = (
             f"T* = 2·{m.L}·{fit.alpha_s * 1e6:.1f} µs / ({a * 1e3:.4g} ms·(1−1/{p}) − 4·{m.L}·{(p - 1) / p:.3g}·"
-            f"{m.H}·{e_a} B/{bw}) = {two_l_alpha * 1e3:.4g} ms / {den * 1e3:.4g} ms = "
+            f"{m.H}·{e_a} B/{bw}) = {ms.two_l_alpha * 1e3:.4g} ms / {ms.den * 1e3:.4g} ms = "
             + (f"{t_star:.3g} tokens" if t_star is not None else "no solution (denominator ≤ 0)")
         )
     # the decision's own condition: TP slower at T when 2L·α − c(1−1/p) − den·T > 0 (c: the GEMM time's fixed part)
     formula += "; TP slower at T when 2L·α − c(1−1/p) − den·T > 0, T*_c = (2L·α − c(1−1/p)) / den"
     substituted += (
-        f"; c = {c_fixed * 1e3:.4g} ms per step, c(1−1/{p}) = {fixed_saved * 1e3:.4g} ms: T*_c = "
+        f"; c = {ms.c_fixed * 1e3:.4g} ms per step, c(1−1/{p}) = {ms.fixed_saved * 1e3:.4g} ms: T*_c = "
         + (f"{values['T_star_with_c']:.4g}" if values["T_star_with_c"] is not None else "none (den ≤ 0)")
-        + f", slower for {share_with_c:.0%} of {len(Ts)} steps"
+        + f", slower for {ms.share_with_c:.0%} of {len(ms.Ts)} steps"
     )
     if "F_proj_kind" in proj:
         formula += f"; a is read against F_proj ({proj['F_proj_kind']}): {proj['F_proj_formula']}"
@@ -583,82 +670,91 @@ def check(ctx: Context) -> Check:
             f"; {proj['F_proj_substituted']}; a = {a * 1e3:.4g} ms per token implies "
             f"{proj['F_compared_with_a']}/a = {proj['a_implied_tflops']:.4g} TFLOP/s"
         )
-    confidence = "medium" if a_is_estimate else "high"
+    return formula, substituted
+
+
+def _not_decided(ctx: Context, ms: BreakEvenMeasure, common: dict) -> Check | None:
+    """Decode T is below T*, but the a·T model does not support "TP is slower": said as info, not a warning."""
+    p, t_star, values, fit_text = ms.p, ms.t_star, ms.fm.values, ms.fm.fit_text
+    if ms.share > BELOW_SHARE_FINDING and ms.floor is not None and ms.a < ms.floor:
+        # The a·T model cannot hold: the GEMM time per token is below what the FLOPs need at the peak, so it is not
+        # compute, and the weight-read time TP also divides is missing from it. No warning on that basis.
+        title = (
+            f"TP={p} against TP=1 not decided: a = {ms.a * 1e3:.3g} ms per token is below the compute floor "
+            f"F/peak = {ms.floor * 1e3:.3g} ms ({ms.proj['F_proj_kind']} F_proj at {ctx.settings.peak_tflops:g} "
+            f"TFLOP/s), so the GEMM time over the T seen is not compute; T* = "
+            + (f"{t_star:.3g}" if t_star is not None else "none")
+            + f" from it does not show that TP loses; {fit_text}"
+        )
+        next_check = (
+            "Measure a from a TP=1 trace of the same model (--tp1-baseline) over batches where the projections "
+            "are compute-bound, check that --peak-tflops is the peak of the GEMMs' input type and that the "
+            "config is the served model's (SHP002); the per-T-bucket table shows the measured all-reduce time."
+        )
+    elif ms.share > BELOW_SHARE_FINDING and ms.share_with_c <= BELOW_SHARE_FINDING:
+        t_c = values["T_star_with_c"]
+        title = (
+            f"TP={p} against TP=1 not decided: median decode T = {values['median_T']:g} is below T* = "
+            + (f"{t_star:.3g}" if t_star is not None else "none")
+            + f" of the per-token model, but the GEMM time also has a fixed part c = {ms.c_fixed * 1e3:.3g} ms per "
+            f"step (its intercept over T: weight reads) that TP divides too; counting it, TP=p is slower for "
+            f"only {ms.share_with_c:.0%} of steps"
+            + (f" (T*_c = {t_c:.3g})" if t_c is not None else "")
+            + f"; {fit_text}"
+        )
+        next_check = (
+            "Measure both layouts: a TP=1 trace of the same model (--tp1-baseline) gives a and c at TP=1; "
+            "compare p replicas of TP=1 with TP=p by per-card goodput (SHP004)."
+        )
+    else:
+        return None
+    return finding(
+        RULE, **common, severity="info", confidence="low", impact=ms.share, title=title, next_check=next_check
+    )
+
+
+def judge(ctx: Context, ms: BreakEvenMeasure) -> Check:
+    """Status, severity and words from COL003's numbers."""
+    p, fit, cm, t_star, values = ms.p, ms.fm.fit, ms.fm.cm, ms.t_star, ms.fm.values
+    formula, substituted = _formula(ctx, ms)
+    confidence = "medium" if ms.a_is_estimate else "high"
     if fit.line.r2 is not None and fit.line.r2 < 0.5 and fit.bus_bw_bytes_per_s is not None:
-        confidence = "low" if a_is_estimate else "medium"
+        confidence = "low" if ms.a_is_estimate else "medium"
     common = {
         "formula": formula,
         "substituted": substituted,
         "values": values,
-        "table": table,
-        "evidence": evidence,
+        "table": ms.table,
+        "evidence": ms.evidence,
         "cost_model_applies": True,
     }
-
-    def not_decided(title: str, next_check: str) -> Check:
-        # decode T is below T*, but the a·T model does not support "TP is slower": said as info, not a warning
-        return finding(
-            RULE, **common, severity="info", confidence="low", impact=share, title=title, next_check=next_check
-        )
-
-    if share > BELOW_SHARE_FINDING and below_floor:
-        # The a·T model cannot hold: the GEMM time per token is below what the FLOPs need at the peak, so it is not
-        # compute, and the weight-read time TP also divides is missing from it. No warning on that basis.
-        return not_decided(
-            title=(
-                f"TP={p} against TP=1 not decided: a = {a * 1e3:.3g} ms per token is below the compute floor "
-                f"F/peak = {floor * 1e3:.3g} ms ({proj['F_proj_kind']} F_proj at {ctx.settings.peak_tflops:g} "
-                f"TFLOP/s), so the GEMM time over the T seen is not compute; T* = "
-                + (f"{t_star:.3g}" if t_star is not None else "none")
-                + f" from it does not show that TP loses; {fit_text}"
-            ),
-            next_check=(
-                "Measure a from a TP=1 trace of the same model (--tp1-baseline) over batches where the projections "
-                "are compute-bound, check that --peak-tflops is the peak of the GEMMs' input type and that the "
-                "config is the served model's (SHP002); the per-T-bucket table shows the measured all-reduce time."
-            ),
-        )
-    if share > BELOW_SHARE_FINDING and share_with_c <= BELOW_SHARE_FINDING:
-        t_c = values["T_star_with_c"]
-        return not_decided(
-            title=(
-                f"TP={p} against TP=1 not decided: median decode T = {values['median_T']:g} is below T* = "
-                + (f"{t_star:.3g}" if t_star is not None else "none")
-                + f" of the per-token model, but the GEMM time also has a fixed part c = {c_fixed * 1e3:.3g} ms per "
-                f"step (its intercept over T: weight reads) that TP divides too; counting it, TP=p is slower for "
-                f"only {share_with_c:.0%} of steps"
-                + (f" (T*_c = {t_c:.3g})" if t_c is not None else "")
-                + f"; {fit_text}"
-            ),
-            next_check=(
-                "Measure both layouts: a TP=1 trace of the same model (--tp1-baseline) gives a and c at TP=1; "
-                "compare p replicas of TP=1 with TP=p by per-card goodput (SHP004)."
-            ),
-        )
-    if share > BELOW_SHARE_FINDING:
+    undecided = _not_decided(ctx, ms, common)
+    if undecided is not None:
+        return undecided
+    if ms.share > BELOW_SHARE_FINDING:
         if t_star is None:
             title = (
                 f"TP={p} cannot beat TP=1 at any T: the bus-time per token exceeds the compute it saves "
-                f"(a(1−1/p) − bandwidth term = {den * 1e3:.3g} ms ≤ 0); {fit_text}"
+                f"(a(1−1/p) − bandwidth term = {ms.den * 1e3:.3g} ms ≤ 0); {ms.fm.fit_text}"
             )
         else:
             title = (
-                f"TP={p} is slower than TP=1 for {share:.0%} of {scope.split(' ')[0]} steps: median T = "
+                f"TP={p} is slower than TP=1 for {ms.share:.0%} of {ms.scope.split(' ')[0]} steps: median T = "
                 f"{values['median_T']:g} < T* = {t_star:.3g}; the fixed latency of {cm.calls_per_step} dependent "
                 f"{'collectives (' + cm.describe() + ')' if cm.name != 'all-reduce' else 'all-reduces (2L)'} "
-                f"({two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
+                f"({ms.two_l_alpha * 1e3:.3g} ms per step at α = {fit.alpha_s * 1e6:.0f} µs) dominates"
             )
         return finding(
             RULE,
             **common,
             severity="warning",
             confidence=confidence,
-            impact=share,
-            title=title + (" (a estimated)" if a_is_estimate else ""),
+            impact=ms.share,
+            title=title + (" (a estimated)" if ms.a_is_estimate else ""),
             next_check=(
                 "Compare with p replicas of TP=1 by per-card goodput (SHP004); raise the decode batch or lower α "
                 "(custom all-reduce, NVLS, CUDA graphs); measure a from a TP=1 trace (--tp1-baseline)"
-                + (" — a here is an estimate" if a_is_estimate else "")
+                + (" — a here is an estimate" if ms.a_is_estimate else "")
                 + "."
             ),
         )
@@ -668,7 +764,14 @@ def check(ctx: Context) -> Check:
         confidence=confidence,
         title=(
             f"Decode T (median {values['median_T']:g}) is above the break-even T* = {t_star:.3g} for TP={p}; "
-            f"{fit_text} — T* is optimistic (ideal 1/p compute, the rest of the step ignored): "
+            f"{ms.fm.fit_text} — T* is optimistic (ideal 1/p compute, the rest of the step ignored): "
             "this does not prove TP pays off"
         ),
     )
+
+
+def check(ctx: Context) -> Check:
+    ms = measure(ctx)
+    if isinstance(ms, str):
+        return not_applicable(RULE, ms)
+    return judge(ctx, ms)

@@ -31,6 +31,7 @@ processing), fewer synchronous copies of the sampled tokens.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import orjson
 
@@ -137,41 +138,41 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[list[dict], str, str]:
     return host, cause, nxt
 
 
-def check(ctx: Context) -> Check:
-    prepare(ctx)
-    if source_of(ctx) != "gpu_kernel":
-        return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no GPU idle time to measure")
-    steps = ctx.rows("SELECT * FROM step_activity WHERE gpu_span_ns > 0 ORDER BY rank, step_id")
-    if not steps:
-        return not_applicable(RULE, "missing GPU work inside engine steps (no launch of the trace is in a step)")
-    timeline = ctx.rows("SELECT * FROM gpu_timeline ORDER BY rank")
-    # host-blocking stalls of the steady state; start-up calls and the start-up / stop segments are KRN010's
-    stalls = ctx.rows(
-        "SELECT * FROM host_stalls WHERE segment = 'steady' AND NOT startup_call ORDER BY gpu_idle_ns DESC"
-    )
-    span = sum(t["steady_span_ns"] for t in timeline)
-    stall_ns = sum(t["stall_ns"] for t in timeline)
-    between_ns = sum(t["idle_between_ns"] for t in timeline)
-    startup_idle = sum(t["startup_idle_ns"] for t in timeline)
-    table = _phase_table(steps)
-    judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
-    worst = judged[0]
-    stall_share = stall_ns / span if span else 0.0
-    between_share = between_ns / span if span else 0.0
-    w = max((s for s in steps if phase_name(s["phase"]) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0)
-    host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
-    step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
-    values = {
-        "steady_gpu_span_ns": span,
+@dataclass(frozen=True)
+class HostBoundMeasure:
+    """KRN006's numbers: stall, in-step and between-step idle over the steady GPU span, and the longest gap."""
+
+    steps: list[dict]
+    stalls: list[dict]
+    span: int
+    stall_ns: int
+    between_ns: int
+    stall_share: float
+    between_share: float
+    table: list[dict]
+    judged: list[dict]  # the phase rows, decode and mixed first, then by idle share
+    worst: dict
+    w: dict  # the step of the worst phase with the longest GPU idle gap
+    host: list[dict]  # host events during that gap
+    gap_cause: str
+    gap_next: str
+    step_name: str | None
+    values: dict
+
+
+def _values(m: dict) -> dict:
+    table, w, timeline = m["table"], m["w"], m["timeline"]
+    return {
+        "steady_gpu_span_ns": m["span"],
         "gpu_busy_ns": sum(t["steady_busy_ns"] for t in timeline),
-        "startup_and_stop_idle_ns": startup_idle,
+        "startup_and_stop_idle_ns": sum(t["startup_idle_ns"] for t in timeline),
         "startup_and_stop_idle": "GPU idle in the start-up and profiler-stop segments and during start-up calls: "
         "KRN010's, kept out of these shares",
-        "stall_ns": stall_ns,
-        "stall_share_of_span": round(stall_share, 4),
-        "stalls": len(stalls),
-        "idle_between_steps_ns": between_ns,
-        "idle_between_steps_share_of_span": round(between_share, 4),
+        "stall_ns": m["stall_ns"],
+        "stall_share_of_span": round(m["stall_share"], 4),
+        "stalls": len(m["stalls"]),
+        "idle_between_steps_ns": m["between_ns"],
+        "idle_between_steps_share_of_span": round(m["between_share"], 4),
         "idle_share": {t["phase"]: round(t["idle_share"], 4) for t in table},
         "step_ns_without_stalls": {t["phase"]: t["step_ns"] for t in table},
         "step_ns_with_stalls": {t["phase"]: t["step_ns"] + t["stall_ns"] for t in table},
@@ -181,19 +182,71 @@ def check(ctx: Context) -> Check:
             "rank": w["rank"],
             "step": w["step_id"],
             "gap_ns": w["max_gap_ns"],
-            "host": [f"{h['name']} ({h['kind']}, {ms(h['dur_ns'])})" for h in host],
+            "host": [f"{h['name']} ({h['kind']}, {ms(h['dur_ns'])})" for h in m["host"]],
         },
     }
-    formula = (
-        "stall share = Σ GPU idle during host-blocking stalls / steady span; idle share (phase) = Σ idle in windows, "
-        "stalls and start-up excluded / Σ (window − stalls − start-up idle); idle between steps = idle outside "
-        "windows / steady span"
+
+
+def measure(ctx: Context) -> HostBoundMeasure | str:
+    """Every number KRN006 judges by, or the reason (a string) it does not apply."""
+    prepare(ctx)
+    if source_of(ctx) != "gpu_kernel":
+        return "missing GPU kernels: a CPU-only trace has no GPU idle time to measure"
+    steps = ctx.rows("SELECT * FROM step_activity WHERE gpu_span_ns > 0 ORDER BY rank, step_id")
+    if not steps:
+        return "missing GPU work inside engine steps (no launch of the trace is in a step)"
+    timeline = ctx.rows("SELECT * FROM gpu_timeline ORDER BY rank")
+    # host-blocking stalls of the steady state; start-up calls and the start-up / stop segments are KRN010's
+    stalls = ctx.rows(
+        "SELECT * FROM host_stalls WHERE segment = 'steady' AND NOT startup_call ORDER BY gpu_idle_ns DESC"
     )
-    substituted = (
-        f"stalls {ms(stall_ns)} / {ms(span)} = {stall_share:.3f}; "
-        + "; ".join(f"{t['phase']}: {ms(t['gpu_idle_ns'])} / {ms(t['step_ns'])} = {t['idle_share']:.3f}" for t in table)
-        + f"; between steps {ms(between_ns)} / {ms(span)} = {between_share:.3f}"
+    span = sum(t["steady_span_ns"] for t in timeline)
+    stall_ns = sum(t["stall_ns"] for t in timeline)
+    between_ns = sum(t["idle_between_ns"] for t in timeline)
+    table = _phase_table(steps)
+    judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
+    worst = judged[0]
+    stall_share = stall_ns / span if span else 0.0
+    between_share = between_ns / span if span else 0.0
+    w = max((s for s in steps if phase_name(s["phase"]) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0)
+    host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
+    step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
+    values = _values(
+        {
+            "table": table,
+            "w": w,
+            "timeline": timeline,
+            "span": span,
+            "stall_ns": stall_ns,
+            "stall_share": stall_share,
+            "stalls": stalls,
+            "between_ns": between_ns,
+            "between_share": between_share,
+            "host": host,
+        }
     )
+    return HostBoundMeasure(
+        steps,
+        stalls,
+        span,
+        stall_ns,
+        between_ns,
+        stall_share,
+        between_share,
+        table,
+        judged,
+        worst,
+        w,
+        host,
+        gap_cause,
+        gap_next,
+        step_name,
+        values,
+    )
+
+
+def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
+    w = m.w
     evidence = [
         {
             "rank": s["rank"],
@@ -205,15 +258,15 @@ def check(ctx: Context) -> Check:
             "dur_ns": s["dur_ns"],
             "gpu_idle_ns": s["gpu_idle_ns"],
         }
-        for s in stalls[:3]
+        for s in m.stalls[:3]
     ] + [
         {
             "rank": w["rank"],
             "step": w["step_id"],
             "ts_ns": w["max_gap_start_ns"],
-            "name": f"longest GPU idle gap in {step_name} (stalls excluded)",
+            "name": f"longest GPU idle gap in {m.step_name} (stalls excluded)",
             "gap_ns": w["max_gap_ns"],
-            "phase": worst["phase"],
+            "phase": m.worst["phase"],
         }
     ]
     evidence += [
@@ -226,59 +279,90 @@ def check(ctx: Context) -> Check:
             "dur_ns": h["dur_ns"],
             "overlap_ns": h["overlap_ns"],
         }
-        for h in host
+        for h in m.host
     ]
-    evidence = evidence[: ctx.settings.max_evidence]
-    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
-    # the three measures, each with its cost; the largest leads the title
+    return evidence[: ctx.settings.max_evidence]
+
+
+def _stall_part(m: HostBoundMeasure) -> tuple:
+    """The host-blocking stalls as (share, cost, severity, sentence, what to do)."""
+    stalls, table = m.stalls, m.table
+    s0 = stalls[0]
+    ph = next((t["phase"] for t in table if t["stall_ns"]), None)
+    with_without = ""
+    if ph:
+        t = next(t for t in table if t["phase"] == ph)
+        with_without = f" ({ph} step time {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+    return (
+        m.stall_share,
+        m.stall_ns,
+        "warning" if m.stall_share >= STALL_WARNING else "info",
+        f"host-blocking stall: {s0['name']} ({s0['kind']}) {ms(s0['dur_ns'])} in "
+        f"{s0['op_name'] or 'no CPU op'}{_dims(s0['op_dims'])}"
+        + (f" and {len(stalls) - 1} more" if len(stalls) > 1 else "")
+        + (" idle" if len(stalls) > 1 else " idles")
+        + f" the GPU {ms(m.stall_ns)} = {m.stall_share:.0%} of the steady GPU time; kept out of step "
+        f"times{with_without}",
+        "Remove the blocking call from the step: pin the host memory and copy with non_blocking=True, drop the "
+        ".item()/.cpu()/synchronize.",
+    )
+
+
+def _parts(m: HostBoundMeasure) -> list[tuple]:
+    """The three measures over their thresholds, each with its cost; the largest leads the title."""
     parts = []
-    if stalls and stall_share >= STALL_SHARE:
-        s0 = stalls[0]
-        ph = next((t["phase"] for t in table if t["stall_ns"]), None)
-        with_without = ""
-        if ph:
-            t = next(t for t in table if t["phase"] == ph)
-            with_without = f" ({ph} step time {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
-        parts.append(
-            (
-                stall_share,
-                stall_ns,
-                "warning" if stall_share >= STALL_WARNING else "info",
-                f"host-blocking stall: {s0['name']} ({s0['kind']}) {ms(s0['dur_ns'])} in "
-                f"{s0['op_name'] or 'no CPU op'}{_dims(s0['op_dims'])}"
-                + (f" and {len(stalls) - 1} more" if len(stalls) > 1 else "")
-                + (" idle" if len(stalls) > 1 else " idles")
-                + f" the GPU {ms(stall_ns)} = {stall_share:.0%} of the steady GPU time; kept out of step "
-                f"times{with_without}",
-                "Remove the blocking call from the step: pin the host memory and copy with non_blocking=True, drop the "
-                ".item()/.cpu()/synchronize.",
-            )
-        )
-    for t in judged:
+    if m.stalls and m.stall_share >= STALL_SHARE:
+        parts.append(_stall_part(m))
+    for t in m.judged:
         if t["idle_share"] >= IDLE_SHARE:
             parts.append(
                 (
                     t["idle_share"],
                     t["gpu_idle_ns"],
                     "warning",
-                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {gap_cause}"
-                    if t is worst
+                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {m.gap_cause}"
+                    if t is m.worst
                     else f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])}",
-                    gap_next,
+                    m.gap_next,
                 )
             )
-    if between_share >= IDLE_SHARE:
+    if m.between_share >= IDLE_SHARE:
         parts.append(
             (
-                between_share,
-                between_ns,
+                m.between_share,
+                m.between_ns,
                 "warning",
-                f"GPU idle between steps {ms(between_ns)} = {between_share:.0%} of the steady GPU time (the engine's "
-                "host loop: scheduling, sampling, output processing)",
+                f"GPU idle between steps {ms(m.between_ns)} = {m.between_share:.0%} of the steady GPU time (the "
+                "engine's host loop: scheduling, sampling, output processing)",
                 "Overlap the host loop with the GPU (async scheduling / output processing), cut synchronous copies of "
                 "the sampled tokens.",
             )
         )
+    return parts
+
+
+def judge(ctx: Context, m: HostBoundMeasure) -> Check:
+    """Status, severity and words from KRN006's numbers."""
+    formula = (
+        "stall share = Σ GPU idle during host-blocking stalls / steady span; idle share (phase) = Σ idle in windows, "
+        "stalls and start-up excluded / Σ (window − stalls − start-up idle); idle between steps = idle outside "
+        "windows / steady span"
+    )
+    substituted = (
+        f"stalls {ms(m.stall_ns)} / {ms(m.span)} = {m.stall_share:.3f}; "
+        + "; ".join(
+            f"{t['phase']}: {ms(t['gpu_idle_ns'])} / {ms(t['step_ns'])} = {t['idle_share']:.3f}" for t in m.table
+        )
+        + f"; between steps {ms(m.between_ns)} / {ms(m.span)} = {m.between_share:.3f}"
+    )
+    common = {
+        "formula": formula,
+        "substituted": substituted,
+        "values": m.values,
+        "table": m.table,
+        "evidence": _evidence(ctx, m),
+    }
+    parts = _parts(m)
     if not parts:
         return passed(
             RULE,
@@ -286,8 +370,8 @@ def check(ctx: Context) -> Check:
             confidence="high",
             title=(
                 "GPU busy inside steps: idle "
-                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t['phase'])}" for t in judged)
-                + f"; {between_share:.1%} idle between steps, {stall_share:.1%} in host-blocking stalls"
+                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t['phase'])}" for t in m.judged)
+                + f"; {m.between_share:.1%} idle between steps, {m.stall_share:.1%} in host-blocking stalls"
             ),
         )
     parts.sort(key=lambda p: -p[0])
@@ -300,7 +384,14 @@ def check(ctx: Context) -> Check:
         confidence="high",
         impact=min(1.0, impact),
         cost_ns=int(cost),
-        cost_per_step_ns=int(cost / len(steps)),
+        cost_per_step_ns=int(cost / len(m.steps)),
         title=lead[0].upper() + lead[1:] + (" — also: " + "; ".join(rest) if rest else ""),
         next_check=nxt + (" " + " ".join(p[4] for p in parts[1:] if p[4] != nxt) if len(parts) > 1 else ""),
     )
+
+
+def check(ctx: Context) -> Check:
+    m = measure(ctx)
+    if isinstance(m, str):
+        return not_applicable(RULE, m)
+    return judge(ctx, m)

@@ -27,6 +27,8 @@ shed load before tuning kernels, then re-measure inside a window where the queue
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from tracediag.analyses.serving import (
@@ -124,14 +126,24 @@ def _xy(s: Series) -> tuple[list[float], list[float]]:
     return (spread_ties(xs) if s.source == "log" else xs), ys
 
 
-def check(ctx: Context) -> Check:
+@dataclass(frozen=True)
+class QueueMeasure:
+    """SCH003's numbers: every queue series' trend test, and the waiting series whose rise is too small to matter."""
+
+    candidates: list[tuple[Series, str]]
+    running: dict[tuple, Series]
+    table: list[dict]
+    tested: list[tuple]  # (series, quantity, trend, xs, ys)
+    small: list[tuple]  # (series, quantity, trend, xs, ys, Sen rise, rise threshold)
+
+
+def measure(ctx: Context) -> QueueMeasure | str:
+    """Every number SCH003 judges by, or the reason (a string) it does not apply."""
     candidates = [(s, "waiting requests") for s in log_series(ctx, "waiting")]
     candidates += [(s, "waiting requests") for s in metric_series(ctx, "requests_waiting")]
     candidates += [(s, "mean queue time (s)") for s in _queue_time_series(ctx)]
     if not candidates:
-        return not_applicable(
-            RULE, "missing queue series: no vLLM stats lines (Waiting/Pending) and no timed /metrics scrapes"
-        )
+        return "missing queue series: no vLLM stats lines (Waiting/Pending) and no timed /metrics scrapes"
     running = {(s.input_id, s.engine): s for s in metric_series(ctx, "requests_running")}
     table, tested, small = [], [], []
     for s, what in candidates:
@@ -147,89 +159,101 @@ def check(ctx: Context) -> Check:
         table.append(row)
         if t is not None:
             tested.append((s, what, t, xs, ys))
-    if not tested:
-        longest = max(len(s.xy()[1]) for s, _ in candidates)
-        zero = [(s, what) for s, what in candidates if s.xy()[1] and all(v == 0 for v in s.xy()[1])]
-        if zero and len(zero) == sum(1 for s, _ in candidates if s.xy()[1]):
-            s, what = max(zero, key=lambda x: len(x[0].xy()[1]))
-            xs, ys = _xy(s)
-            n_zero = sum(len(z.xy()[1]) for z, _ in zero)
-            return passed(
-                RULE,
-                confidence="low",
-                title=(
-                    f"No queue: {what} stayed 0 in all {n_zero} samples of {len(zero)} series"
-                    if len(zero) > 1
-                    else f"No queue: {what} 0 in the one sample"
-                    if len(ys) == 1
-                    else f"No queue: {what} stayed 0 in all {len(ys)} samples ({_span(xs[-1] - xs[0])})"
-                ),
-                formula=FORMULA,
-                substituted=f"{s.label}: waiting = 0 in every sample; no trend to test",
-                values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": n_zero, "series": len(zero)},
-                table=table,
-                evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
-            )
-        return not_applicable(
-            RULE,
-            f"missing a queue time series of at least {MIN_TREND_POINTS} samples (longest has {longest}): "
-            "a trend needs a window, not one sample; scrape /metrics with `tracediag scrape` or pass a longer log",
-        )
-    tiny = {id(x[0]) for x in small}
-    growing = [x for x in tested if x[2].increasing and id(x[0]) not in tiny]
-    values = {"alpha": SIGNIFICANCE, "series_tested": len(tested), "series_growing": len(growing)}
-    if not growing and small:
-        s, what, t, xs, ys, rise, threshold = min(small, key=lambda x: x[2].p_increase)
-        values |= {
-            "S": t.s,
-            "p_increase": t.p_increase,
-            "sen_slope_per_s": t.sen_slope,
-            "n": t.n,
-            "sen_rise": rise,
-            "rise_threshold": threshold,
-        }
+    return QueueMeasure(candidates, running, table, tested, small)
+
+
+def _end_evidence(s: Series) -> list[dict]:
+    return [series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)]
+
+
+def _judge_untested(ms: QueueMeasure) -> Check:
+    """No series long enough for a trend test: a queue that is 0 wherever seen passes, anything else is n/a."""
+    candidates = ms.candidates
+    longest = max(len(s.xy()[1]) for s, _ in candidates)
+    zero = [(s, what) for s, what in candidates if s.xy()[1] and all(v == 0 for v in s.xy()[1])]
+    if zero and len(zero) == sum(1 for s, _ in candidates if s.xy()[1]):
+        s, what = max(zero, key=lambda x: len(x[0].xy()[1]))
+        xs, ys = _xy(s)
+        n_zero = sum(len(z.xy()[1]) for z, _ in zero)
         return passed(
             RULE,
-            confidence="medium",
+            confidence="low",
             title=(
-                f"Queue rose only {ys[0]:g} → {ys[-1]:g} (Sen rise {rise:.2g} ≤ {threshold:.2g}, the least growth "
-                f"that matters beside the running batch): not arrivals outpacing completions; a request stuck in the "
-                "queue is SCH011's"
+                f"No queue: {what} stayed 0 in all {n_zero} samples of {len(zero)} series"
+                if len(zero) > 1
+                else f"No queue: {what} 0 in the one sample"
+                if len(ys) == 1
+                else f"No queue: {what} stayed 0 in all {len(ys)} samples ({_span(xs[-1] - xs[0])})"
             ),
             formula=FORMULA,
-            substituted=(
-                f"{s.label}: n = {t.n}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)} × "
-                f"{xs[-1] - xs[0]:.3g} s = {rise:.3g} ≤ max(2, 0.1 × median running) = {threshold:.3g}"
-            ),
-            values=values,
-            table=table,
-            evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
+            substituted=f"{s.label}: waiting = 0 in every sample; no trend to test",
+            values={"alpha": SIGNIFICANCE, "series_tested": 0, "n": n_zero, "series": len(zero)},
+            table=ms.table,
+            evidence=_end_evidence(s),
         )
-    if not growing:
-        s, what, t, xs, ys = max(tested, key=lambda x: x[2].n)
-        if all(v == 0 for v in ys):
-            title = f"No queue: {what} stayed 0 over {_span(xs[-1] - xs[0])} ({t.n} samples)"
-        elif t.decreasing:
-            title = (
-                f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
-                f"(Sen slope {_slope(t.sen_slope)}, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
-            )
-        else:
-            title = (
-                f"No significant queue growth: Mann-Kendall p = {t.p_increase:.3g} ≥ α = {SIGNIFICANCE} "
-                f"over {t.n} samples"
-            )
-        values |= {"S": t.s, "p_increase": t.p_increase, "sen_slope_per_s": t.sen_slope, "n": t.n}
-        return passed(
-            RULE,
-            confidence="high" if t.n >= 8 else "medium",
-            title=title,
-            formula=FORMULA,
-            substituted=f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)}",
-            values=values,
-            table=table,
-            evidence=[series_evidence(s, s.point(i), "sample", value=s.point(i)["value"]) for i in _ends(s)],
+    return not_applicable(
+        RULE,
+        f"missing a queue time series of at least {MIN_TREND_POINTS} samples (longest has {longest}): "
+        "a trend needs a window, not one sample; scrape /metrics with `tracediag scrape` or pass a longer log",
+    )
+
+
+def _judge_small_rise(ms: QueueMeasure, values: dict) -> Check:
+    s, _what, t, xs, ys, rise, threshold = min(ms.small, key=lambda x: x[2].p_increase)
+    values |= {
+        "S": t.s,
+        "p_increase": t.p_increase,
+        "sen_slope_per_s": t.sen_slope,
+        "n": t.n,
+        "sen_rise": rise,
+        "rise_threshold": threshold,
+    }
+    return passed(
+        RULE,
+        confidence="medium",
+        title=(
+            f"Queue rose only {ys[0]:g} → {ys[-1]:g} (Sen rise {rise:.2g} ≤ {threshold:.2g}, the least growth "
+            f"that matters beside the running batch): not arrivals outpacing completions; a request stuck in the "
+            "queue is SCH011's"
+        ),
+        formula=FORMULA,
+        substituted=(
+            f"{s.label}: n = {t.n}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)} × "
+            f"{xs[-1] - xs[0]:.3g} s = {rise:.3g} ≤ max(2, 0.1 × median running) = {threshold:.3g}"
+        ),
+        values=values,
+        table=ms.table,
+        evidence=_end_evidence(s),
+    )
+
+
+def _judge_no_growth(ms: QueueMeasure, values: dict) -> Check:
+    s, what, t, xs, ys = max(ms.tested, key=lambda x: x[2].n)
+    if all(v == 0 for v in ys):
+        title = f"No queue: {what} stayed 0 over {_span(xs[-1] - xs[0])} ({t.n} samples)"
+    elif t.decreasing:
+        title = (
+            f"Queue draining: {what} fell {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
+            f"(Sen slope {_slope(t.sen_slope)}, Mann-Kendall p = {t.p_decrease:.3g} for a decrease)"
         )
+    else:
+        title = (
+            f"No significant queue growth: Mann-Kendall p = {t.p_increase:.3g} ≥ α = {SIGNIFICANCE} over {t.n} samples"
+        )
+    values |= {"S": t.s, "p_increase": t.p_increase, "sen_slope_per_s": t.sen_slope, "n": t.n}
+    return passed(
+        RULE,
+        confidence="high" if t.n >= 8 else "medium",
+        title=title,
+        formula=FORMULA,
+        substituted=f"{s.label}: n = {t.n}, S = {t.s}, p = {t.p_increase:.4g}, Sen slope = {_slope(t.sen_slope)}",
+        values=values,
+        table=ms.table,
+        evidence=_end_evidence(s),
+    )
+
+
+def _judge_growing(ms: QueueMeasure, values: dict, growing: list[tuple]) -> Check:
     s, what, t, xs, ys = min(growing, key=lambda x: x[2].p_increase)
     idx = s.valid()
     first, last = s.point(int(idx[0])), s.point(int(idx[-1]))
@@ -252,14 +276,14 @@ def check(ctx: Context) -> Check:
     rise_txt = ""
     if what == "waiting requests":
         rise = (t.sen_slope or 0.0) * (xs[-1] - xs[0])
-        threshold = queue_rise_threshold(_running_median(s, running))
+        threshold = queue_rise_threshold(_running_median(s, ms.running))
         values |= {"sen_rise": rise, "rise_threshold": threshold}
         rise_txt = f"; rise = {rise:.3g} > max(2, 0.1 × median running) = {threshold:.3g}"
     return finding(
         RULE,
         severity="error" if ys[-1] > 0 and t.p_increase < SIGNIFICANCE / 5 else "warning",
         confidence="high" if t.n >= 8 else "medium",
-        impact=min(1.0, len(growing) / len(tested)),
+        impact=min(1.0, len(growing) / len(ms.tested)),
         title=(
             f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
             f"({_slope(t.sen_slope)}, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "
@@ -271,7 +295,7 @@ def check(ctx: Context) -> Check:
             f"Sen slope = {_slope(t.sen_slope)} (least squares {_slope(t.ols_slope)}){rise_txt}"
         ),
         values=values,
-        table=table,
+        table=ms.table,
         evidence=[
             series_evidence(s, p, label, value=p["value"])
             for label, p in (("start", first), ("peak", peak), ("end", last))
@@ -281,3 +305,24 @@ def check(ctx: Context) -> Check:
             "or add replicas before tuning kernels, then measure again in a window where Waiting is flat."
         ),
     )
+
+
+def judge(ms: QueueMeasure) -> Check:
+    """Status, severity and words from SCH003's trend tests."""
+    if not ms.tested:
+        return _judge_untested(ms)
+    tiny = {id(x[0]) for x in ms.small}
+    growing = [x for x in ms.tested if x[2].increasing and id(x[0]) not in tiny]
+    values = {"alpha": SIGNIFICANCE, "series_tested": len(ms.tested), "series_growing": len(growing)}
+    if not growing and ms.small:
+        return _judge_small_rise(ms, values)
+    if not growing:
+        return _judge_no_growth(ms, values)
+    return _judge_growing(ms, values, growing)
+
+
+def check(ctx: Context) -> Check:
+    ms = measure(ctx)
+    if isinstance(ms, str):
+        return not_applicable(RULE, ms)
+    return judge(ms)

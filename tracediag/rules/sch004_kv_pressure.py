@@ -31,6 +31,7 @@ replicas.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -115,22 +116,23 @@ def _where(s, p: dict) -> str:
 KV_PCT_MAX = 100.5  # engines round; a little over 100 % is a full cache, far over it is not a usage
 
 
-def check(ctx: Context) -> Check:
-    paths = input_paths(ctx)
-    kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
-    kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
-    pressure_messages = ctx.scalar("SELECT count(*) FROM serving_events WHERE kind IN ('preemption', 'retraction')")
-    if not kv_logs and not kv_metrics and not pressure_messages:
-        return not_applicable(
-            RULE,
-            "missing KV-cache usage: no vLLM/SGLang stats lines, no kv_cache_usage_perc/token_usage metric and no "
-            "preemption or retraction message",
-        )
-    table, evidence = [], []
+@dataclass(frozen=True)
+class KvUsage:
+    """The KV usage samples over every series: the fullest, the fullest with a queue, and the count of both."""
+
+    table: list[dict]
+    n_samples: int
+    n_admission: int
+    worst_queued: tuple | None  # (kv %, waiting, series, index): the fullest sample with a queue
+    worst: tuple | None  # (kv %, series, index): the fullest sample
+
+
+def _usage(series: list) -> KvUsage:
+    table = []
     n_samples, n_admission = 0, 0
-    worst_queued: tuple | None = None  # (kv %, waiting, series, index): the fullest sample with a queue
-    worst: tuple | None = None  # (kv %, series, index): the fullest sample
-    for s in kv_logs + kv_metrics:
+    worst_queued: tuple | None = None
+    worst: tuple | None = None
+    for s in series:
         with np.errstate(over="ignore", invalid="ignore"):
             pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
         # a usage outside 0-100 % (a corrupt sample, ±1e308) is not a measurement: left out like a missing one
@@ -159,8 +161,28 @@ def check(ctx: Context) -> Check:
                 "samples_over_admission_pct_with_queue": int(queued.sum()) if s.source == "log" else None,
             }
         )
-    kv_max = worst[0] if worst else 0.0
-    # preemptions: V1 per-interval counts, V0 swapped requests and warnings, SGLang retractions, /metrics counters
+    return KvUsage(table, n_samples, n_admission, worst_queued, worst)
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    """Preemptions: V1 per-interval counts, V0 swapped requests and warnings, SGLang retractions, /metrics counters."""
+
+    v1: list[dict]
+    swapped: list[dict]
+    warn: list[dict]
+    n_v1: int
+    n_warn: int
+    n_retract: int
+    n_metric: float
+    max_swapped: int
+
+    @property
+    def total(self) -> float:
+        return self.n_v1 + self.n_warn + self.n_metric + self.n_retract
+
+
+def _preemptions(ctx: Context) -> Preemptions:
     v1 = ctx.rows(
         "SELECT input_id, line, ts_text, t_s, preemptions FROM serving_stats WHERE preemptions > 0 "
         "ORDER BY input_id, t_s"
@@ -182,50 +204,83 @@ def check(ctx: Context) -> Check:
         sum(np.nanmax(s.v.astype(float)) if not np.isnan(s.v.astype(float)).all() else 0 for s in counters)
     )
     max_swapped = max((r["swapped"] for r in swapped), default=0)
-    preempted = n_v1 + n_warn + n_metric + n_retract
+    return Preemptions(v1, swapped, warn, n_v1, n_warn, n_retract, n_metric, max_swapped)
+
+
+def _evidence(ctx: Context, paths: dict, pre: Preemptions, use: KvUsage) -> list[dict]:
+    evidence = []
+    for r in pre.warn[:2]:
+        evidence.append(log_evidence(paths[r["input_id"]], r, f"{r['kind']} message", value=r["cumulative"]))
+    for r in pre.swapped[:2]:
+        evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Swapped)", value=r["swapped"]))
+    for r in pre.v1[:2]:
+        evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Preemptions)", value=r["preemptions"]))
+    if use.worst_queued:
+        wq = use.worst_queued
+        q = wq[2].point(wq[3])
+        evidence.append(series_evidence(wq[2], q, "fullest KV sample with a queue (%)", value=wq[0], waiting=wq[1]))
+    if use.worst:
+        w = use.worst[1].point(use.worst[2])
+        evidence.append(
+            series_evidence(use.worst[1], w, "max KV usage sample (%)", value=use.worst[0], waiting=w.get("waiting"))
+        )
+    return evidence[: ctx.settings.max_evidence]
+
+
+@dataclass(frozen=True)
+class KvMeasure:
+    """SCH004's numbers: KV usage, preemptions and the capacity account."""
+
+    use: KvUsage
+    pre: Preemptions
+    kv_max: float
+    values: dict
+    evidence: list[dict]
+
+
+def measure(ctx: Context) -> KvMeasure | str:
+    """Every number SCH004 judges by, or the reason (a string) it does not apply."""
+    paths = input_paths(ctx)
+    kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
+    kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
+    pressure_messages = ctx.scalar("SELECT count(*) FROM serving_events WHERE kind IN ('preemption', 'retraction')")
+    if not kv_logs and not kv_metrics and not pressure_messages:
+        return (
+            "missing KV-cache usage: no vLLM/SGLang stats lines, no kv_cache_usage_perc/token_usage metric and no "
+            "preemption or retraction message"
+        )
+    use = _usage(kv_logs + kv_metrics)
+    worst = use.worst
+    kv_max = worst[0] if worst else 0.0
+    pre = _preemptions(ctx)
     values = {
         "kv_usage_max_pct": round(kv_max, 3),
         "kv_usage_max_at": _where(worst[1], worst[1].point(worst[2])) if worst else None,
         "high_threshold_pct": HIGH_PCT,
         "admission_threshold_pct": ADMISSION_PCT,
         "full_threshold_pct": FULL_PCT,
-        "preemptions_v1_intervals": n_v1,
-        "preemptions_v0_cumulative": n_warn,
-        "retractions_sglang": n_retract,
-        "preemptions_metric_total": n_metric,
-        "swapped_max": max_swapped,
-        "samples": n_samples,
-        "samples_full_with_waiting": n_admission,
+        "preemptions_v1_intervals": pre.n_v1,
+        "preemptions_v0_cumulative": pre.n_warn,
+        "retractions_sglang": pre.n_retract,
+        "preemptions_metric_total": pre.n_metric,
+        "swapped_max": pre.max_swapped,
+        "samples": use.n_samples,
+        "samples_full_with_waiting": use.n_admission,
     } | _capacity(ctx)
     if values.get("block_size") and kv_logs:
         a = int(max(np.nanmax(np.nan_to_num(s.cols["running"].astype(float))) for s in kv_logs))
         values["tail_waste_bound_tokens"] = paged_tail_waste_bound(a, values["block_size"])
         values["active_sequences_max"] = a
-    for r in warn[:2]:
-        evidence.append(log_evidence(paths[r["input_id"]], r, f"{r['kind']} message", value=r["cumulative"]))
-    for r in swapped[:2]:
-        evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Swapped)", value=r["swapped"]))
-    for r in v1[:2]:
-        evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Preemptions)", value=r["preemptions"]))
-    if worst_queued:
-        q = worst_queued[2].point(worst_queued[3])
-        evidence.append(
-            series_evidence(
-                worst_queued[2], q, "fullest KV sample with a queue (%)", value=worst_queued[0], waiting=worst_queued[1]
-            )
-        )
-    if worst:
-        w = worst[1].point(worst[2])
-        evidence.append(
-            series_evidence(worst[1], w, "max KV usage sample (%)", value=worst[0], waiting=w.get("waiting"))
-        )
-    evidence = evidence[: ctx.settings.max_evidence]
-    formula = FORMULA
+    return KvMeasure(use, pre, kv_max, values, _evidence(ctx, paths, pre, use))
+
+
+def _substituted(ms: KvMeasure) -> str:
+    values, pre, use = ms.values, ms.pre, ms.use
     substituted = (
-        (f"max KV usage {kv_max:.1f} % ({values['kv_usage_max_at']})" if worst else "no KV usage samples")
-        + f"; preemptions {preempted:g} (V1 {n_v1}, "
-        f"V0 {n_warn}, SGLang retractions {n_retract}, metrics {n_metric:g}), max swapped {max_swapped}; "
-        f"{n_admission} of {n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
+        (f"max KV usage {ms.kv_max:.1f} % ({values['kv_usage_max_at']})" if use.worst else "no KV usage samples")
+        + f"; preemptions {pre.total:g} (V1 {pre.n_v1}, "
+        f"V0 {pre.n_warn}, SGLang retractions {pre.n_retract}, metrics {pre.n_metric:g}), max swapped "
+        f"{pre.max_swapped}; {use.n_admission} of {use.n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
     )
     if "kv_bytes_per_token" in values:
         substituted += (
@@ -237,22 +292,36 @@ def check(ctx: Context) -> Check:
             f"; tail waste ≤ A·(B−1) = {values['active_sequences_max']}·({values['block_size']}−1) = "
             f"{values['tail_waste_bound_tokens']:,} tokens"
         )
-    nxt = (
-        "First rule out a growing queue (SCH003) and an invalid load test (SCH009): more arrivals than completions "
-        "fill any cache. Then shorten contexts or max_tokens, lower max_num_seqs, quantize the KV cache "
-        "(kv_cache_dtype=fp8), or give each replica more KV memory (gpu_memory_utilization, larger TP) or add "
-        "replicas; check SCH005 for the capacity the engine actually got."
-    )
-    common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    return substituted
+
+
+NEXT_CHECK = (
+    "First rule out a growing queue (SCH003) and an invalid load test (SCH009): more arrivals than completions "
+    "fill any cache. Then shorten contexts or max_tokens, lower max_num_seqs, quantize the KV cache "
+    "(kv_cache_dtype=fp8), or give each replica more KV memory (gpu_memory_utilization, larger TP) or add "
+    "replicas; check SCH005 for the capacity the engine actually got."
+)
+
+
+def judge(ms: KvMeasure) -> Check:
+    """Status, severity and words from SCH004's numbers."""
+    values, pre, use, kv_max, worst = ms.values, ms.pre, ms.use, ms.kv_max, ms.use.worst
+    common = {
+        "formula": FORMULA,
+        "substituted": _substituted(ms),
+        "values": values,
+        "table": use.table,
+        "evidence": ms.evidence,
+    }
     full_word = "full" if kv_max >= FULL_PCT else "under pressure"
-    if preempted > 0 or max_swapped > 0:
+    if pre.total > 0 or pre.max_swapped > 0:
         what = []
-        if n_v1 or n_warn or n_metric:
-            what.append(f"{n_v1 + n_warn + n_metric:g} preemptions")
-        if n_retract:
-            what.append(f"{n_retract} retracted (SGLang)")
-        if max_swapped:
-            what.append(f"up to {max_swapped} swapped")
+        if pre.n_v1 or pre.n_warn or pre.n_metric:
+            what.append(f"{pre.n_v1 + pre.n_warn + pre.n_metric:g} preemptions")
+        if pre.n_retract:
+            what.append(f"{pre.n_retract} retracted (SGLang)")
+        if pre.max_swapped:
+            what.append(f"up to {pre.max_swapped} swapped")
         usage = (
             f"max KV usage {kv_max:.1f} % at {values['kv_usage_max_at']}"
             if worst
@@ -263,22 +332,22 @@ def check(ctx: Context) -> Check:
             severity="warning",
             confidence="high",
             impact=min(1.0, kv_max / 100) if worst else 1.0,
-            next_check=nxt,
+            next_check=NEXT_CHECK,
             **common,
             title=f"KV cache {full_word if worst else 'full'}, requests preempted: {', '.join(what)}; {usage}",
         )
-    if worst_queued:
-        pct, waiting, ws, j = worst_queued
+    if use.worst_queued:
+        pct, waiting, ws, j = use.worst_queued
         return finding(
             RULE,
             severity="warning",
             confidence="high",
-            impact=n_admission / max(1, n_samples),
-            next_check=nxt,
+            impact=use.n_admission / max(1, use.n_samples),
+            next_check=NEXT_CHECK,
             **common,
             title=(
                 f"KV cache {'full' if pct >= FULL_PCT else 'limits admission'}: {pct:.1f} % used while {waiting} "
-                f"requests wait ({_where(ws, ws.point(j))}); {n_admission} of {n_samples} samples ≥ "
+                f"requests wait ({_where(ws, ws.point(j))}); {use.n_admission} of {use.n_samples} samples ≥ "
                 f"{ADMISSION_PCT:g} % with a queue"
             ),
         )
@@ -288,7 +357,7 @@ def check(ctx: Context) -> Check:
             severity="info",
             confidence="medium",
             impact=kv_max / 100,
-            next_check="Watch for preemptions as load grows; " + nxt,
+            next_check="Watch for preemptions as load grows; " + NEXT_CHECK,
             **common,
             title=(
                 f"KV cache usage high: max {kv_max:.1f} % at {values['kv_usage_max_at']} (no preemption, no request "
@@ -301,3 +370,10 @@ def check(ctx: Context) -> Check:
         **common,
         title=f"KV cache has headroom: max usage {kv_max:.1f} % ({values['kv_usage_max_at']}), no preemption",
     )
+
+
+def check(ctx: Context) -> Check:
+    ms = measure(ctx)
+    if isinstance(ms, str):
+        return not_applicable(RULE, ms)
+    return judge(ms)
