@@ -187,36 +187,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         w0s = np.array([w["w0"] for w in windows], dtype=np.int64)
         w1s = np.array([w["w1"] for w in windows], dtype=np.int64)
         steps_host = [(sid, ts, ts + dur) for sid, _, _, ts, dur in step_rows]
-        # --- stalls
-        calls = calls_of.get(rank, [])
-        found: list[tuple[dict, np.ndarray, np.ndarray]] = []
-        for name, ts, dur, tid in _outermost(calls):
-            gs, ge = iv.gaps(bs, be, ts, ts + dur)
-            idle = iv.total(gs, ge)
-            if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
-                continue
-            step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
-            op = con.execute(
-                "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
-                "AND ts_ns + dur_ns >= ? ORDER BY dur_ns LIMIT 1",
-                [rank, tid, ts, ts + dur],
-            ).fetchall()
-            op = op[0] if op else None
-            kind = stall_kind(name)
-            row = {
-                "rank": rank,
-                "stall_id": len(found),
-                "step_id": step,
-                "kind": kind,
-                "name": name,
-                "ts_ns": ts,
-                "dur_ns": dur,
-                "gpu_idle_ns": idle,
-                "op_name": op[0] if op else None,
-                "op_dims": op[1] if op else None,
-                "startup_call": kind not in HOST_BLOCKING_KINDS,
-            }
-            found.append((row, gs, ge))
+        found = _rank_stalls(con, rank, bs, be, calls_of.get(rank, []), steps_host)
         # --- segments: start-up (to the first GPU work, through the start-up calls that still dominate the window),
         # steady, profiler stop (after the last GPU work)
         t_start, t_end = trace_span.get(rank, (None, None))
@@ -301,6 +272,46 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                     "startup_idle_ns": _inside(cs, ce, g0, g1),
                 }
             )
+    _write(con, updates, stalls, timeline)
+
+
+def _rank_stalls(
+    con: duckdb.DuckDBPyConnection, rank: int, bs: np.ndarray, be: np.ndarray, calls: list, steps_host: list
+) -> list[tuple[dict, np.ndarray, np.ndarray]]:
+    """The rank's host-blocking calls that idle the GPU (row, idle gap starts, idle gap ends), outermost first."""
+    found: list[tuple[dict, np.ndarray, np.ndarray]] = []
+    for name, ts, dur, tid in _outermost(calls):
+        gs, ge = iv.gaps(bs, be, ts, ts + dur)
+        idle = iv.total(gs, ge)
+        if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
+            continue
+        step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
+        op = con.execute(
+            "SELECT name, input_dims FROM cpu_ops WHERE rank = ? AND tid = ? AND ts_ns <= ? "
+            "AND ts_ns + dur_ns >= ? ORDER BY dur_ns LIMIT 1",
+            [rank, tid, ts, ts + dur],
+        ).fetchall()
+        op = op[0] if op else None
+        kind = stall_kind(name)
+        row = {
+            "rank": rank,
+            "stall_id": len(found),
+            "step_id": step,
+            "kind": kind,
+            "name": name,
+            "ts_ns": ts,
+            "dur_ns": dur,
+            "gpu_idle_ns": idle,
+            "op_name": op[0] if op else None,
+            "op_dims": op[1] if op else None,
+            "startup_call": kind not in HOST_BLOCKING_KINDS,
+        }
+        found.append((row, gs, ge))
+    return found
+
+
+def _write(con: duckdb.DuckDBPyConnection, updates: list[tuple], stalls: list[dict], timeline: list[dict]) -> None:
+    """The steps' window columns (one UPDATE joined to the values), host_stalls and gpu_timeline."""
     if updates:  # one UPDATE joined to the values (an UPDATE per step scanned the table per step)
         names = ("w0", "w1", "busy", "stall", "startup", "gap", "gap_start", "rank", "step_id")
         values = pa.table({n: pa.array(c, pa.int64()) for n, c in zip(names, zip(*updates))})
