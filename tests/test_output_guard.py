@@ -340,13 +340,14 @@ def test_sigterm_inside_a_duckdb_query_is_143_and_no_output(tmp_path):
     "edit",
     [
         lambda m: m.update(inputs=None),
+        lambda m: m.update(tool=7, schema_version="another"),
         lambda m: m["views"].update(views=[1, "a"]),
         lambda m: m["views"].update(step_collectives="CREATE VIEW step_collectives AS SELECT 1; COPY steps TO 'x.csv'"),
         lambda m: m["views"].update(x="COPY (SELECT 1) TO '/tmp/pwned.csv'"),
         lambda m: m["tables"].update({"steps; DROP TABLE kernels": m["tables"]["steps"]}),
         lambda m: m["tables"]["steps"]["columns"].append(["x", "INTEGER); COPY steps TO 'y.csv'; --"]),
     ],
-    ids=["inputs null", "view not text", "two statements", "a COPY", "table name", "column type"],
+    ids=["inputs null", "tool not a table", "view not text", "two statements", "a COPY", "table name", "column type"],
 )
 def test_a_store_manifest_that_is_not_ours_runs_no_sql(tmp_path, store, edit):
     bad = tmp_path / "bad"
@@ -355,7 +356,7 @@ def test_a_store_manifest_that_is_not_ours_runs_no_sql(tmp_path, store, edit):
     edit(manifest)
     (bad / "manifest.json").write_text(json.dumps(manifest))
     for r in (run("check", "--store", bad, "-q", cwd=tmp_path), run("analyze", "--store", bad, "-o", tmp_path / "o")):
-        one_error_line(r, "manifest.json")
+        one_error_line(r, str(bad))
     assert not list(tmp_path.glob("*.csv")) and not Path("/tmp/pwned.csv").exists()
 
 

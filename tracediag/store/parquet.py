@@ -180,7 +180,7 @@ def read_manifest(store: Path) -> StoreManifest:
     if doc.get("schema_version") != schema_version():
         raise InputError(
             store,
-            f"store written by tracediag {doc.get('tool', {}).get('version')} with another table layout "
+            f"store written by tracediag {_tool_version(doc)} with another table layout "
             f"(schema {doc.get('schema_version')}, this version reads {schema_version()}); ingest the traces again",
         )
     verify_parquet_files(store)
@@ -205,6 +205,11 @@ class _Manifest(msgspec.Struct):
     tables: dict[str, _TableEntry]
     inputs: list[dict[str, Any]] = []
     views: dict[str, str] = {}
+
+
+def _tool_version(doc: dict[str, Any]) -> Any:
+    tool = doc.get("tool")
+    return tool.get("version") if isinstance(tool, dict) else None
 
 
 def _validate_manifest(m: Path, doc: dict[str, Any]) -> None:
