@@ -314,7 +314,7 @@ def test_sigterm_inside_a_duckdb_query_is_143_and_no_output(tmp_path):
     """A real trace's analysis is signalled at several points; most land in DuckDB's derivations and rule queries
     (parsing takes the first fraction of the run). Before the fix a signal there gave exit 3 'Query interrupted'."""
     landed = 0
-    for delay in (0.2, 0.4, 0.6, 0.8, 1.0):
+    for delay in (0.05, 0.15, 0.25, 0.35, 0.5, 0.7):
         out = tmp_path / f"o{delay}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "tracediag", "analyze", GPTOSS, "-o", out, "-q", "--jobs", "1"],
@@ -327,8 +327,8 @@ def test_sigterm_inside_a_duckdb_query_is_143_and_no_output(tmp_path):
         time.sleep(delay)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
-        if proc.returncode == 0:  # finished before the signal (a fast machine): nothing to judge
-            continue
+        if proc.returncode == 0 or (out / "findings.json").exists():
+            continue  # the run had written its outputs before the signal (a fast machine): nothing to judge
         landed += 1
         assert proc.returncode == 143, err
         assert err.strip().splitlines() == ["tracediag: terminated; no output written"]
