@@ -113,7 +113,9 @@ def command_line(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[st
             args += [opt, rnd.choice([*HOSTILE_TEXT, "COL*", "0", "all", "warning", "1GiB", "ttft=500,tpot=50"])]
         else:
             args += [opt, rnd.choice([*HOSTILE_NUMBERS, "1", "2"])]
-    if command != "diff" and "-o" not in args and "--store" not in args:
+    # every command writes somewhere in the case's own folder: a default output folder would land in the current
+    # folder (the checkout, under pytest)
+    if "-o" not in args and "--store" not in args:
         args += ["-o" if command != "ingest" else "--store", str(work / "new-out")]
     if "-q" not in args:
         args.append("-q")
