@@ -61,6 +61,27 @@ def _v0_lines(n: int, seed: int) -> list[str]:
     return out
 
 
+def _sglang_lines(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    t0 = datetime(2025, 12, 31, 23, 30, 0)  # crosses midnight and the year
+    out = []
+    for i in range(n):
+        ts = (t0 + timedelta(seconds=i // 2)).strftime("%Y-%m-%d %H:%M:%S")
+        graph = ["cuda graph: True, ", "cuda graph: False, ", ""][i % 3]
+        tail = [", ", ",", ""][i % 7 % 3]
+        out.append(
+            f"[{ts} TP{i % 2}] Decode batch. #running-req: {rng.randint(0, 300)}, #token: {rng.randint(0, 90000)}, "
+            f"token usage: {rng.uniform(0, 1):.2f}, {graph}gen throughput (token/s): {rng.uniform(0, 5000):.2f}, "
+            f"#queue-req: {rng.randint(0, 50)}{tail}"
+        )
+        if i % 500 == 7:
+            out.append(f'[{ts}] INFO:     127.0.0.1:4242 - "POST /generate HTTP/1.1" 200 OK')
+        if i % 1000 == 9:
+            out.append(f"[{ts} TP0] Prefill batch. #new-seq: 1, #new-token: 512, #cached-token: 0, token usage: "
+                       "0.01, #running-req: 3, #queue-req: 0, ")  # fmt: skip
+    return out
+
+
 def variants(work: Path) -> list[tuple[str, Path]]:
     """(name, path) of every input: the vendored logs and the variants built from them in `work`."""
     out: list[tuple[str, Path]] = []
@@ -92,6 +113,11 @@ def variants(work: Path) -> list[tuple[str, Path]]:
         wrapped = [ln[i : i + 80] for ln in (stats + body).split(b"\n") for i in range(0, max(len(ln), 1), 80)]
         write(f"wrap_{base}", b"\n".join(wrapped))
         write(f"noeol_{base}", (stats + body + stats).rstrip(b"\n"))
+    for name, data in real:
+        if name.startswith("sglang/"):  # its batch lines repeated: long runs of them, as in a long log
+            lines = data.split(b"\n")
+            write(f"sgrep_{name[7:]}", b"\n".join(x for ln in lines for x in [ln] * (25 if b" batch" in ln else 1)))
+    write("sglang_decode.log", "\n".join(_sglang_lines(5000, 11)).encode())
     a, b = _stats_lines(300, 2, "APIServer pid=1"), _stats_lines(300, 3, "APIServer pid=2")
     write("interleaved.log", "\n".join(x for pair in zip(a, b) for x in pair).encode())
     back = _stats_lines(300, 4) + _stats_lines(300, 5, t0=datetime(2026, 3, 16, 23, 0, 0))

@@ -28,6 +28,7 @@ from tracediag.memory import read_bytes_budget
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)m(?=\s|\(|$)")
 BLOCK = 8 << 20  # bytes read at a time (then to the end of the line)
+RUN_BACKWARDS_S = 300.0  # a clock going back more than this starts a new run
 MIN_BULK = 16  # fewer bulk candidates in a row than this take the line-by-line path (no gain in columns)
 
 # fast_rows(st, joiner, matches, a, c, first_line, general): rows a..c-1 of `matches` (the struct array of
@@ -136,3 +137,53 @@ def read_blocks(path: Path, st: Any, joiner: Any, fast: str, fast_rows: FastRows
                 general(k)
             prev = k + 1
         line_no += n
+
+
+def clocked_segments(
+    st: Any,
+    joiner: Any,
+    rows: pa.StructArray,
+    general: Callable[[int], None],
+    date_width: int,
+    changes: np.ndarray | None = None,
+    ok: Callable[[int], bool] | None = None,
+) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(start, count, times) of the stretches of `rows` (bulk candidates, each with a `date` and a `time` group)
+    that may become rows in bulk: on the day of the clock's last record (its same-day path: seconds since t0 without
+    datetime), no later than a run's worth back (RUN_BACKWARDS_S, no new run), and `ok` at their start;
+    `changes[i]` (rows i and i+1 differ in something the line-by-line path decides on) ends a stretch. Every other
+    row goes to `general` (the line-by-line path, which moves the clock to a new day or starts a new run) first."""
+    n = len(rows)
+    day = fixed_width(rows.field("date"), date_width)
+    sec = fixed_width(rows.field("time"), 8).astype(np.int64) - 48
+    sec = (sec[:, 0] * 10 + sec[:, 1]) * 3600 + (sec[:, 3] * 10 + sec[:, 4]) * 60 + sec[:, 6] * 10 + sec[:, 7]
+    bad = sec >= 86400  # not the clock's same-day path
+    brk = bad.copy()
+    brk[1:] |= bad[:-1] | (day[1:] != day[:-1]).any(axis=1)
+    if changes is not None:
+        brk[1:] |= changes
+    s = 0
+    for e in [*np.flatnonzero(brk).tolist(), n]:
+        while s < e:
+            joiner.flush()  # a line sent through the line-by-line path is a whole line (the next starts a record)
+            if e - s < MIN_BULK or bad[s]:
+                for k in range(s, e):
+                    general(k)
+                break
+            if st.clock._day_key != day[s].tobytes().decode() or (ok is not None and not ok(s)):
+                general(s)  # the clock's slow path (a new day) or what `ok` leaves to the line-by-line path
+                s += 1
+                continue
+            t = st.clock._day_s + sec[s:e]
+            if st.max_t is not None and st.run_active and t[0] < st.max_t - RUN_BACKWARDS_S:
+                general(s)  # a new run: decided line by line
+                s += 1
+                continue
+            before = np.maximum.accumulate(t)[:-1]
+            if st.max_t is not None:
+                before = np.maximum(before, st.max_t)
+            back = np.flatnonzero(t[1:] < before - RUN_BACKWARDS_S)
+            v = int(back[0]) + 1 if len(back) else e - s
+            yield s, v, t[:v]
+            s += v
+        s = e

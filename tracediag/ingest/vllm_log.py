@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.log_blocks import ANSI, MIN_BULK, fixed_width, read_blocks
+from tracediag.ingest.log_blocks import ANSI, RUN_BACKWARDS_S, clocked_segments, read_blocks
 from tracediag.inputfile import open_stream, skip_nul_run
 from tracediag.memory import read_bytes_budget
 
@@ -317,7 +317,6 @@ SPEC_SCHEMA = pa.schema(
 )
 MAX_EXAMPLES = 5
 MAX_TEXT = 500
-RUN_BACKWARDS_S = 300.0  # a clock going back more than this starts a new run
 RUN_PID_GAP_S = 30.0  # a process name with a new pid starts a new run when its old pid was last heard this long ago
 _OUTER_TIME = re.compile(r"^[-\s\[]*(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 
@@ -1014,44 +1013,19 @@ def _fast_rows(st: LogState, joiner: Joiner, matches: pa.StructArray, a: int, c:
     of the last record, the process and pid stay those already seen and the time does not go back a run's worth;
     any other line (a new day, a new pid, a new run) through the line-by-line path, which decides it."""
     rows = matches.slice(a, c - a)
-    day = fixed_width(rows.field("date"), 5)
-    sec = fixed_width(rows.field("time"), 8).astype(np.int64) - 48
-    sec = (sec[:, 0] * 10 + sec[:, 1]) * 3600 + (sec[:, 3] * 10 + sec[:, 4]) * 60 + sec[:, 6] * 10 + sec[:, 7]
     proc, pid = rows.field("proc"), rows.field("pid")
-    bad = sec >= 86400
-    brk = bad.copy()
-    brk[1:] |= bad[:-1] | (day[1:] != day[:-1]).any(axis=1)
+    changes = None
     if len(pc.unique(proc)) > 1 or len(pc.unique(pid)) > 1:
-        brk[1:] |= pc.not_equal(proc.slice(1), proc.slice(0, len(proc) - 1)).to_numpy(zero_copy_only=False)
-        brk[1:] |= pc.not_equal(pid.slice(1), pid.slice(0, len(pid) - 1)).to_numpy(zero_copy_only=False)
-    edges = [*np.flatnonzero(brk).tolist(), c - a]
-    s = 0
-    for e in edges:
-        while s < e:
-            joiner.flush()  # a line sent through the line-by-line path is a whole line (the next starts a record)
-            if e - s < MIN_BULK or bad[s]:
-                for k in range(s, e):
-                    general(a + k)
-                break
-            name = proc[s].as_py().decode() or None
-            old = st.pids.get(name) if name else None
-            if st.clock._day_key != day[s].tobytes().decode() or (old is not None and old[0] != int(pid[s].as_py())):
-                general(a + s)  # the clock's slow path (a new day) or a pid change: one line as before
-                s += 1
-                continue
-            t = st.clock._day_s + sec[s:e]
-            before = np.maximum.accumulate(t)[:-1]
-            if st.max_t is not None:
-                before = np.maximum(before, st.max_t)
-            back = np.flatnonzero(t[1:] < before - RUN_BACKWARDS_S)
-            if st.max_t is not None and st.run_active and t[0] < st.max_t - RUN_BACKWARDS_S:
-                general(a + s)  # a new run: decided line by line
-                s += 1
-                continue
-            v = int(back[0]) + 1 if len(back) else e - s
-            _bulk_stats(st, rows.slice(s, v), t[:v], first_line + a + s + 1, name)
-            s += v
-        s = e
+        changes = pc.not_equal(proc.slice(1), proc.slice(0, len(proc) - 1)).to_numpy(zero_copy_only=False)
+        changes |= pc.not_equal(pid.slice(1), pid.slice(0, len(pid) - 1)).to_numpy(zero_copy_only=False)
+
+    def same_pid(s: int) -> bool:  # a process seen before with another pid may start a run: line by line
+        name = proc[s].as_py().decode()
+        old = st.pids.get(name) if name else None
+        return old is None or old[0] == int(pid[s].as_py())
+
+    for s, v, t in clocked_segments(st, joiner, rows, lambda k: general(a + k), 5, changes, same_pid):
+        _bulk_stats(st, rows.slice(s, v), t, first_line + a + s + 1, proc[s].as_py().decode() or None)
 
 
 def _bulk_stats(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int, proc: str | None) -> None:
