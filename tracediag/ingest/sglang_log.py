@@ -34,6 +34,8 @@ A line whose middle was cut by the terminal that copied it (`#cached-to…unning
 names; a field ending in `unning-req` is #running-req (the only SGLang key that ends so).
 Rows go to the same tables as vLLM's (serving_stats with log_format 'sglang-prefill' / 'sglang-decode';
 token usage as a percentage in kv_usage_pct; running = #running-req, waiting = #queue-req).
+Decode batch lines of one TP tag in SGLang's exact layout (_FAST_BLOCK) are read in bulk by the block reader
+(log_blocks.read_blocks); every other line line by line (_logical_line), to the same rows.
 """
 
 from __future__ import annotations

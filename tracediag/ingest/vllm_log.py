@@ -38,6 +38,9 @@ than 5 minutes starts a new server run; every row carries its run.
 A line that cannot be read (a bad number, a truncated record) is counted and shown, never fatal; lines that
 are neither records, access lines, continuations nor known messages are counted as unknown.
 Checked against every vLLM log in tests/data/external/vllm/.
+The file is read in blocks (log_blocks.read_blocks): one RE2 pass over a block finds the V1/V0 stats lines in
+vLLM's exact layout (_FAST_BLOCK), which become columns in bulk while the clock stays on one day and no run
+starts; every other line goes through the line-by-line path (_logical_line), in file order, to the same tables.
 """
 
 from __future__ import annotations
