@@ -15,7 +15,7 @@ from tracediag.derive import build_all, kernel_steps, windows
 from tracediag.derive.intervals import merge_intervals
 from tracediag.derive.layout import detect_layout
 from tracediag.ingest import discover_inputs, load, parse_all
-from tracediag.rules import col004_exposed_communication as col004
+from tracediag.rules.step4_application import col004_exposed_communication as col004
 from tracediag.store import open_store
 
 GPU_TRACES = sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted((EXTERNAL / "nsys").glob("*.sqlite"))
