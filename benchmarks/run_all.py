@@ -75,13 +75,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float, check: bool = True) -> subprocess.CompletedProcess:
     print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
     proc = subprocess.run(
         [str(c) for c in cmd], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout, check=False
     )
     sys.stderr.write(proc.stderr[-4000:])
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         raise RuntimeError(tail[-1] if tail else f"exit status {proc.returncode}")
     return proc
@@ -105,9 +105,14 @@ def _ingest_bench(args, form: str) -> dict:
                args.hta_python, "--results", tmp, "--name", form]  # fmt: skip
         if args.busy:
             cmd += ["--quiet-cores", "0", "--max-other-cores", "0"]
-        _run(cmd, args.timeout)
-        doc = json.loads(next(Path(tmp).glob("*.json")).read_text())
+        proc = _run(cmd, args.timeout, check=False)  # exit 1: some run failed; the others are still medians
+        found = list(Path(tmp).glob("*.json"))
+        if not found:
+            tail = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            raise RuntimeError(tail[-1] if tail else f"exit status {proc.returncode}")
+        doc = json.loads(found[0].read_text())
     rows = {r["tool"]: r for r in doc["rows"]}
+    failed = [r for r in doc["runs"] if "error" in r]
     cli = rows["tracediag analyze (CLI)"]
     floor = rows["parse floor (gunzip + orjson, no GC)"]
     out = {
@@ -120,6 +125,9 @@ def _ingest_bench(args, form: str) -> dict:
         "over_floor_cpu": cli.get("tool_over_floor_cpu"),
         "runs": f"median of {args.repeats}, load average at end {doc['load_average_at_end'][0]:.1f}",
     }
+    if failed:  # its exit status and the last line it wrote
+        why = [ln for ln in failed[0]["error"].splitlines() if ln.strip() and "▕" not in ln][-1:]
+        out["failed_runs"] = f"{len(failed)} of {len(doc['runs'])} (rc {failed[0]['rc']}: {' '.join(why)[:200]})"
     if hta:
         h = rows["HTA TraceAnalysis"]
         out |= {
