@@ -526,10 +526,7 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple
     if not evs:
         return evs, np.zeros(0, np.int64), np.zeros(0, np.int64)
     if exact:
-        lim = val.TS_NS_MAX
-        ts_list = list(map(_get_ts_ns, evs))
-        ts_ok = np.fromiter((type(t) is int and -lim <= t <= lim for t in ts_list), dtype=bool, count=len(evs))
-        ts = np.array([t if ok else 0 for t, ok in zip(ts_list, ts_ok)], dtype=np.int64)
+        ts, ts_ok = _exact_ns_checked(list(map(_get_ts_ns, evs)))
     else:
         ts, ts_ok = val.us_to_ns(list(map(_get_ts, evs)))
     dur, dur_ok = val.dur_us_to_ns(list(map(_get_dur, evs)))
@@ -539,6 +536,23 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple
     bad.dropped(table, "ts", [e.ts for e, good in zip(evs, ts_ok) if not good])
     bad.dropped(table, "dur", [e.dur for e, t, d in zip(evs, ts_ok, dur_ok) if t and not d])
     return list(itertools.compress(evs, ok.tolist())), ts[ok], dur[ok]
+
+
+def _exact_ns_checked(ts_list: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ns, ok mask) of exact ns values (int, or None where the text was not a number): ok is an int within
+    ±TS_NS_MAX (its ns is 0 otherwise). Converted as one array; per value only when some int is beyond int64."""
+    lim = val.TS_NS_MAX
+    arr = np.array(ts_list, dtype=object)
+    missing = np.equal(arr, None)
+    arr[missing] = 0
+    try:
+        ts = arr.astype(np.int64)
+    except OverflowError:  # a 30-digit value: the same test, value by value
+        ok = np.fromiter((type(t) is int and -lim <= t <= lim for t in ts_list), dtype=bool, count=len(ts_list))
+        return np.array([t if good else 0 for t, good in zip(ts_list, ok)], dtype=np.int64), ok
+    ok = ~missing & (ts >= -lim) & (ts <= lim)
+    ts[~ok] = 0
+    return ts, ok
 
 
 _NO_ARGS = _Args()
