@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tracediag.cli import fastparams
 from tracediag.errors import TracediagError, UsageError
 from tracediag.version import __version__
 
@@ -175,6 +176,7 @@ def _register_commands() -> None:
 
 
 _register_commands()
+fastparams.install()
 
 
 def main(argv: list[str] | None = None) -> None:
