@@ -31,6 +31,9 @@ The first four are unfit: rules that declare they need a complete window (RuleMe
 every event of the window) or a steady one ("steady": complete, and steady work beyond start-up) report "not
 applicable" with the reason, and a verdict that found no problem is `inconclusive` (tracediag/findings.py),
 with what to re-capture (RECAPTURE).
+
+The summary also carries the workload's domain (derive/domain.py, table `workload_domain`): training or inference,
+LLM or another model kind — the report header shows it and rules fit their advice to it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from tracediag.derive import domain
 from tracediag.derive import intervals as iv
 from tracediag.store import run_sql_file
 
@@ -213,6 +217,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         row["fitness_class"], row["why"] = classify(row, gpu_job=_gpu_job(r))
         rows.append(row)
     run_sql_file(con, "tracediag.derive", "window_fitness.sql")
+    domain.build(con)
     if rows:
         marks = ", ".join("?" for _ in COLUMNS)
         con.executemany(f"INSERT INTO window_fitness VALUES ({marks})", [[r[c] for c in COLUMNS] for r in rows])
@@ -290,6 +295,9 @@ def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     }
     if cls in RECAPTURE:
         out["recapture"] = RECAPTURE[cls]
+    dom = domain.read(con)
+    if dom is not None:
+        out["domain"] = dom
     return out
 
 

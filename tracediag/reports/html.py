@@ -236,7 +236,15 @@ def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
         "why": f["why"],
         "segments": segments,
         "recapture": f.get("recapture"),
+        "domain": _domain_line(f.get("domain")),
     }
+
+
+def _domain_line(d: dict[str, Any] | None) -> str | None:
+    """'LLM inference (24 attention kernels, …; 1 inference-engine step annotations)' for the header."""
+    if not d:
+        return None
+    return f"{d['label']} ({d['workload_why']}; {d['mode_why']})"
 
 
 def _section_view(s, t0: int | None) -> dict[str, Any]:
