@@ -46,6 +46,7 @@ import numpy as np
 
 from tracediag.derive import domain
 from tracediag.derive import intervals as iv
+from tracediag.derive.graph_capture import statement as graph_capture_statement
 from tracediag.store import run_sql_file
 
 STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
@@ -272,9 +273,11 @@ def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
     )
 
 
-def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
-    """The analysis's fitness: the worst rank's class, why, the numbers per rank, and what to re-capture; None when
-    no input is a profiler trace (or the store predates this table)."""
+def summarize(con: duckdb.DuckDBPyConnection, graph_capture: str | None = None) -> dict[str, Any] | None:
+    """The analysis's fitness: the worst rank's class, why, the numbers per rank, and what to re-capture; the
+    workload's domain; the GPU time replayed from graphs and how much of it no CPU op accounts for (attributed to
+    the capturing ops when `graph_capture`, the capture trace, is given: derive/graph_capture.py); None when no
+    input is a profiler trace (or the store predates this table)."""
     try:
         cur = con.execute("SELECT * FROM window_fitness ORDER BY rank")
     except duckdb.CatalogException:
@@ -298,6 +301,9 @@ def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     dom = domain.read(con)
     if dom is not None:
         out["domain"] = dom
+    replay = graph_capture_statement(con, graph_capture)
+    if replay is not None:
+        out["graph_replay"] = replay
     return out
 
 

@@ -295,7 +295,7 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
         )
     elif (logged := _tp_from_log(con)) is not None:
         tp = logged
-    elif work == "training":
+    elif work == "training" and (groups or rank_files > 1):
         dp = [g for g in groups if g.kind == "DP"]
         if dp and dp[0].size:
             what = (
@@ -311,7 +311,7 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
             kinds = ", ".join(sorted({g.kind for g in groups}))
             what = f"its collectives belong to {kinds} groups"
         else:  # data-parallel / FSDP ranks whose collectives the window did not record: the rank count is no TP
-            what = f"no collective in the trace ({rank_files} rank file(s)): the ranks are data parallel or FSDP"
+            what = f"no collective in the trace of its {rank_files} ranks: they are data parallel or FSDP"
         tp = TPDegree(1, f"training job with no tensor-parallel group: {what}")
     elif (world_size or 1) <= 1 and rank_files <= 1 and not any((g.size or 1) > 1 for g in groups):
         if rank_files == 1 or world_size == 1:

@@ -237,7 +237,16 @@ def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
         "segments": segments,
         "recapture": f.get("recapture"),
         "domain": _domain_line(f.get("domain")),
+        "graph_replay": _replay_line(f.get("graph_replay")),
     }
+
+
+def _replay_line(g: dict[str, Any] | None) -> str | None:
+    """The graph-replay line: the unattributed share, and the capturing ops that hold the most replayed time."""
+    if not g:
+        return None
+    ops = ", ".join(f"{o['op']} {units.duration(o['time_ns'])}" for o in (g.get("by_op") or [])[:5])
+    return g["why"] + (f"; by capturing op: {ops}" if ops else "")
 
 
 def _domain_line(d: dict[str, Any] | None) -> str | None:
