@@ -117,3 +117,11 @@ def test_window_class_matches_the_independent_count(path):
     got = _report(str(path))["fitness"]["class"]
     want = real_traces.expected_window(_inventory(str(path)))
     assert got in (("steady", "clipped") if want == "steady or clipped" else (want,))
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_domain_matches_the_independent_count(path):
+    """The workload label (tracediag/derive/domain.py) is the one the file's own counts call for: training vs
+    inference, LLM vs recommender vs vision vs other."""
+    got = _report(str(path))["fitness"]["domain"]["label"]
+    assert got == real_traces.expected_domain(_inventory(str(path)))

@@ -31,6 +31,7 @@ class Settings:
     peak_tflops: float | None = None  # dense peak of the GPU for the activation dtype, TFLOP/s (--peak-tflops)
     slo_ms: tuple[tuple[str, float], ...] = ()  # latency budgets, e.g. (("ttft", 500.0),) ms (--slo)
     tp1_baseline: str | None = None  # a TP=1 trace of the same model for the projection slope (--tp1-baseline)
+    graph_capture: str | None = None  # the graph-capture trace beside a graph replay (--graph-capture)
     # Expectations of the deployment (tracediag.toml): checked by `tracediag check`, readable by rules.
     expected_tp: int | None = None  # tensor-parallel degree the deployment must run with
     expected_attention_family: tuple[tuple[str, str], ...] = ()  # (phase or "any", catalog family)
@@ -118,7 +119,7 @@ class Context:
         """The window's fitness (tracediag/derive/fitness.py summarize): its class, why, numbers per rank."""
         from tracediag.derive.fitness import summarize
 
-        return self.once("window_fitness", lambda: summarize(self.con))
+        return self.once("window_fitness", lambda: summarize(self.con, self.settings.graph_capture))
 
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
         """compute(), once per key while memoized (every time otherwise); the value is shared, not copied."""

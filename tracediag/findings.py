@@ -208,8 +208,8 @@ _OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?:[ =]([\w./=,:*-]+))?")
 # The inputs of `tracediag analyze`/`check` a reason can point to (a test keeps the list true to the CLI).
 # Other tools' flags quoted in a reason (`vllm bench serve --save-detailed`) are not ours to offer.
 INPUT_OPTIONS = (
-    "--model", "--tp", "--topology", "--nccl-tests", "--tp1-baseline", "--hbm-bandwidth", "--peak-tflops",
-    "--slo", "--metrics", "--log", "--bench", "--keep-python",
+    "--model", "--tp", "--topology", "--nccl-tests", "--tp1-baseline", "--graph-capture", "--hbm-bandwidth",
+    "--peak-tflops", "--slo", "--metrics", "--log", "--bench", "--keep-python",
 )  # fmt: skip
 
 

@@ -53,6 +53,14 @@ def analyze(
     tp1_baseline: Annotated[
         Path | None, typer.Option("--tp1-baseline", metavar="TRACE", help="A TP=1 trace of the same model.")
     ] = None,
+    graph_capture: Annotated[
+        Path | None,
+        typer.Option(
+            "--graph-capture",
+            metavar="TRACE",
+            help="The trace of the CUDA/HIP graph capture beside its replay: replayed kernels get their capturing ops.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     debug: opt.Debug = False,
 ) -> None:
@@ -80,6 +88,7 @@ def analyze(
             peak_tflops=peak_tflops,
             slo_ms=parse_slo(slo),
             tp1_baseline=str(tp1_baseline) if tp1_baseline else None,
+            graph_capture=str(graph_capture) if graph_capture else None,
         )
         return run_analysis(
             inputs or [],
@@ -102,7 +111,7 @@ def analyze(
         nonlocal out_dir
         out_dir = opt.output_path(out, "--out")
         use_memory_limit(memory_limit)
-        guard = OutputGuard.of(inputs, model, tp1_baseline, store, [p for p, _ in extra], force=force)
+        guard = OutputGuard.of(inputs, model, tp1_baseline, graph_capture, store, [p for p, _ in extra], force=force)
         with progress(enabled=not quiet) as say:
             report = staged_outputs(out_dir, lambda staging: produce(staging, say), guard=guard)
             say("writing report.html and findings.json")
