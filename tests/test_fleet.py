@@ -75,12 +75,12 @@ def test_store_states_its_derivations_and_analyze_checks_them(tmp_path):
     open_store_views(store).close()
     doc["derivations"]["registry_version"] = "0000"
     (store / MANIFEST).write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="another set of derivations.*ingest the traces again"):
+    with pytest.raises(InputError, match=r"another set of derivations.*ingest the traces again"):
         analyze([], store=store)
     del doc["tables"]["kernel_steps"]
     doc["derivations"]["registry_version"] = registry_version()
     (store / MANIFEST).write_text(json.dumps(doc))
-    with pytest.raises(InputError, match="lacks the derived table.s. kernel_steps"):
+    with pytest.raises(InputError, match=r"lacks the derived table.s. kernel_steps"):
         analyze([], store=store)
 
 
