@@ -47,15 +47,14 @@ def step_rows(ctx: Context) -> list[dict[str, Any]]:
 
 def dispatch_rows(ctx: Context, klasses: tuple[str, ...]) -> list[dict[str, Any]]:
     """Per phase, klass, family and name: calls, time, steps, and the first event (inside steps only)."""
-    marks = ", ".join("?" for _ in klasses)
     rows = ctx.rows(
-        f"""SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
+        """SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) AS steps, sum(graph_calls) AS graph_calls,
                   arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step,
                   min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE step_id IS NOT NULL AND klass IN ({marks})
+           FROM kernel_steps WHERE step_id IS NOT NULL AND list_contains(?::VARCHAR[], klass)
            GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name, source""",
-        list(klasses),
+        [list(klasses)],
     )
     for r in rows:
         r["family_label"] = family_label(r["family"])

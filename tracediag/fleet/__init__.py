@@ -274,9 +274,7 @@ def ingest_store(
 
 def _scratch_connection(staging: Path) -> duckdb.DuckDBPyConnection:
     """In-memory DuckDB that spills to the staging folder (same file system as the store)."""
-    con = duckdb.connect(":memory:")
-    con.execute(f"SET temp_directory = '{str(staging / 'scratch.tmp').replace(chr(39), chr(39) * 2)}'")
-    return con
+    return duckdb.connect(":memory:", config={"temp_directory": str(staging / "scratch.tmp")})
 
 
 def _canonical_schemas() -> dict[str, list[list[str]]]:
