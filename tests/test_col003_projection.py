@@ -18,7 +18,7 @@ from conftest import REPO, SAMPLES
 from tracediag.analysis import analyze
 from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config, tpmath
-from tracediag.rules.col003_alpha_beta_breakeven import MOE_TP_ASSUMPTION, projection_account
+from tracediag.rules.step3_collectives.col003_alpha_beta_breakeven import MOE_TP_ASSUMPTION, projection_account
 
 CONFIGS = REPO / "tests" / "data" / "configs"
 LLAMA_8B = REPO / "tests" / "data" / "llama3.1-8b_config.json"

@@ -144,7 +144,11 @@ def test_a_sustained_decay_of_acceptance_is_an_sch007_finding(tmp_path):
             f.write(f"[2026-08-23 09:{10 + i // 12:02d}:{(i * 5) % 60:02d} TP0 EP0] {m}\n")
     from tracediag.analysis import analyze
 
-    report = analyze([], extra_inputs=[(out, "vllm-log")], extra_rules=["tracediag.rules.sch007_speculative_decoding"])
+    report = analyze(
+        [],
+        extra_inputs=[(out, "vllm-log")],
+        extra_rules=["tracediag.rules.step6_scheduling.sch007_speculative_decoding"],
+    )
     (c,) = [c for c in report.checks if c.rule == "SCH007"]
     assert c.status == "finding" and c.severity == "warning", c.to_dict()
     assert "decays" in c.title and c.values["n"] == 10 and c.values["window_s"] == 45.0

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import EXTERNAL, REPO
+from conftest import EXTERNAL
 
 from tracediag.analysis import analyze
 from tracediag.context import Settings
@@ -25,6 +25,7 @@ from tracediag.ingest.sglang_bench import parse_sglang_bench
 from tracediag.ingest.sglang_log import parse_sglang_log
 from tracediag.ingest.vllm_bench import parse_vllm_bench
 from tracediag.ingest.vllm_log import parse_vllm_log
+from tracediag.rules import RULE_MODULES
 
 VLLM = EXTERNAL / "vllm"
 SGLANG = EXTERNAL / "sglang"
@@ -49,10 +50,8 @@ ALL_FILES = sorted(
     for p in [*VLLM.glob("*/*"), *SGLANG.glob("*/*")]
     if p.is_file() and p.suffix != ".txt"
 )
-SERVING_RULES = [  # SCH002-SCH011 (SCH001 is another module's)
-    f"tracediag.rules.{p.stem}"
-    for p in sorted((REPO / "tracediag/rules").glob("sch0[0-9][0-9]_*.py"))
-    if not p.stem.startswith("sch001")
+SERVING_RULES = [  # SCH002-SCH013 (SCH001 is another module's)
+    m for m in RULE_MODULES if m.rpartition(".")[2].startswith("sch") and not m.rpartition(".")[2].startswith("sch001")
 ]
 LOG_V1 = VLLM / "log_excerpts" / "vllm-37307_v1_2026-03_waiting_drains_under_prefill.log"
 LOG_TP2 = VLLM / "log_excerpts" / "vllm-27313_v1_tp2_startup_worker_tp_prefixes.log"

@@ -16,9 +16,10 @@ from tracediag.analysis import analyze
 from tracediag.context import Context, Settings
 from tracediag.ingest import load, parse_all
 from tracediag.pipeline import build_store, input_files
-from tracediag.rules.krn002_attention_share import amdahl
-from tracediag.rules.krn003_w4a16_dispatch import dequant_budget
-from tracediag.rules.krn004_w4_read_bound import s_read
+from tracediag.rules import module_name
+from tracediag.rules.step5_kernels.krn002_attention_share import amdahl
+from tracediag.rules.step5_kernels.krn003_w4a16_dispatch import dequant_budget
+from tracediag.rules.step5_kernels.krn004_w4_read_bound import s_read
 from tracediag.store import open_store, query_dicts
 
 SAMPLES = REPO / "sample_traces"
@@ -141,7 +142,7 @@ def test_bandwidth_from_nsight_device_properties():
 
 
 def _check(path, rule: str, model=None, **settings):
-    report = analyze([path], model=model, settings=Settings(**settings), extra_rules=[f"tracediag.rules.{rule}"])
+    report = analyze([path], model=model, settings=Settings(**settings), extra_rules=[module_name(rule.split("_")[0])])
     (c,) = [c for c in report.checks if c.rule == rule.split("_")[0].upper()]
     return c
 

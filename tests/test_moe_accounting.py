@@ -19,7 +19,7 @@ from tracediag.catalog import classify_kernel
 from tracediag.context import Settings
 from tracediag.model import accounting, load_model_config
 from tracediag.model.kernel_formats import kernel_format
-from tracediag.rules.shp004_fits_on_one_card import capacity
+from tracediag.rules.step1_shapes.shp004_fits_on_one_card import capacity
 
 CONFIGS = REPO / "tests" / "data" / "configs"
 GPTOSS_TRACE = "tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz"

@@ -106,7 +106,9 @@ def test_rows_reach_the_store():
 
 
 def _path002(paths, extra, model=None, tp=None):
-    r = analyze(paths, model=model, tp=tp, extra_inputs=extra, extra_rules=["tracediag.rules.path002_bus_bandwidth"])
+    r = analyze(
+        paths, model=model, tp=tp, extra_inputs=extra, extra_rules=["tracediag.rules.step2_path.path002_bus_bandwidth"]
+    )
     (c,) = [c for c in r.checks if c.rule == "PATH002"]
     return c
 
@@ -132,7 +134,7 @@ def test_step3_table_against_the_link_class():
 
 
 def test_bench_time_interpolation_is_log_log():
-    from tracediag.rules.path002_bus_bandwidth import bench_time_ns
+    from tracediag.rules.step2_path.path002_bus_bandwidth import bench_time_ns
 
     rows = [{"size_bytes": 1024, "time_ns": 10_000}, {"size_bytes": 4096, "time_ns": 40_000}]
     assert bench_time_ns(rows, 2048)[0] == pytest.approx(20_000)

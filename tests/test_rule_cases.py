@@ -12,6 +12,7 @@ from conftest import REPO
 from tracediag.analysis import analyze
 from tracediag.context import Settings
 from tracediag.engine import BUILTIN_RULES
+from tracediag.rules import module_name
 
 CASES_DIR = Path(__file__).parent / "cases"
 
@@ -27,8 +28,7 @@ def _cases():
 
 
 def rule_module(rule_id: str) -> str:
-    (path,) = (REPO / "tracediag" / "rules").glob(f"{rule_id.lower()}_*.py")
-    return f"tracediag.rules.{path.stem}"
+    return module_name(rule_id)
 
 
 @functools.cache

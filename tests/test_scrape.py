@@ -160,7 +160,10 @@ def test_scraped_growing_queue_is_an_sch003_finding(server, tmp_path):
     report = analyze(
         [],
         extra_inputs=[(out, "prometheus")],
-        extra_rules=["tracediag.rules.sch003_queue_growth", "tracediag.rules.sch004_kv_pressure"],
+        extra_rules=[
+            "tracediag.rules.step6_scheduling.sch003_queue_growth",
+            "tracediag.rules.step6_scheduling.sch004_kv_pressure",
+        ],
     )
     (sch003,) = [c for c in report.checks if c.rule == "SCH003"]
     assert sch003.status == "finding" and sch003.values["n"] == 8
@@ -180,7 +183,9 @@ def test_one_stuck_request_is_not_queue_growth(tmp_path):
         assert res.scrapes == 8
     finally:
         stuck.stop()
-    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch003_queue_growth"])
+    report = analyze(
+        [], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.step6_scheduling.sch003_queue_growth"]
+    )
     (sch003,) = [c for c in report.checks if c.rule == "SCH003"]
     assert sch003.status == "pass" and "rose only 0 → 1" in sch003.title, sch003.to_dict()
     assert sch003.values["p_increase"] < 0.05 and sch003.values["rise_threshold"] == 2.0
@@ -338,7 +343,9 @@ def test_scraped_open_requests_break_littles_law(tmp_path):
         scrape_to_file(srv.url, out, interval_s=0.05, duration_s=0.4)
     finally:
         srv.stop()
-    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch008_littles_law"])
+    report = analyze(
+        [], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.step6_scheduling.sch008_littles_law"]
+    )
     (sch008,) = [c for c in report.checks if c.rule == "SCH008"]
     assert sch008.status == "finding", sch008.to_dict()
     assert sch008.values["ratio"] > 2
@@ -443,7 +450,9 @@ def test_scraped_steady_server_satisfies_littles_law(tmp_path):
         scrape_to_file(srv.url, out, interval_s=0.1, duration_s=0.8)
     finally:
         srv.stop()
-    report = analyze([], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.sch008_littles_law"])
+    report = analyze(
+        [], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.step6_scheduling.sch008_littles_law"]
+    )
     (sch008,) = [c for c in report.checks if c.rule == "SCH008"]
     assert sch008.status == "pass", sch008.to_dict()
     assert 0.5 <= sch008.values["ratio"] <= 2.0

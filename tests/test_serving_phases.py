@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from tracediag.analysis import analyze
 from tracediag.live.scrape import scrape_to_file
 
-TTFT = "tracediag.rules.sch012_ttft_decomposition"
-IMBALANCE = "tracediag.rules.sch013_engine_imbalance"
+TTFT = "tracediag.rules.step6_scheduling.sch012_ttft_decomposition"
+IMBALANCE = "tracediag.rules.step6_scheduling.sch013_engine_imbalance"
 
 
 class Load:

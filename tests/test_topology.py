@@ -16,6 +16,7 @@ from tracediag.errors import InputError
 from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.topology import bus_key, classify_pair, parse_topology, pcie_gbs
+from tracediag.rules import module_name
 
 TOPO = REPO / "tests" / "data" / "topology"
 
@@ -103,7 +104,7 @@ def test_bad_snapshots_are_one_clear_error(tmp_path):
 
 def _check(rule, paths, extra=(), model=None, tp=None):
     module = {"PATH001": "path001_link_class", "SHP004": "shp004_fits_on_one_card"}[rule]
-    r = analyze(paths, model=model, tp=tp, extra_inputs=list(extra), extra_rules=[f"tracediag.rules.{module}"])
+    r = analyze(paths, model=model, tp=tp, extra_inputs=list(extra), extra_rules=[module_name(module.split("_")[0])])
     (c,) = [c for c in r.checks if c.rule == rule]
     return c
 

@@ -123,7 +123,7 @@ def _col003(name="healthy_tp2", **settings):
         [d],
         model=d / "config.json",
         settings=Settings(**settings) if settings else None,
-        extra_rules=["tracediag.rules.col003_alpha_beta_breakeven"],
+        extra_rules=["tracediag.rules.step3_collectives.col003_alpha_beta_breakeven"],
     )
     (c,) = [c for c in r.checks if c.rule == "COL003"]
     return c
@@ -163,7 +163,7 @@ def test_wrong_baselines_fall_back_to_the_estimate(baseline, why):
 
 def test_pass_when_decode_t_is_above_t_star(monkeypatch):
     # Stub: a projection slope 100× the trace's (as a wider model would have); the fit is the real one.
-    from tracediag.rules import col003_alpha_beta_breakeven as rule
+    from tracediag.rules.step3_collectives import col003_alpha_beta_breakeven as rule
 
     monkeypatch.setattr(rule, "estimate_a", lambda ctx, p: (5e-3, "stub", True, [], 0.0))
     c = _col003()
@@ -174,7 +174,7 @@ def test_the_fixed_gemm_time_tp_divides_is_counted_before_calling_tp_slower(monk
     # The real fit gives the warning (median decode T below T*, c = the fit's own intercept). On a GPU decode the
     # GEMM time at T -> 0 is the weight reads, which TP divides too: with a fixed part c large enough that
     # c(1 - 1/p) exceeds 2L·alpha, TP=p is not slower at any T seen, so "slower" is not claimed (info, not decided).
-    from tracediag.rules import col003_alpha_beta_breakeven as rule
+    from tracediag.rules.step3_collectives import col003_alpha_beta_breakeven as rule
 
     base = _col003()
     assert base.severity == "warning" and base.values["share_slower_with_c"] > 0.5

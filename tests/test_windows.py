@@ -15,7 +15,7 @@ from tracediag.derive import kernel_steps, windows
 from tracediag.derive.intervals import merge_intervals
 from tracediag.derive.layout import detect_layout
 from tracediag.pipeline import build_store, input_files
-from tracediag.rules import col004_exposed_communication as col004
+from tracediag.rules.step4_application import col004_exposed_communication as col004
 
 GPU_TRACES = sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted((EXTERNAL / "nsys").glob("*.sqlite"))
 DDP = EXTERNAL / "kineto" / "tracelens_mi300x_rank0of8_rccl_ddp.json.gz"
