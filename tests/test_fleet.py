@@ -63,6 +63,27 @@ def test_store_of_another_version_is_refused(tmp_path):
         read_manifest(store)
 
 
+def test_store_states_its_derivations_and_analyze_checks_them(tmp_path):
+    from tracediag.derive import provided_tables, registry_version
+    from tracediag.fleet import open_store_views
+
+    store = tmp_path / "s"
+    ingest_store([HEALTHY], store)
+    doc = json.loads((store / MANIFEST).read_text())
+    assert doc["derivations"] == {"registry_version": registry_version(), "provides": provided_tables()}
+    assert set(provided_tables()) <= set(doc["tables"]) | set(doc["views"])
+    open_store_views(store).close()
+    doc["derivations"]["registry_version"] = "0000"
+    (store / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"another set of derivations.*ingest the traces again"):
+        analyze([], store=store)
+    del doc["tables"]["kernel_steps"]
+    doc["derivations"]["registry_version"] = registry_version()
+    (store / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"lacks the derived table.s. kernel_steps"):
+        analyze([], store=store)
+
+
 def test_store_and_inputs_together_is_a_usage_error(tmp_path):
     store = tmp_path / "s"
     ingest_store([HEALTHY], store)

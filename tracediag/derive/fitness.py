@@ -150,11 +150,18 @@ FROM r LEFT JOIN n USING (rank) LEFT JOIN m USING (rank) LEFT JOIN rt USING (ran
 LEFT JOIN an USING (rank) ORDER BY rank
 """
 # consecutive ids of one rank: the step from each to the next (a profiler numbers every call / op once)
-_GAPS_SQL = """
-WITH ids AS (SELECT DISTINCT rank, {col} AS id FROM {table} WHERE {col} > 0),
+# gaps between consecutive ids of a rank (`ids`: rank, id): the correlation ids of the runtime calls, the
+# external ids of the CPU ops
+_GAPS = """
 g AS (SELECT rank, id - lag(id) OVER (PARTITION BY rank ORDER BY id) AS d FROM ids)
 SELECT rank, median(d) AS med, quantile_cont(d, 0.9) AS p90, count(*) AS n FROM g WHERE d IS NOT NULL GROUP BY rank
 """
+_CORRELATION_GAPS_SQL = (
+    "WITH ids AS (SELECT DISTINCT rank, correlation AS id FROM runtime WHERE correlation > 0)," + _GAPS
+)
+_EXTERNAL_ID_GAPS_SQL = (
+    "WITH ids AS (SELECT DISTINCT rank, external_id AS id FROM cpu_ops WHERE external_id > 0)," + _GAPS
+)
 _CLIPPED_SQL = """
 WITH gpu AS (SELECT rank, correlation FROM kernels WHERE correlation > 0
              UNION ALL SELECT rank, correlation FROM memops WHERE correlation > 0),
@@ -178,8 +185,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     cur = con.execute(_RANK_SQL)
     cols = [d[0] for d in cur.description]
     ranks = [dict(zip(cols, row)) for row in cur.fetchall()]
-    corr = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="correlation", table="runtime")).fetchall()}
-    ext = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="external_id", table="cpu_ops")).fetchall()}
+    corr = {r[0]: r[1:] for r in con.execute(_CORRELATION_GAPS_SQL).fetchall()}
+    ext = {r[0]: r[1:] for r in con.execute(_EXTERNAL_ID_GAPS_SQL).fetchall()}
     clipped = {r[0]: r[1:] for r in con.execute(_CLIPPED_SQL).fetchall()}
     timeline = {
         r[0]: r[1:]

@@ -45,6 +45,7 @@ def run_check(
     ranks: str | None = None,
     scheduler: str | None = None,
     force: bool = False,
+    memory_limit: int | None = None,
 ):
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
@@ -100,6 +101,7 @@ def run_check(
                 jobs=jobs,
                 keep_python=keep_python,
                 settings=cfg.settings,
+                memory_limit=memory_limit,
             )
 
         def produce(staging: Path):
@@ -117,6 +119,7 @@ def run_check(
                 progress=progress,
                 ranks=ranks,
                 scheduler=scheduler,
+                memory_limit=memory_limit,
             )
             report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
             doc = orjson.loads(findings_json(report))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from tracediag.analyses.kernels import ms, prepare, source_of
+from tracediag.analyses.kernels import ms, source_of
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -93,7 +93,6 @@ def _cpu(ctx: Context) -> tuple[list[dict], int]:
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     gpu = source_of(ctx) == "gpu_kernel"
     if gpu:
         eager, total, fused = _gpu(ctx)
