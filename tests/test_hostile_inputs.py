@@ -456,20 +456,27 @@ def test_an_sglang_log_with_a_nul_head_given_as_log_is_detected_and_read(tmp_pat
     assert [i["format"] for i in doc["inputs"]] == ["sglang-log"]
 
 
-def test_a_log_line_beyond_the_read_budget_is_cut_and_counted(tmp_path, monkeypatch):
-    from tracediag import memory
+def test_a_log_line_beyond_the_read_budget_is_cut_and_counted(tmp_path):
+    from tracediag.ingest.sglang_log import parse_sglang_log
     from tracediag.ingest.vllm_log import parse_vllm_log
 
-    # the log reader takes the default budget (it is not handed IngestOptions.memory_limit yet): lines of at most
-    # 8 MiB under a default of 64 MiB
-    monkeypatch.setattr(memory, "DEFAULT_MEMORY_LIMIT", 64 * MIB)
+    # the log readers take the run's budget (IngestOptions.memory_limit): lines of at most 8 MiB under 64 MiB
     lines = VLLM_LOG.read_bytes().split(b"\n")
     lines.insert(2, b"x" * (20 * MIB))
     f = tmp_path / "server.log"
     f.write_bytes(b"\n".join(lines))
-    parsed = parse_vllm_log(f, 0, IngestOptions())
+    parsed = parse_vllm_log(f, 0, IngestOptions(memory_limit=64 * MIB))
     meta = json.loads(parsed.inputs_rows[0]["meta_json"])
     assert meta["lines_cut"] == 1
+    # the default budget (512 MiB: lines of 64 MiB) keeps the 20 MiB line whole
+    assert "lines_cut" not in json.loads(parse_vllm_log(f, 0, IngestOptions()).inputs_rows[0]["meta_json"])
+    lines = SGLANG_LOG.read_bytes().split(b"\n")
+    lines.insert(2, b"x" * (20 * MIB))
+    g = tmp_path / "sglang.log"
+    g.write_bytes(b"\n".join(lines))
+    for limit, cut in ((64 * MIB, 1), (None, 0)):
+        meta = json.loads(parse_sglang_log(g, 0, IngestOptions(memory_limit=limit)).inputs_rows[0]["meta_json"])
+        assert meta.get("lines_cut", 0) == cut, (limit, meta)
     assert (
         parsed.inputs_rows[0]["events_total"]
         == parse_vllm_log(VLLM_LOG, 0, IngestOptions()).inputs_rows[0]["events_total"]

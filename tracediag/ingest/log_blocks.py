@@ -97,10 +97,11 @@ def fixed_width(arr: pa.Array, width: int) -> np.ndarray:
     return data[offsets[0] : offsets[0] + width * len(arr)].reshape(len(arr), width)
 
 
-def read_blocks(path: Path, st: Any, joiner: Any, fast: str, fast_rows: FastRows) -> None:
+def read_blocks(path: Path, st: Any, joiner: Any, fast: str, fast_rows: FastRows, longest: int | None = None) -> None:
     """Every line of `path`, in order: runs of lines matching the RE2 pattern `fast` (anchored, over the raw line
-    with its newline) to `fast_rows`, the others to `joiner.feed(line number, text)`."""
-    longest = read_bytes_budget()
+    with its newline) to `fast_rows`, the others to `joiner.feed(line number, text)`. `longest`: the read budget
+    of one line (memory.read_bytes_budget of the run's --memory-limit)."""
+    longest = longest if longest is not None else read_bytes_budget()
     line_no = 0
     first = True
     for block in _blocks(path, st, longest):

@@ -61,6 +61,7 @@ from tracediag.ingest.vllm_log import (
     checked_float,
     checked_int,
 )
+from tracediag.memory import read_bytes_budget
 
 RECORD = re.compile(
     r"\[?(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<time>\d{2}:\d{2}:\d{2})?"
@@ -277,8 +278,9 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     def logical(n: int, line: str) -> None:
         st.batch_lines += _logical_line(st, n, line)
 
-    joiner = Joiner(logical, _STARTS_RECORD)
-    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows)
+    longest = read_bytes_budget(options.memory_limit)
+    joiner = Joiner(logical, _STARTS_RECORD, longest)
+    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows, longest)
     joiner.flush()
     batches = st.batch_lines
     if st.records == 0:

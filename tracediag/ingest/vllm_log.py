@@ -432,7 +432,7 @@ def open_log(path: Path) -> BinaryIO:
     return open_stream(path, "log")[0]
 
 
-def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
+def physical_lines(path: Path, st: LogState | None = None, memory_limit: int | None = None) -> Iterator[str]:
     """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break.
 
     A run of NUL bytes where a line starts (at the head of a log logrotate's copytruncate emptied in place, a hole
@@ -440,7 +440,7 @@ def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
     cut there, the rest of it skipped; all are counted in `st` (its meta: nul_head_bytes, nul_run_bytes,
     lines_cut)."""
     f, gz = open_stream(path, "log")
-    longest = read_bytes_budget()
+    longest = read_bytes_budget(memory_limit)
     try:
         nul_head = skip_nul_run(f, gz)
         if st is not None:
@@ -500,14 +500,14 @@ class Joiner:
     lines ran for hours), and a joined line ends at the read budget (memory.read_bytes_budget) like a physical one.
     """
 
-    def __init__(self, emit: Any, starts_record: re.Pattern[str] = _STARTS_RECORD) -> None:
+    def __init__(self, emit: Any, starts_record: re.Pattern[str] = _STARTS_RECORD, longest: int | None = None) -> None:
         self.emit = emit
         self.starts_record = starts_record
         self.widths: set[int] = set()
         self.start = 0  # physical line number of the pending logical line (0: none)
         self.parts: list[str] = []
         self.size = 0
-        self.longest = read_bytes_budget()
+        self.longest = longest if longest is not None else read_bytes_budget()
         self.last_len = 0
 
     def feed(self, i: int, line: str) -> None:
@@ -1074,8 +1074,9 @@ def _bulk_stats(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int, pr
 
 def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
-    joiner = Joiner(lambda n, line: _logical_line(st, n, line))
-    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows)
+    longest = read_bytes_budget(options.memory_limit)
+    joiner = Joiner(lambda n, line: _logical_line(st, n, line), longest=longest)
+    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows, longest)
     joiner.flush()
     tp_ranks = {int(m[1]) for name in st.pids if (m := re.match(r"Worker_TP(\d{1,4})$", name or ""))}
     if tp_ranks and "tensor_parallel_size" not in st.startup.column("key"):  # `(Worker_TP1 pid=N)` prefixes
