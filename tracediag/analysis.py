@@ -155,6 +155,7 @@ def analyze(
     progress: Callable[[str], None] | None = None,
     ranks: str | list[int] | None = None,
     scheduler: Any = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -168,6 +169,7 @@ def analyze(
     most 8, else one per TP group plus the stragglers COL005 names), "all", a list of ranks, or text like
     "0,3,8-15" (tracediag.fleet.ranks). With several TP groups the rules run per group and are merged; on a
     store the groups run as local processes, or on the Dask cluster `scheduler` (an address or a Client).
+    `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
     """
     say = progress or (lambda stage: None)
     if isinstance(ranks, str):
@@ -221,6 +223,7 @@ def analyze(
             store=store,
             scheduler=scheduler,
             jobs=jobs,
+            rules=rules,
         )
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
@@ -241,6 +244,7 @@ def evaluate(
     store: str | Path | None = None,
     scheduler: Any = None,
     jobs: int | None = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables.
 
@@ -259,17 +263,17 @@ def evaluate(
         plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
         ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
         if len(plan.groups) <= 1 and plan.all_deep:
-            rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+            mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
-                say(f"running {len(rules)} rules")
-                checks = run_rules(ctx, rules)
+                say(f"running {len(mods)} rules")
+                checks = run_rules(ctx, mods)
                 plan.why = plan.why or {r: "every rank" for r in plan.present}
                 say("building the report")
                 sections = build_sections(ctx, extra=extra_sections)
         else:
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
-            results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
+            results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs, rules)
             checks = merge_group_checks([(r.group, r.checks) for r in results])
             plan.deep = sorted({d for r in results for d in r.deep})
             plan.why = {d: why for r in results for d, why in r.deep.items()}

@@ -28,6 +28,7 @@ class GroupTask:
     tp: int | None
     settings: Any
     extra_rules: tuple[str, ...]
+    rules: tuple[str, ...] | None = None  # rule ids to run (tracediag check --rules); None: every rule
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,11 @@ class GroupResult:
     worker_pid: int
 
 
-def _rules(extra_rules: Sequence[str]) -> list[Any]:
+def _rules(extra_rules: Sequence[str], only: Sequence[str] | None = None) -> list[Any]:
     from tracediag.engine import load_rules
     from tracediag.rules import RULE_MODULES
 
-    return load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+    return load_rules(only) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
 
 
 def evaluate_group(
@@ -89,7 +90,7 @@ def evaluate_group_task(task: GroupTask) -> GroupResult:
             task.model,
             task.tp,
             task.settings,
-            _rules(task.extra_rules),
+            _rules(task.extra_rules, task.rules),
         )
     finally:
         con.close()
@@ -111,14 +112,25 @@ def evaluate_groups(
     store: str | None = None,
     scheduler: Any = None,
     jobs: int | None = None,
+    rules: Sequence[str] | None = None,
 ) -> list[GroupResult]:
     """Every group of the plan: on `con` in this process, or — given a store and more than one group — as tasks
     in local processes (`jobs`, default the cores) or on the Dask cluster `scheduler`."""
     if store is None or (len(plan.groups) == 1 and scheduler is None):
-        rules = _rules(extra_rules)
-        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, rules) for g in plan.groups]
+        mods = _rules(extra_rules, rules)
+        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, mods) for g in plan.groups]
     tasks = [
-        GroupTask(str(store), g, _requested(plan, g), model, tp, settings, tuple(extra_rules)) for g in plan.groups
+        GroupTask(
+            str(store),
+            g,
+            _requested(plan, g),
+            model,
+            tp,
+            settings,
+            tuple(extra_rules),
+            tuple(rules) if rules is not None else None,
+        )
+        for g in plan.groups
     ]
     if scheduler is not None:
         return _run_dask(tasks, scheduler)
