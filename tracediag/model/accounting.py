@@ -265,7 +265,7 @@ class ProjectionFlops:
         if self.kind == "dense":
             return (
                 "F_proj/T = 2 FLOPs × the weights a token multiplies with in the L layers: attention projections "
-                "+ MLP = L·(4(H·h·D + H·H_kv·D) + 2·m·H·I), m = 3 gated (2 plain) MLP matrices — the RULEBOOK's "
+                "+ MLP = L·(4(H·h·D + H·H_kv·D) + 2·m·H·I), m = 3 gated (2 plain) MLP matrices — docs/method.md's "
                 "4(H² + H·H_KV) + 6H·I per layer when h·D = H"
             )
         return (

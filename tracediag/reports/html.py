@@ -229,10 +229,12 @@ def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
         for name, key in (("start-up", "startup_ns"), ("steady", "steady_ns"), ("profiler stop", "stop_ns"))
         if total(key) is not None
     ]
+    label = FITNESS_LABEL.get(f["class"], f["class"])
     return {
         "cls": f["class"],
         "fit": f["fit"],
-        "label": FITNESS_LABEL.get(f["class"], f["class"]),
+        # the label leads unless the reason already starts with it ("sampled: the CPU ops' external ids ...")
+        "lead": None if f["why"].startswith(label.removesuffix(" (unfit)")) else label,
         "why": f["why"],
         "segments": segments,
         "recapture": f.get("recapture"),
