@@ -157,6 +157,7 @@ def analyze(
     ranks: str | list[int] | None = None,
     scheduler: Any = None,
     memory_limit: int | None = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -172,6 +173,7 @@ def analyze(
     store the groups run as local processes, or on the Dask cluster `scheduler` (an address or a Client).
     `memory_limit` is the memory budget in bytes (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
     chunks and spill threshold, DuckDB's memory_limit, and the TP=1 baseline's store.
+    `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
     """
     say = progress or (lambda stage: None)
     if isinstance(ranks, str):
@@ -206,6 +208,7 @@ def analyze(
             scheduler=scheduler,
             jobs=jobs,
             memory_limit=memory_limit,
+            rules=rules,
         )
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
@@ -227,6 +230,7 @@ def evaluate(
     scheduler: Any = None,
     jobs: int | None = None,
     memory_limit: int | None = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables.
 
@@ -248,10 +252,10 @@ def evaluate(
         plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
         ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout, baseline=baseline)
         if len(plan.groups) <= 1 and plan.all_deep:
-            rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+            mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
-                say(f"running {len(rules)} rules")
-                checks = run_rules(ctx, rules)
+                say(f"running {len(mods)} rules")
+                checks = run_rules(ctx, mods)
                 plan.why = plan.why or {r: "every rank" for r in plan.present}
                 say("building the report")
                 sections = build_sections(ctx, extra=extra_sections)
@@ -259,7 +263,7 @@ def evaluate(
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
             results = evaluate_groups(
-                con, plan, model, tp, settings, extra_rules, store, scheduler, jobs, baseline, memory_limit
+                con, plan, model, tp, settings, extra_rules, store, scheduler, jobs, baseline, memory_limit, rules
             )
             checks = merge_group_checks([(r.group, r.checks) for r in results])
             plan.deep = sorted({d for r in results for d in r.deep})

@@ -182,7 +182,7 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
-        v = verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
+        v = result.doc.get("verdict") or verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
         tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
         print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
         print(f"Coverage: {coverage_sentence(cov)}", file=file)

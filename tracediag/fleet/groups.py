@@ -29,6 +29,7 @@ class GroupTask:
     settings: Any
     extra_rules: tuple[str, ...]
     memory_limit: int | None = None  # the budget of the TP=1 baseline's store (tracediag.memory)
+    rules: tuple[str, ...] | None = None  # rule ids to run (tracediag check --rules); None: every rule
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,11 @@ class GroupResult:
     worker_pid: int
 
 
-def _rules(extra_rules: Sequence[str]) -> list[Any]:
+def _rules(extra_rules: Sequence[str], only: Sequence[str] | None = None) -> list[Any]:
     from tracediag.engine import load_rules
     from tracediag.rules import RULE_MODULES
 
-    return load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+    return load_rules(only) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
 
 
 def evaluate_group(
@@ -98,7 +99,7 @@ def evaluate_group_task(task: GroupTask) -> GroupResult:
             task.model,
             task.tp,
             task.settings,
-            _rules(task.extra_rules),
+            _rules(task.extra_rules, task.rules),
             baseline,
         )
     finally:
@@ -125,15 +126,26 @@ def evaluate_groups(
     jobs: int | None = None,
     baseline: Any = None,
     memory_limit: int | None = None,
+    rules: Sequence[str] | None = None,
 ) -> list[GroupResult]:
     """Every group of the plan: on `con` in this process, or — given a store and more than one group — as tasks
     in local processes (`jobs`, default the cores) or on the Dask cluster `scheduler`. `baseline`
     (context.Baseline) is the TP=1 baseline the groups of this process share; a task reads its own."""
     if store is None or (len(plan.groups) == 1 and scheduler is None):
-        rules = _rules(extra_rules)
-        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, rules, baseline) for g in plan.groups]
+        mods = _rules(extra_rules, rules)
+        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, mods, baseline) for g in plan.groups]
     tasks = [
-        GroupTask(str(store), g, _requested(plan, g), model, tp, settings, tuple(extra_rules), memory_limit)
+        GroupTask(
+            str(store),
+            g,
+            _requested(plan, g),
+            model,
+            tp,
+            settings,
+            tuple(extra_rules),
+            memory_limit,
+            tuple(rules) if rules is not None else None,
+        )
         for g in plan.groups
     ]
     if scheduler is not None:

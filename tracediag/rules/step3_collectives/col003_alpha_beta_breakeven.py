@@ -76,6 +76,7 @@ RULE = RuleMeta(
     requires_model=("L", "H"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),
+    enabled_by=("--tp1-baseline", "--peak-tflops"),
 )
 BELOW_SHARE_FINDING = 0.5  # "the observed decode T distribution lies mostly below T*"
 LM_HEAD_INCLUDED = "lm_head included"  # in a's source when its GEMM time counts the lm_head

@@ -39,6 +39,7 @@ RULE = RuleMeta(
     requires_model=("H", "I", "h", "H_kv", "D"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002"),
+    enabled_by=("--tp1-baseline", "--peak-tflops"),
 )
 INFO_BELOW, WARNING_BELOW = 0.7, 0.5
 _NO_REFERENCE = "missing a reference FLOP rate: pass --tp1-baseline (a TP=1 trace of the same model) or --peak-tflops"
