@@ -23,3 +23,12 @@ class InputError(TracediagError):
 
 class UsageError(TracediagError):
     """Options that do not fit together, or an option value that is not valid."""
+
+
+MAX_MESSAGE = 1000  # characters of an error line (a message quoting a 1 MiB value stays readable)
+
+
+def one_line(text: str) -> str:
+    """An error message as the one line the exit contract promises (the CLI's and the MCP server's)."""
+    line = " / ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…"

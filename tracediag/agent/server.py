@@ -170,7 +170,7 @@ def _call(work: Callable[[Callable[[str], None]], dict[str, Any]], ctx: Context 
 
     `progress(stage)` sends a progress notification per stage (a no-op when the client did not ask for progress).
     """
-    from tracediag.cli import one_line
+    from tracediag.errors import one_line
 
     stages = 0
 

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from tracediag.cli import fastparams
-from tracediag.errors import TracediagError, UsageError
+from tracediag.errors import TracediagError, UsageError, one_line
 from tracediag.version import __version__
 
 EXIT_USAGE = 2
@@ -104,15 +104,6 @@ FLAG_FORMATS = {
 def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
     """(path, format) pairs from the --metrics/--log/--bench/--nccl-tests/--topology options."""
     return [(p, FLAG_FORMATS[flag]) for flag, paths in flags.items() for p in paths or []]
-
-
-_MAX_MESSAGE = 1000  # characters of an error line (a message quoting a 1 MiB value stays readable)
-
-
-def one_line(text: str) -> str:
-    """An error message as the one line the exit contract promises."""
-    line = " / ".join(part.strip() for part in str(text).splitlines() if part.strip())
-    return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 1] + "…"
 
 
 def memory_budget(text: str | None) -> int | None:
