@@ -242,8 +242,8 @@ class Workspace:
     ) -> dict[str, Any]:
         """The gate as `tracediag check` gives it: outcome (passed / failed / inconclusive), its exit status,
         the judged items that are not plain passes, and the command's own text."""
-        from tracediag.cli.check import print_result
         from tracediag.gate.run import run_check
+        from tracediag.gate.text import print_result
 
         extra = [(Path(p), fmt) for p, fmt in ((log, "vllm-log"), (metrics, "prometheus"), (bench, "vllm-bench")) if p]
         result, warnings = run_check(
