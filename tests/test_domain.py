@@ -60,3 +60,14 @@ def test_all_to_all_beside_embedding_bags_is_not_expert_parallel(reports):
     groups = reports["recsys"]["layout"]["groups"]
     assert [g["kind"] for g in groups] == ["EMB"] and "embedding-bag" in groups[0]["evidence"]
     assert "EP" not in reports["recsys"]["tp"]["source"]
+
+
+def test_the_table_has_the_columns_the_classifier_fills():
+    import duckdb
+
+    from tracediag.derive.domain import COLUMNS
+    from tracediag.store import run_sql_file
+
+    con = duckdb.connect()
+    run_sql_file(con, "tracediag.derive", "workload_domain.sql")
+    assert tuple(r[0] for r in con.execute("DESCRIBE workload_domain").fetchall()) == COLUMNS

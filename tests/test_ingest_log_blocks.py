@@ -22,7 +22,7 @@ def _repeated(src, tmp_path, marker: bytes, times: int = 40):
     return out
 
 
-def _line_reader(path, st, joiner, fast, fast_rows):
+def _line_reader(path, st, joiner, fast, fast_rows, longest=None):
     """read_blocks without blocks: every physical line (the readline-based reader) to the line-by-line path."""
     for i, line in enumerate(physical_lines(path, st), start=1):
         joiner.feed(i, line)

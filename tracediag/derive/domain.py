@@ -1,6 +1,6 @@
 """The workload's domain: training or inference, and LLM or another kind of model — from what the trace holds.
 
-Table `workload_domain` (one row for the analysis), built beside the window fitness (derive/fitness.py), which
+Table `workload_domain` (workload_domain.sql: one row for the analysis), built beside the window fitness (derive/fitness.py), which
 reports it (findings.json `fitness.domain`, the report header):
 
 * **mode** — `training` when the trace holds an autograd backward pass or optimizer work (`training_evidence`,
@@ -24,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from tracediag.store import query_dicts
+from tracediag.store import query_dicts, run_sql_file
 
 COLUMNS = (
     "mode",
@@ -40,7 +40,7 @@ COLUMNS = (
     "embedding_bag_ops",
     "conv_ops",
     "moe_kernels",
-)  # fmt: skip
+)  # fmt: skip  (the columns of workload_domain.sql, in order)
 
 _COUNTS_SQL = r"""
 SELECT
@@ -119,8 +119,7 @@ def classify(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 
 def build(con: duckdb.DuckDBPyConnection) -> None:
-    cols = ", ".join(f"{c} {'VARCHAR' if c in COLUMNS[:4] else 'BIGINT'}" for c in COLUMNS)
-    con.execute(f"CREATE OR REPLACE TABLE workload_domain ({cols})")
+    run_sql_file(con, "tracediag.derive", "workload_domain.sql")
     has_trace = con.execute(
         "SELECT count(*) FROM inputs WHERE format IN ('kineto', 'nsys-sqlite', 'nsys-rep')"
     ).fetchone()[0]
