@@ -1,7 +1,7 @@
 """The workload's domain: training or inference, and LLM or another kind of model — from what the trace holds.
 
-Table `workload_domain` (workload_domain.sql: one row for the analysis), built beside the window fitness (derive/fitness.py), which
-reports it (findings.json `fitness.domain`, the report header):
+Table `workload_domain` (workload_domain.sql: one row for the analysis), built beside the window fitness
+(derive/fitness.py), which reports it (findings.json `fitness.domain`, the report header):
 
 * **mode** — `training` when the trace holds an autograd backward pass or optimizer work (`training_evidence`,
   which derive/layout.py's `workload` shares: `autograd::engine::evaluate_function…`, `*Backward*` ops, FSDP's
