@@ -259,13 +259,7 @@ def _bulk_decode(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int) -
         "kv_usage_pct": pa.array(text["u"].cast(pa.float64()).to_numpy() * 100),
         "extra_json": extra,
     }
-    schema = st.stats.schema
-    arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
-    st.stats.add_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
-    last_t = float(t[-1])
-    st.clock._last_s = last_t
-    st.max_t = last_t if st.max_t is None else max(st.max_t, float(t.max()))
-    st.last_t, st.last_ts_text = last_t, ts_text[n - 1].as_py()
+    st.add_stats_rows(cols, n, t, ts_text)
     st.records += n
     st.batch_lines += n
     st.run_active = True

@@ -813,6 +813,18 @@ class LogState:
         self.seen_facts.add(ident)
         self.startup.add({**base, "key": key, "value": value, "value_num": num, "unit": unit, "text": text[:MAX_TEXT]})
 
+    def add_stats_rows(self, cols: dict[str, pa.Array], n: int, t: np.ndarray, ts_text: pa.Array) -> float:
+        """`n` stats rows found in bulk (log_blocks): `cols` by serving_stats column (the others NULL), at log
+        times `t`; the clock and the last time move to the last row. Returns that row's time."""
+        schema = self.stats.schema
+        arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
+        self.stats.add_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+        last_t = float(t[-1])
+        self.clock._last_s = last_t
+        self.max_t = last_t if self.max_t is None else max(self.max_t, float(t.max()))
+        self.last_t, self.last_ts_text = last_t, ts_text[n - 1].as_py()
+        return last_t
+
     def meta(self) -> dict[str, Any]:
         facts: dict[str, Any] = {}
         keys, values = self.startup.column("key"), self.startup.column("value")
@@ -1057,13 +1069,7 @@ def _bulk_stats(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int, pr
         "cpu_kv_usage_pct": _opt(rows.field("cpu"), pa.float64()),
         "prefix_hit_pct": _opt(rows.field("ph"), pa.float64()),
     }
-    schema = st.stats.schema
-    arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
-    st.stats.add_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
-    last_t = float(t[-1])
-    st.clock._last_s = last_t
-    st.max_t = last_t if st.max_t is None else max(st.max_t, float(t.max()))
-    st.last_t, st.last_ts_text = last_t, ts_text[n - 1].as_py()
+    last_t = st.add_stats_rows(cols, n, t, ts_text)
     pid_last = pid[n - 1].as_py()
     if proc is not None:
         st.pids[proc] = (pid_last, last_t)
