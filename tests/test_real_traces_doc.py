@@ -117,3 +117,17 @@ def test_window_class_matches_the_independent_count(path):
     got = _report(str(path))["fitness"]["class"]
     want = real_traces.expected_window(_inventory(str(path)))
     assert got in (("steady", "clipped") if want == "steady or clipped" else (want,))
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_cold_launches_are_first_launches_by_the_independent_count(path):
+    """KRN010 counts a slow launch as start-up only when it is its kernel's first launch in the process; slow
+    launches of kernels that ran before (counted from the file) are set apart, never counted as cold."""
+    (c,) = [c for c in _report(str(path))["checks"] if c["rule"] == "KRN010"]
+    if c["status"] == "not_applicable":
+        return
+    inv = _inventory(str(path))
+    cold = [e for e in c["evidence"] if e["kind"].startswith("kernel launch")]
+    assert len(cold) <= inv.slow_first_launches
+    assert all(e.get("first_launch_of_kernel") for e in cold)
+    assert c["values"]["slow_repeat_launches"] <= inv.slow_repeat_launches
