@@ -131,3 +131,18 @@ def test_cold_launches_are_first_launches_by_the_independent_count(path):
     assert len(cold) <= inv.slow_first_launches
     assert all(e.get("first_launch_of_kernel") for e in cold)
     assert c["values"]["slow_repeat_launches"] <= inv.slow_repeat_launches
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_steps_without_a_phase_are_named_by_what_the_trace_holds(path):
+    """KRN006 calls steps with no phase training steps only in a training job, and says the trace has no attention
+    kernel only when the independent count finds none."""
+    (c,) = [c for c in _report(str(path))["checks"] if c["rule"] == "KRN006"]
+    if c["status"] == "not_applicable":
+        return
+    inv = _inventory(str(path))
+    assert "unknown phase" not in c["title"]
+    if "training step" in c["title"]:
+        assert inv.backward_or_optimizer_events > 0
+    if "no attention kernel in the trace" in c["title"]:
+        assert inv.attention_kernels == 0

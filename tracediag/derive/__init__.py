@@ -23,6 +23,7 @@ CORE: tuple[str, ...] = (
 # Derivations that build on the core tables (steps, gemm_shapes, collectives), in this order:
 # a `.sql` file is executed; a Python module name is imported and its build(con) called.
 POST_DERIVATIONS: tuple[str, ...] = (
+    "tracediag.derive.kernel_phase",
     "tracediag.derive.windows",
     "tracediag.derive.fitness",
     "tracediag.derive.kernel_steps",

@@ -34,13 +34,14 @@ processing), fewer synchronous copies of the sampled tokens.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
 from tracediag.analyses.host_gaps import GapAttribution, attribute_gap
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, prepare, source_of
 from tracediag.context import Context
+from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -94,13 +95,33 @@ def _phase_table(steps: list[dict]) -> list[dict]:
     return table
 
 
-def _steps(phase: str) -> str:
-    """'decode steps'; steps whose phase no marker or attention shape tells are 'the steps (phase unknown)'."""
-    return "the steps (phase unknown)" if phase in ("unknown", None) else f"{phase} steps"
+def _phase_words(ctx: Context) -> dict[str, tuple[str, str]]:
+    """(steps, step time) in words for the phases that need more than their name: steps with no phase — a
+    training job's, a trace with no attention kernel (not a prefill/decode workload), or an inference trace whose
+    phase nothing tells — and phases inferred from the attention kernels (derive/kernel_phase.py)."""
+    if ctx.layout is not None and ctx.layout.workload == "training":
+        unknown = ("training steps", "training step time")
+    else:
+        attention = ctx.scalar("SELECT count(*) FROM kernel_steps WHERE klass IN ('attention', 'attention_fallback')")
+        why = (
+            "phase unknown: no step annotation, attention shape or prefill/decode-only attention kernel"
+            if attention
+            else "no attention kernel in the trace: not a prefill/decode workload"
+        )
+        unknown = (f"the steps ({why})", f"step time ({why})")
+    words = {phase_name(None): unknown}
+    for r in ctx.rows("SELECT DISTINCT phase FROM steps WHERE phase_source = ? ORDER BY phase", [INFERRED]):
+        words[r["phase"]] = (f"{r['phase']} steps ({INFERRED})", f"{r['phase']} step time ({INFERRED})")
+    return words
 
 
-def _step_time(phase: str) -> str:
-    return "step time (phase unknown)" if phase in ("unknown", None) else f"{phase} step time"
+def _steps(t: dict, words: dict[str, tuple[str, str]]) -> str:
+    """'decode steps'; a phase in _phase_words in its words."""
+    return words.get(t["phase"], (f"{t['phase']} steps",))[0]
+
+
+def _step_time(t: dict, words: dict[str, tuple[str, str]]) -> str:
+    return words[t["phase"]][1] if t["phase"] in words else f"{t['phase']} step time"
 
 
 def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, str, str]:
@@ -112,7 +133,7 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, s
     if (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
         cause = (
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
-            f"no graph launches in {_steps(t['phase'])}: launch-bound"
+            f"no graph launches in {_steps(t, _phase_words(ctx))}: launch-bound"
         )
         nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
     else:
@@ -145,6 +166,7 @@ class HostBoundMeasure:
     gap_next: str
     step_name: str | None
     values: dict
+    words: dict = field(default_factory=dict)  # _phase_words
 
 
 def _values(m: dict) -> dict:
@@ -232,6 +254,7 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
         gap_next,
         step_name,
         values,
+        _phase_words(ctx),
     )
 
 
@@ -297,7 +320,9 @@ def _stall_part(m: HostBoundMeasure) -> tuple:
     with_without = ""
     if ph:
         t = next(t for t in table if t["phase"] == ph)
-        with_without = f" ({ph} step time {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+        with_without = (
+            f" ({_step_time(t, m.words)} {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+        )
     return (
         m.stall_share,
         m.stall_ns,
@@ -325,9 +350,9 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
                     t["idle_share"],
                     t["gpu_idle_ns"],
                     "warning",
-                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {m.gap_cause}"
+                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)} (stalls excluded); {m.gap_cause}"
                     if t is m.worst
-                    else f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])}",
+                    else f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)}",
                     m.gap_next,
                 )
             )
@@ -375,7 +400,7 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
             confidence="high",
             title=(
                 "GPU busy inside steps: idle "
-                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t['phase'])}" for t in m.judged)
+                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t, m.words)}" for t in m.judged)
                 + f"; {m.between_share:.1%} idle between steps, {m.stall_share:.1%} in host-blocking stalls"
             ),
         )
