@@ -98,9 +98,11 @@ def _repeats(facts: dict) -> str:
     n = facts["slow_repeat_launches"]
     if not n:
         return ""
+    what = "launches" if n > 1 else "launch"
+    of = "of kernels that ran before are" if n > 1 else "of a kernel that ran before is"
     return (
-        f"; {n} slow launch{'es' if n > 1 else ''} ({ms(facts['slow_repeat_launch_ns'])}) of kernels that ran before "
-        "are not start-up: host contention or a full launch queue (KRN006's host stalls)"
+        f"; {n} slow {what} ({ms(facts['slow_repeat_launch_ns'])}) {of} not start-up: host contention or a full "
+        "launch queue (KRN006's host stalls)"
     )
 
 
