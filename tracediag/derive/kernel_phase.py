@@ -20,7 +20,6 @@ replays count in the step that launched the graph).
 from __future__ import annotations
 
 import duckdb
-import pyarrow as pa
 
 from tracediag.catalog import classify_kernel
 from tracediag.derive.layout import workload
@@ -62,6 +61,8 @@ FROM per
 
 
 def build(con: duckdb.DuckDBPyConnection) -> None:
+    import pyarrow as pa  # here, not at import: the rules read SOURCE from a store opened without pyarrow
+
     cur = con.cursor()  # workload() leaves its one-row result open: on a cursor of its own
     try:
         training = workload(cur)[0] == "training"  # a training step's forward runs prefill kernels: not a prefill

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracediag.derive import intervals as iv
-from tracediag.derive.fitness import startup_end
+from tracediag.derive.fitness import REPEAT_LAUNCH, startup_end
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
@@ -55,8 +55,6 @@ _KINDS = (
     (re.compile(r"Module|Library|Load", re.I), "module loading"),
     (re.compile(r"Malloc|Free|HostAlloc|HostRegister|MemPool|Alloc", re.I), "allocation"),
 )
-# a slow launch whose kernels all ran before on the rank: nothing left to load or compile
-REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a full launch queue)"
 # stalls of these kinds are host work of the steady state (KRN006's); every other kind is start-up work (KRN010's)
 HOST_BLOCKING_KINDS = ("synchronize API", "synchronous copy", "blocking copy/memset", REPEAT_LAUNCH)
 # runtime calls of >= 1 ms, each with whether every kernel it launched had been launched before on the rank (a

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from tracediag.analyses.kernels import ms
 from tracediag.context import Context
-from tracediag.derive.windows import REPEAT_LAUNCH
+from tracediag.derive.fitness import REPEAT_LAUNCH
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
