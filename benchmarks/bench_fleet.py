@@ -1,7 +1,7 @@
-"""The Dask path on a local cluster with 8, 16, 32 and 64 ranks: ingest into a Parquet store, then
+"""The Dask path on a local cluster with 8 to 1024 ranks: ingest into a Parquet store, then
 `analyze --store` with the rules evaluated per TP group on the cluster.
 
-    python benchmarks/bench_fleet.py --ranks 8,16,32,64 --workers 2 --repeats 2 \
+    python benchmarks/bench_fleet.py --ranks 64,256,1024 --workers 2 --repeats 1 \
         --out benchmarks/results/fleet-dask-<date>-<machine>.json
 
 Not a test. The rank files are **replicated** from the real 8-rank sample tests/data/fleet/healthy_tp8 (torch.profiler,
@@ -15,6 +15,12 @@ file) and the workers' peak RSS is read (`getrusage` in each worker); then on an
 one deep rank per group; one group, 8 ranks, is evaluated in the coordinator). Reported per size: median wall
 times, the workers' peak RSS (max over workers), the coordinator's RSS, and a least-squares line t = a + b·N over
 the sizes with its R² (time linear in ranks) and the per-rank cost b.
+
+With `--straggler-ms D` (default 100; 0: none) one rank of one group is a straggler: global rank 5N/8 + 3 (rank 43
+of 64) has its whole timeline shifted D ms later, so it reaches every collective of its group late
+(tests/fleet_replicas.py). Each run then records whether the analysis names it: COL005's straggler and the group
+summaries' straggler ranks must be exactly that rank, and the default deep-rank selection must include it. The
+coordinator's peak RSS is sampled (psutil, every 20 ms) during each ingest and analyze.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,10 +50,55 @@ def _worker_peak_mib(client) -> float:
     return round(max(client.run(peak).values()), 1)
 
 
-def _self_rss_mib() -> float:
-    import psutil
+class _PeakRss:
+    """The coordinator's peak RSS while the block runs (sampled every 20 ms)."""
 
-    return round(psutil.Process().memory_info().rss / 2**20, 1)
+    def __enter__(self) -> _PeakRss:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.peak = self._proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+    @property
+    def mib(self) -> float:
+        return round(self.peak / 2**20, 1)
+
+
+def straggler_rank(n: int) -> int:
+    return n * 5 // 8 + 3
+
+
+def _names_straggler(report, rank: int) -> dict:
+    r = report.to_dict()["ranks"]
+    col005 = next((c for c in report.checks if c.rule == "COL005"), None)
+    summaries = r.get("group_summaries", [])
+    named = {g["group"]: g["straggler_rank"] for g in summaries if g.get("straggler_rank") is not None}
+    return {
+        "col005_status": col005.status if col005 else None,
+        "col005_straggler_rank": col005.values.get("straggler_rank") if col005 else None,
+        "group_stragglers": named,
+        "deep_analysed_includes_it": rank in r["analysed"],
+        "named": bool(
+            col005 is not None
+            and col005.status == "finding"
+            and col005.values.get("straggler_rank") == rank
+            and list(named.values()) == [rank]
+            and rank in r["analysed"]
+        ),
+    }
 
 
 def _line(xs: list[float], ys: list[float]) -> dict:
@@ -77,6 +129,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--work", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--straggler-ms", type=float, default=100.0)
     args = ap.parse_args()
     sizes = [int(x) for x in args.ranks.split(",")]
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-fleet-"))
@@ -85,7 +138,10 @@ def main() -> int:
     for n in sizes:
         d = work / f"r{n}"
         if not d.is_dir():
-            replicate(d, n // 8, shift_us=1000.0)
+            late = (straggler_rank(n), args.straggler_ms * 1000.0) if args.straggler_ms else None
+            t0 = time.perf_counter()
+            replicate(d, n // 8, shift_us=1000.0, straggler=late)
+            print(json.dumps({"replicated": n, "s": round(time.perf_counter() - t0, 1)}), flush=True)
         dirs[n] = d
     runs: dict[int, list[dict]] = {n: [] for n in sizes}
 
@@ -99,15 +155,18 @@ def main() -> int:
             files = sorted(dirs[n].glob("rank*.pt.trace.json.gz"))
             store = work / f"store{n}"
             load0 = os.getloadavg()[0]
+            shutil.rmtree(store, ignore_errors=True)
             with cluster() as c, Client(c) as client:  # fresh worker processes: their peak RSS is this run's
-                t0 = time.perf_counter()
-                res = ingest_store(files, store, scheduler=client)
-                t_ingest = time.perf_counter() - t0
+                with _PeakRss() as ingest_rss:
+                    t0 = time.perf_counter()
+                    res = ingest_store(files, store, scheduler=client)
+                    t_ingest = time.perf_counter() - t0
                 ingest_peak = _worker_peak_mib(client)
             with cluster() as c, Client(c) as client:
-                t0 = time.perf_counter()
-                report = analyze([], model=model, store=store, scheduler=client)
-                t_analyze = time.perf_counter() - t0
+                with _PeakRss() as analyze_rss:
+                    t0 = time.perf_counter()
+                    report = analyze([], model=model, store=store, scheduler=client)
+                    t_analyze = time.perf_counter() - t0
                 analyze_peak = _worker_peak_mib(client)
             r = report.to_dict()["ranks"]
             row = {
@@ -120,11 +179,14 @@ def main() -> int:
                 "parse_write_s_sum": round(sum(i["parse_write_s"] for i in res.inputs), 3),
                 "analyze_store_s": round(t_analyze, 3),
                 "analyze_worker_peak_rss_mib": analyze_peak,
-                "coordinator_rss_mib": _self_rss_mib(),
+                "coordinator_peak_rss_ingest_mib": ingest_rss.mib,
+                "coordinator_peak_rss_analyze_mib": analyze_rss.mib,
                 "tp_groups": len(r["groups"]),
                 "deep_ranks": len(r["analysed"]),
                 "findings": sorted(c.rule for c in report.checks if c.status == "finding"),
             }
+            if args.straggler_ms:
+                row["straggler"] = {"rank": straggler_rank(n), **_names_straggler(report, straggler_rank(n))}
             runs[n].append(row)
             print(json.dumps(row), flush=True)
     summary = []
@@ -139,12 +201,16 @@ def main() -> int:
                 "worker_peak_rss_mib": max(
                     max(r["ingest_worker_peak_rss_mib"], r["analyze_worker_peak_rss_mib"]) for r in rs
                 ),
-                "coordinator_rss_mib": max(r["coordinator_rss_mib"] for r in rs),
+                "coordinator_peak_rss_mib": max(
+                    max(r["coordinator_peak_rss_ingest_mib"], r["coordinator_peak_rss_analyze_mib"]) for r in rs
+                ),
+                "straggler_named": all(r["straggler"]["named"] for r in rs) if args.straggler_ms else None,
             }
         )
     xs = [float(s["ranks"]) for s in summary]
     doc = {
-        "benchmark": "Dask LocalCluster: ingest + analyze --store per TP group, 8..64 replicated ranks",
+        "benchmark": "Dask LocalCluster: ingest + analyze --store per TP group, replicated ranks",
+        "straggler_ms": args.straggler_ms,
         "command": "python " + " ".join(sys.argv),
         "inputs": "rank files replicated from tests/data/fleet/healthy_tp8 (real torch.profiler gloo TP=8 ranks) "
         "by tests/fleet_replicas.py: N/8 TP groups of 8",
@@ -156,7 +222,12 @@ def main() -> int:
         "fit_analyze": _line(xs, [s["analyze_store_s"] for s in summary]),
         "fit_total": _line(xs, [s["total_s"] for s in summary]),
     }
-    print(json.dumps({k: doc[k] for k in ("summary", "fit_ingest", "fit_analyze", "fit_total")}, indent=1))
+    if 1024 not in sizes and len(sizes) > 1:  # what the fit says 1024 ranks would take (not measured)
+        doc["extrapolated_1024"] = {
+            k: round(doc[f"fit_{k}"]["intercept_s"] + 1024 * doc[f"fit_{k}"]["per_rank_s"], 1)
+            for k in ("ingest", "analyze", "total")
+        }
+    print(json.dumps({k: doc[k] for k in ("summary", "fit_ingest", "fit_analyze", "fit_total") if k in doc}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(doc, indent=2) + "\n")
     if not args.work:

@@ -29,14 +29,16 @@ SOURCE_TABLES = ("cpu_ops", "annotations", "kernels", "runtime")
 
 
 def _load(traces: list[Path]):
-    from tracediag.derive import CORE, _run
+    from tracediag.derive import build_order
     from tracediag.ingest import discover_inputs, load, parse_all
     from tracediag.store import open_store
 
     con = open_store()
     load(con, parse_all([(f, None) for f in discover_inputs(traces)]))
-    for step in CORE:
-        _run(con, step)
+    for d in build_order():  # the derivations collectives.py runs after
+        if "collectives" in d.provides:
+            break
+        d.run(con)
     return con
 
 

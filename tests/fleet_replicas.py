@@ -6,8 +6,11 @@ data-parallel run of groups × p ranks: copy g's rank r becomes global rank g·p
 world size groups·p and lists the world group and the copy's TP group (`pg_name` "g+1", description "tp",
 its p ranks); each copy's collective calls (the `c10d::` ops) carry that group's name, description, size and
 ranks in their args, as torch's record_param_comms does on NCCL; copy g's timestamps are shifted by
-g × `shift_us` (and stretched by 1 + g × `stretch` when given, to make one group slower). Every other event is
-the real one, unchanged. Used by tests/test_fleet.py and benchmarks/bench_fleet.py.
+g × `shift_us` (and stretched by 1 + g × `stretch` when given, to make one group slower). `straggler=(rank, µs)`
+makes one global rank a straggler: its whole timeline is shifted that much later, so it reaches every collective
+of its group late and the others wait for it (their calls keep their recorded durations: each waits min(duration,
+delay)). `span=f` keeps the events of the first fraction f of each rank's time span (fewer steps, for fast tests).
+Every other event is the real one, unchanged. Used by tests/test_fleet.py and benchmarks/bench_fleet.py.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def replicate(
     stretch: float = 0.0,
     compresslevel: int = 1,
     named: bool = True,
+    straggler: tuple[int, float] | None = None,
+    span: float = 1.0,
 ) -> list[Path]:
     """Write the rank files of `groups` TP groups into `out` (skipping the global ranks in `drop`). With
     `named=False` the TP groups are recorded nowhere (no pg_config entry, no process-group args on the calls),
@@ -66,12 +71,17 @@ def replicate(
                 ],
             }
             d["distributedInfo"] = info
-            t0 = min(e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float)))
+            stamps = [e["ts"] for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float))]
+            t0 = min(stamps)
+            t_end = t0 + (max(stamps) - t0) * span
+            late = straggler[1] if straggler is not None and straggler[0] == rank else 0.0
             events = []
             for e in doc["traceEvents"]:
                 e = dict(e)
                 if isinstance(e.get("ts"), (int, float)):
-                    e["ts"] = t0 + (e["ts"] - t0) * (1 + g * stretch) + g * shift_us
+                    if e["ts"] > t_end:
+                        continue
+                    e["ts"] = t0 + (e["ts"] - t0) * (1 + g * stretch) + g * shift_us + late
                     if stretch and isinstance(e.get("dur"), (int, float)):
                         e["dur"] = e["dur"] * (1 + g * stretch)
                 if named and e.get("cat") == "cpu_op" and str(e.get("name", "")).startswith("c10d::"):

@@ -27,6 +27,8 @@ COLLECTIVE = re.compile(r"^(?:void )?nccl|rccl|cross_device_reduce|all_?reduce|a
 ENGINE_STEP = re.compile(r"^(?:execute_\d|execute_context_|execute_new_|step\[|\[Executor\] _forward_step)")
 STEP_LIKE = re.compile(r"^(?:execute_|(?:draft )?step\[|ProfilerStep#|\[Executor\]|_forward_step)")
 GEMM_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul")
+EMBEDDING_BAG = re.compile(r"embedding_bag|torchrec|split_embedding|batched_embedding|fbgemm::", re.I)
+CONV = re.compile(r"^aten::(?:cudnn_|miopen_)?conv", re.I)
 BACKWARD = re.compile(r"autograd::engine::evaluate_function|Backward\d*$|PostBackward|^Optimizer\.step#")
 # an engine-step annotation with decoding requests
 DECODING_STEP = re.compile(r"_generation_[1-9]|^step\[DECODE|^(?:draft )?step\[.*DECODE")
@@ -72,6 +74,9 @@ class Inventory:
     kernels_after_last_slow_call: int | None = None  # kernels after the last >= 1 ms host call (not a sync or copy)
     # that starts before the last kernel
     decoding_step_annotations: int = 0  # engine-step annotations with decoding requests
+    # what the workload's domain rests on (tracediag/derive/domain.py), counted here from the file
+    embedding_bag_events: int = 0  # CPU ops / kernels of TorchRec / FBGEMM embedding bags
+    conv_ops: int = 0  # aten::convolution-family CPU ops
     # kernel launches of >= 1 ms: the first launch of their kernel (by name, in the process), or a repeat
     slow_first_launches: int = 0
     slow_repeat_launches: int = 0
@@ -131,6 +136,8 @@ def _kineto(path: Path) -> Inventory:
         correlation_gap_median=_gap_median(corr),
         kernels_after_last_slow_call=sum(1 for e in kernels if slow_end is None or e["ts"] >= slow_end),
         decoding_step_annotations=sum(1 for e in ann if DECODING_STEP.search(str(e.get("name", "")))),
+        embedding_bag_events=sum(1 for e in cat("cpu_op") + kernels if EMBEDDING_BAG.search(str(e.get("name", "")))),
+        conv_ops=sum(1 for e in cat("cpu_op") if CONV.search(str(e.get("name", "")))),
         trace=path.name,
         format="kineto",
         device=device,
@@ -238,6 +245,8 @@ def _nsys(path: Path) -> Inventory:
         correlation_gap_median=_gap_median(corr) if gpu_pids <= 1 else None,
         kernels_after_last_slow_call=after,
         decoding_step_annotations=sum(1 for n in nvtx if DECODING_STEP.search(n)),
+        embedding_bag_events=sum(1 for n in nvtx + names if EMBEDDING_BAG.search(n)),
+        conv_ops=sum(1 for n in nvtx if CONV.search(n.split(",")[0])),
         trace=path.name,
         format="nsys-sqlite",
         device=device,
@@ -303,6 +312,25 @@ def expected_window(i: Inventory) -> str:
     if i.kernels_after_last_slow_call == 0:
         return "startup_only"
     return "steady or clipped"
+
+
+def expected_domain(i: Inventory) -> str:
+    """The workload label these counts call for (tracediag/derive/domain.py's order), without tracediag: embedding
+    bags → recommender, attention-named kernels or engine steps → LLM, convolutions → vision; training when a
+    backward pass or optimizer step was recorded, inference with engine steps or LLM attention."""
+    if i.embedding_bag_events:
+        work = "recommender"
+    elif i.attention_kernels or i.engine_step_annotations:
+        work = "LLM"
+    elif i.conv_ops:
+        work = "vision"
+    else:
+        work = "non-LLM"
+    if i.backward_or_optimizer_events:
+        return f"{work} training"
+    if i.engine_step_annotations or work == "LLM":
+        return f"{work} inference"
+    return f"{work} (training or inference unknown)"
 
 
 def kernel_names(path: Path) -> set[str]:
@@ -380,6 +408,7 @@ def render(checks_of=None, fitness_of=None) -> str:
         "last start-up call | counts call for | tracediag |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    dom_rows = []
     for i, p in zip(invs, TRACES):
         f = fitness_of(p) or {}
 
@@ -391,6 +420,25 @@ def render(checks_of=None, fitness_of=None) -> str:
             f"{g(i.external_id_gap_median)} | {g(i.correlation_gap_median)} | {g(i.kernels_after_last_slow_call)} | "
             f"{expected_window(i)} | {f.get('class', '—')} |"
         )
+        dom = f.get("domain") or {}
+        dom_rows.append(
+            f"| `{i.trace}` | {i.backward_or_optimizer_events} | {i.engine_step_annotations} | {i.attention_kernels} "
+            f"| {i.embedding_bag_events} | {i.conv_ops} | {expected_domain(i)} | {dom.get('label', '—')} |"
+        )
+    out += [
+        "",
+        "## What the workload is (domain)",
+        "",
+        "Counted by this script: backward/optimizer events, engine-step annotations and attention-named kernels (as",
+        "above), embedding-bag CPU ops and kernels (TorchRec / FBGEMM), convolution CPU ops. `tracediag` is the label",
+        "tracediag/derive/domain.py gives the workload (it counts catalogued attention kernels and attention ops);",
+        "the test checks it against the label these counts call for.",
+        "",
+        "| trace | backward/optimizer events | engine steps | attention-named kernels | embedding-bag events | "
+        "convolution ops | counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|",
+        *dom_rows,
+    ]
     out += ["", "## Verdicts", "", "pass · **W** warning / **I** info / **E** error finding · n/a not applicable", ""]
     out.append("| trace | " + " | ".join(rules) + " |")
     out.append("|---|" + "---|" * len(rules))

@@ -209,6 +209,37 @@ def test_rule_selection(tmp_module):
     assert r.stderr.strip() == "tracediag: error: --rules: 'COL 001' is not rule ids or globs such as COL*,SHP001"
 
 
+def test_selection_runs_only_the_selected_rules(tmp_path, monkeypatch):
+    """--rules chooses what runs, not what is shown: an unselected rule's check() is never called; a selected
+    rule reading an unselected one's verdict (COL003 reads COL001's and COL002's through upstream_check) still
+    gets it; findings.json holds the selected rule's check as a full analysis has it, and is what was judged."""
+    import importlib
+
+    from conftest import sample_report
+
+    from tracediag.gate.run import run_check
+    from tracediag.rules import module_name
+
+    full = next(c for c in sample_report("fault_fp32_comm_tp2").checks if c.rule == "COL003")  # every rule ran
+    for rid in ("SCH009", "SCH011", "KRN002"):
+        mod = importlib.import_module(module_name(rid))
+        if rid != "KRN002":  # no declared need: a full run always calls their check()
+            assert not (mod.RULE.requires_tables or mod.RULE.requires_model or mod.RULE.requires_window)
+
+        def never(ctx, rid=rid):
+            raise AssertionError(f"{rid}.check() ran though --rules did not select it")
+
+        monkeypatch.setattr(mod, "check", never)
+    d, cfg = sample("fault_fp32_comm_tp2")
+    result, _ = run_check([d], model=cfg, rules="COL003", out=tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert [c["rule"] for c in doc["checks"]] == ["COL003"] and result.rules_selected == ["COL003"]
+    assert doc["checks"][0] == json.loads(json.dumps(full.to_dict()))
+    assert "COL002" in doc["checks"][0]["reason"]  # the upstream verdict it read
+    assert doc["verdict"]["coverage"]["rules"] == 1 and result.coverage == doc["verdict"]["coverage"]
+    assert json.loads(json.dumps(result.doc["checks"])) == doc["checks"]
+
+
 def test_config_expectations_and_settings(tmp_module):
     d, cfg = sample("healthy_tp2")
     r = cli("check", d, "-m", cfg, "--config", DATA / "check_wrong_tp.toml")

@@ -63,6 +63,27 @@ def test_store_of_another_version_is_refused(tmp_path):
         read_manifest(store)
 
 
+def test_store_states_its_derivations_and_analyze_checks_them(tmp_path):
+    from tracediag.derive import provided_tables, registry_version
+    from tracediag.fleet import open_store_views
+
+    store = tmp_path / "s"
+    ingest_store([HEALTHY], store)
+    doc = json.loads((store / MANIFEST).read_text())
+    assert doc["derivations"] == {"registry_version": registry_version(), "provides": provided_tables()}
+    assert set(provided_tables()) <= set(doc["tables"]) | set(doc["views"])
+    open_store_views(store).close()
+    doc["derivations"]["registry_version"] = "0000"
+    (store / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"another set of derivations.*ingest the traces again"):
+        analyze([], store=store)
+    del doc["tables"]["kernel_steps"]
+    doc["derivations"]["registry_version"] = registry_version()
+    (store / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"lacks the derived table.s. kernel_steps"):
+        analyze([], store=store)
+
+
 def test_store_and_inputs_together_is_a_usage_error(tmp_path):
     store = tmp_path / "s"
     ingest_store([HEALTHY], store)
@@ -280,3 +301,25 @@ def test_unnamed_groups_are_matched_within_their_tp_group_in_the_report(tmp_path
     assert sum(last[r] for r in range(8)) > 0 and sum(last[r] for r in range(8, 16)) > 0
     # each group's sets: every call of one group is matched with its own group's ranks only
     assert sum(last[r] for r in range(8)) == sum(last[r] for r in range(8, 16))
+
+
+def test_injected_straggler_among_64_ranks_is_named(tmp_path):
+    # 64 ranks (8 TP groups of 8 copies of the real sample, each rank cut to the first 8 % of its time span to
+    # keep the test fast); global rank 43 of group 5 reaches every collective 100 ms late. The default selection
+    # must deep-analyse it, COL005 must name it in its group, and no other group may have a straggler
+    from fleet_replicas import replicate
+
+    out = tmp_path / "fleet64"
+    replicate(out, 8, shift_us=1000.0, straggler=(43, 100_000.0), span=0.08)
+    rep = analyze([out], model=out / "config.json")
+    r = rep.to_dict()["ranks"]
+    assert r["present"] == list(range(64)) and len(r["groups"]) == 8
+    assert r["analysed"] == [0, 8, 16, 24, 32, 40, 43, 48, 56]
+    assert {g["group"]: g["straggler_rank"] for g in r["group_summaries"] if g["straggler_rank"] is not None} == {
+        "TP group 5": 43
+    }
+    (col005,) = [c for c in rep.checks if c.rule == "COL005"]
+    assert col005.status == "finding" and col005.values["straggler_rank"] == 43
+    assert "TP group 5" in col005.title and "Rank 43 is the straggler" in col005.title
+    statuses = {g["group"]: g["status"] for g in col005.values["tp_groups"]}
+    assert statuses.pop("TP group 5") == "finding" and set(statuses.values()) == {"pass"}

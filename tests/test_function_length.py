@@ -9,11 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tracediag"
 MAX_LINES = 150
 
 # (path under tracediag/, function name): functions allowed over the limit, each with the reason
-KNOWN_LONG = {
-    # the Nsight Systems export's table-by-table build; its ingest is being reworked separately, and it is split
-    # then rather than twice
-    ("ingest/nsys.py", "_build"),
-}
+KNOWN_LONG: set[tuple[str, str]] = set()
 
 
 def _function_lengths() -> dict[tuple[str, str, int], int]:

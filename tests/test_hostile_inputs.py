@@ -234,6 +234,20 @@ def test_the_read_budget_follows_the_memory_limit(tmp_path):
     assert len(read_input(f, "metrics file", 128 * MIB)) == 12 * MIB
 
 
+def test_the_memory_limit_travels_from_the_command_line_to_the_parser(tmp_path):
+    """--memory-limit is a value handed down to the parser (IngestOptions), not a setting of the process: the same
+    file is too large under 64 MiB and read under the default."""
+    from tracediag import analyze
+
+    f = sparse_copy(PROM, tmp_path / "metrics.prom", 12 * MIB)
+    r = cli("analyze", "--metrics", f, "-o", tmp_path / "out", "-q", "--memory-limit", "64MiB")
+    assert r.returncode == 2 and "more than the 8 MiB one file may take under --memory-limit 64 MiB" in r.stderr
+    with pytest.raises(InputError, match="more than the 8 MiB"):
+        analyze([], extra_inputs=[(f, "prometheus")], memory_limit=64 * MIB)
+    assert "TRACEDIAG_MEMORY_LIMIT" not in os.environ
+    assert analyze([], extra_inputs=[(f, "prometheus")]).inputs[0]["format"] == "prometheus"
+
+
 def gzip_bomb(seed: Path, dst: Path, expanded: int) -> Path:
     """The real file as one gzip member, then members of its own last line repeated to `expanded` bytes."""
     line = seed.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1] + b"\n"
@@ -442,17 +456,27 @@ def test_an_sglang_log_with_a_nul_head_given_as_log_is_detected_and_read(tmp_pat
     assert [i["format"] for i in doc["inputs"]] == ["sglang-log"]
 
 
-def test_a_log_line_beyond_the_read_budget_is_cut_and_counted(tmp_path, monkeypatch):
+def test_a_log_line_beyond_the_read_budget_is_cut_and_counted(tmp_path):
+    from tracediag.ingest.sglang_log import parse_sglang_log
     from tracediag.ingest.vllm_log import parse_vllm_log
 
-    monkeypatch.setenv("TRACEDIAG_MEMORY_LIMIT", str(64 * MIB))  # lines of at most 8 MiB
+    # the log readers take the run's budget (IngestOptions.memory_limit): lines of at most 8 MiB under 64 MiB
     lines = VLLM_LOG.read_bytes().split(b"\n")
     lines.insert(2, b"x" * (20 * MIB))
     f = tmp_path / "server.log"
     f.write_bytes(b"\n".join(lines))
-    parsed = parse_vllm_log(f, 0, IngestOptions())
+    parsed = parse_vllm_log(f, 0, IngestOptions(memory_limit=64 * MIB))
     meta = json.loads(parsed.inputs_rows[0]["meta_json"])
     assert meta["lines_cut"] == 1
+    # the default budget (512 MiB: lines of 64 MiB) keeps the 20 MiB line whole
+    assert "lines_cut" not in json.loads(parse_vllm_log(f, 0, IngestOptions()).inputs_rows[0]["meta_json"])
+    lines = SGLANG_LOG.read_bytes().split(b"\n")
+    lines.insert(2, b"x" * (20 * MIB))
+    g = tmp_path / "sglang.log"
+    g.write_bytes(b"\n".join(lines))
+    for limit, cut in ((64 * MIB, 1), (None, 0)):
+        meta = json.loads(parse_sglang_log(g, 0, IngestOptions(memory_limit=limit)).inputs_rows[0]["meta_json"])
+        assert meta.get("lines_cut", 0) == cut, (limit, meta)
     assert (
         parsed.inputs_rows[0]["events_total"]
         == parse_vllm_log(VLLM_LOG, 0, IngestOptions()).inputs_rows[0]["events_total"]

@@ -16,13 +16,12 @@ import pytest
 from conftest import EXTERNAL
 
 from tracediag.analysis import analyze
-from tracediag.derive import build_all
 from tracediag.errors import InputError
-from tracediag.ingest import detect_format, load, parse_one
+from tracediag.ingest import detect_format, parse_one
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.nsys import parse_nsys_rep, parse_nsys_sqlite
 from tracediag.ingest.nsys_nvtx import SchemaEntry, decode_payload, innermost_open, parse_torch_range, split_blob
-from tracediag.store import open_store
+from tracediag.pipeline import store_from
 
 NSYS_DATA = EXTERNAL / "nsys"
 ALL_FILES = sorted(p.name for p in NSYS_DATA.glob("*.sqlite"))
@@ -59,10 +58,7 @@ def _gpu_pids(src: sqlite3.Connection) -> str:
 def stores() -> dict[str, duckdb.DuckDBPyConnection]:
     out = {}
     for name in ALL_FILES:
-        con = open_store()
-        load(con, [parse_nsys_sqlite(nsys_file(name), order=0)])
-        build_all(con)
-        out[name] = con
+        out[name] = store_from([parse_nsys_sqlite(nsys_file(name), order=0)])
     return out
 
 
@@ -542,9 +538,7 @@ def test_wrongly_typed_cells_elsewhere_are_counted_not_fatal(tmp_path, stmt):
     assert p.tables["kernels"].num_rows == 2
     n, fields = _bad_fields(p)
     assert n >= 1 and fields
-    con = open_store()
-    load(con, [p])
-    build_all(con)
+    store_from([p]).close()
 
 
 def test_a_damaged_page_is_still_one_clear_error(tmp_path):

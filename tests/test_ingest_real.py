@@ -11,20 +11,15 @@ import duckdb
 import pytest
 from conftest import KINETO_DATA, kineto_file
 
-from tracediag.derive import build_all
 from tracediag.errors import InputError
-from tracediag.ingest import load
 from tracediag.ingest.kineto import parse_kineto
-from tracediag.store import open_store
+from tracediag.pipeline import store_from
 
 ALL_FILES = sorted(p.name for p in KINETO_DATA.glob("*.json.gz"))
 
 
 def _store(*names: str) -> duckdb.DuckDBPyConnection:
-    con = open_store()
-    load(con, [parse_kineto(kineto_file(n), order=i) for i, n in enumerate(names)])
-    build_all(con)
-    return con
+    return store_from([parse_kineto(kineto_file(n), order=i) for i, n in enumerate(names)])
 
 
 def _raw_events(name: str, parse_float=float) -> list[dict]:

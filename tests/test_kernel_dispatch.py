@@ -14,8 +14,8 @@ from conftest import EXTERNAL, REPO, kineto_file
 from tracediag.analyses.kernels import bandwidth
 from tracediag.analysis import analyze
 from tracediag.context import Context, Settings
-from tracediag.derive import build_all, kernel_steps
-from tracediag.ingest import discover_inputs, load, parse_all
+from tracediag.ingest import load, parse_all
+from tracediag.pipeline import build_store, input_files
 from tracediag.rules import module_name
 from tracediag.rules.step5_kernels.krn002_attention_share import amdahl
 from tracediag.rules.step5_kernels.krn003_w4a16_dispatch import dequant_budget
@@ -31,11 +31,7 @@ QWEN = "tracelens_h100_hf_qwen1.5-0.5b.json.gz"
 
 @functools.cache
 def _store(path: str):
-    con = open_store()
-    load(con, parse_all([(p, None) for p in discover_inputs([path])]))
-    build_all(con)
-    kernel_steps.ensure(con)  # a no-op once kernel_steps is in POST_DERIVATIONS
-    return con
+    return build_store(input_files([path]))
 
 
 def _rows(path, sql: str, params=None) -> list[dict]:

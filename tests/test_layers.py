@@ -32,6 +32,7 @@ FLOORS = [
     ("rules and reports", ["tracediag.rules", "tracediag.reports", "tracediag.measures"]),
     ("analyses", ["tracediag.analyses"]),
     ("context", ["tracediag.context"]),
+    ("pipeline", ["tracediag.pipeline"]),
     ("derive", ["tracediag.derive"]),
     ("ingest", ["tracediag.ingest"]),
     ("store", ["tracediag.store"]),

@@ -60,9 +60,11 @@ def test_vllm_groups_of_one_rank_are_summarised():
 
 
 def test_two_ranks_exchanging_only_all_to_all_have_no_tp_group():
+    """nsys-ai's 2×H100 export: 66 all-to-alls (NVTX `AllToAll4D`, the Ulysses sequence-parallel exchange) beside
+    flash attention and no MoE kernel — a sequence-parallel group, not an expert-parallel one."""
     lay = _layout(EXTERNAL / "nsys" / "nsysai_2xh100_before.sqlite")
     assert lay["tp"]["p"] == 1 and "no tensor-parallel group" in lay["tp"]["source"]
-    assert [g["kind"] for g in lay["groups"]] == ["EP"]
+    assert [g["kind"] for g in lay["groups"]] == ["SP"] and "Ulysses" in lay["groups"][0]["evidence"]
 
 
 def test_inference_tp_group_from_the_all_reduces():

@@ -16,20 +16,16 @@ from conftest import REPO, kineto_file
 
 from tracediag.analyses.kernels import fit_line, phase_table, step_rows
 from tracediag.analysis import analyze
-from tracediag.derive import build_all
-from tracediag.ingest import discover_inputs, load, parse_all
+from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import phases as phases_section
-from tracediag.store import open_store, query_dicts
+from tracediag.store import query_dicts
 
 PHASES_DATA = REPO / "tests" / "data" / "phases"
 
 
 @functools.cache
 def _store(path: str):
-    con = open_store()
-    load(con, parse_all([(p, None) for p in discover_inputs([path])]))
-    build_all(con)
-    return con
+    return build_store(input_files([path]))
 
 
 def _steps(path) -> list[dict]:
@@ -126,11 +122,9 @@ def test_fit_line():
 
 def test_phase_table_shares_add_up():
     con = _store(str(PHASES_DATA / "hf_generate"))
-    from tracediag.analyses.kernels import prepare
     from tracediag.context import Context
 
     ctx = Context(con=con, model=None, tp=None)
-    prepare(ctx)
     table = phase_table(step_rows(ctx))
     assert [t["phase"] for t in table] == ["prefill", "decode"]
     assert sum(t["time_share"] for t in table) == pytest.approx(1.0)

@@ -120,6 +120,14 @@ def test_window_class_matches_the_independent_count(path):
 
 
 @pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_domain_matches_the_independent_count(path):
+    """The workload label (tracediag/derive/domain.py) is the one the file's own counts call for: training vs
+    inference, LLM vs recommender vs vision vs other."""
+    got = _report(str(path))["fitness"]["domain"]["label"]
+    assert got == real_traces.expected_domain(_inventory(str(path)))
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
 def test_cold_launches_are_first_launches_by_the_independent_count(path):
     """KRN010 counts a slow launch as start-up only when it is its kernel's first launch in the process; slow
     launches of kernels that ran before (counted from the file) are set apart, never counted as cold."""

@@ -17,8 +17,7 @@ from test_ingest_vllm import ALL_FILES, SERVING_RULES  # noqa: E402
 
 from tracediag.context import Context, Settings  # noqa: E402
 from tracediag.engine import run_rules  # noqa: E402
-from tracediag.ingest import load, parse_all  # noqa: E402
-from tracediag.store import open_store  # noqa: E402
+from tracediag.pipeline import build_store  # noqa: E402
 
 DOC = REPO / "docs" / "serving-verdicts.md"
 RULES = [m for m in SERVING_RULES]
@@ -28,12 +27,8 @@ MARK = {"pass": "pass", "finding": "**{sev}**", "not_applicable": "n/a"}
 def _verdicts(path: Path, fmt: str) -> dict[str, str]:
     import importlib
 
-    from tracediag.derive import build_all
-
-    con = open_store(None)
+    con = build_store([(path, fmt)])
     try:
-        load(con, parse_all([(path, fmt)]))
-        build_all(con)
         mods = [importlib.import_module(m) for m in RULES]
         checks = run_rules(Context(con=con, model=None, tp=None, settings=Settings()), mods)
     finally:

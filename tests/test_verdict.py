@@ -11,7 +11,6 @@ from tracediag.findings import (
     Check,
     compact_long_strings,
     coverage,
-    enabling_input,
     fold,
     ranked_findings,
     severity_follows_impact,
@@ -144,32 +143,11 @@ def test_severity_follows_impact():
 
 
 def test_nothing_ran_is_not_a_clean_result():
-    checks = [Check(r, 1, "not_applicable", "t", reason="missing model config (L); pass --model config.json")
-              for r in ("A", "B")]  # fmt: skip
+    checks = [Check(r, 1, "not_applicable", "t", reason="missing model config (L); pass --model config.json",
+                    enable=("--model config.json",)) for r in ("A", "B")]  # fmt: skip
     v = verdict(checks)
     assert v["status"] == "nothing_ran" and "not a clean result" in v["headline"]
     assert coverage(checks)["enable"] == [{"input": "--model config.json", "rules": ["A", "B"]}]
-
-
-def test_enabling_input_from_reasons():
-    assert enabling_input("missing model config (L, H); pass --model config.json") == "--model config.json"
-    assert enabling_input("missing SLO budgets: pass --slo ttft=MS,tpot=MS") == "--slo ttft=MS,tpot=MS"
-    assert enabling_input("missing a TP=1 trace: pass --tp1-baseline (a TP=1 trace)") == "--tp1-baseline"
-    assert enabling_input("a CPU-only trace has no GPU idle gaps") is None
-    # another tool's flag is not an input of ours
-    assert enabling_input("missing per-request latencies (vllm bench serve --save-detailed)") is None
-    assert enabling_input("no results (vllm bench serve --save-detailed); pass --bench FILE") == "--bench FILE"
-
-
-def test_enabling_inputs_are_options_of_analyze():
-    import typer
-
-    from tracediag.cli import app
-    from tracediag.findings import INPUT_OPTIONS
-
-    analyze = typer.main.get_command(app).commands["analyze"]
-    names = {opt for p in analyze.params for opt in getattr(p, "opts", [])}
-    assert set(INPUT_OPTIONS) <= names, set(INPUT_OPTIONS) - names
 
 
 def test_a_huge_string_is_kept_once():

@@ -183,7 +183,8 @@ def test_window_fitness_is_a_store_table_with_commented_columns(tmp_path):
 
 def test_report_header_states_the_window_and_the_recapture():
     html = render_html(_report(str(kineto_file("hta_sampled_rank-0.json.gz"))))
-    assert 'id="window"' in html and "sampled (unfit)" in html and "Re-capture:" in html
+    assert 'id="window"' in html and "<b>Window (unfit):</b> sampled: the CPU ops" in html and "Re-capture:" in html
+    assert "sampled (unfit) — sampled" not in html  # the class is said once
     assert "Verdict: inconclusive" in html
     fit = render_html(_report(str(NSYS / "nsysai_2xh100_after.sqlite")))
     assert "steady, clipped at its edges" in fit and "profiler stop" in fit

@@ -11,22 +11,18 @@ import pytest
 from conftest import EXTERNAL, REPO
 
 from tracediag.context import Context
-from tracediag.derive import build_all, kernel_steps, windows
+from tracediag.derive import kernel_steps, windows
 from tracediag.derive.intervals import merge_intervals
 from tracediag.derive.layout import detect_layout
-from tracediag.ingest import discover_inputs, load, parse_all
+from tracediag.pipeline import build_store, input_files
 from tracediag.rules.step4_application import col004_exposed_communication as col004
-from tracediag.store import open_store
 
 GPU_TRACES = sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted((EXTERNAL / "nsys").glob("*.sqlite"))
 DDP = EXTERNAL / "kineto" / "tracelens_mi300x_rank0of8_rccl_ddp.json.gz"
 
 
 def _store(path):
-    con = open_store()
-    load(con, parse_all([(p, None) for p in discover_inputs([path])]))
-    build_all(con)
-    return con
+    return build_store(input_files([path]))
 
 
 @functools.cache

@@ -12,18 +12,19 @@ from typing import Any
 import duckdb
 
 from tracediag.analyses.stragglers import rank_groups
-from tracediag.context import Context, Settings
-from tracediag.derive import build_all
+from tracediag.context import Baseline, Context, Settings
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
 from tracediag.engine import load_rules, run_rules
-from tracediag.errors import InputError, UsageError
+from tracediag.errors import UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
-from tracediag.ingest import discover_inputs, load, parse_all, parts_folder, without_pandas
+from tracediag.ingest import without_pandas
+from tracediag.ingest.base import IngestOptions
 from tracediag.model import ModelConfig, load_model_config
+from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
-from tracediag.store import comment_columns, open_store, query_dicts
+from tracediag.store import comment_columns, query_dicts
 from tracediag.version import __version__
 
 SCHEMA_ID = "tracediag/findings-v1"
@@ -155,6 +156,8 @@ def analyze(
     progress: Callable[[str], None] | None = None,
     ranks: str | list[int] | None = None,
     scheduler: Any = None,
+    memory_limit: int | None = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -168,6 +171,9 @@ def analyze(
     most 8, else one per TP group plus the stragglers COL005 names), "all", a list of ranks, or text like
     "0,3,8-15" (tracediag.fleet.ranks). With several TP groups the rules run per group and are merged; on a
     store the groups run as local processes, or on the Dask cluster `scheduler` (an address or a Client).
+    `memory_limit` is the memory budget in bytes (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
+    chunks and spill threshold, DuckDB's memory_limit, and the TP=1 baseline's store.
+    `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
     """
     say = progress or (lambda stage: None)
     if isinstance(ranks, str):
@@ -185,30 +191,10 @@ def analyze(
         say(f"opening the store {store}")
         con = open_store_views(store, db_path)
     else:
-        files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(paths)] if paths else []
-        files += [(Path(p), fmt) for p, fmt in extra_inputs]
-        if not files:
-            raise UsageError("no inputs given: pass traces, or --metrics/--log/--bench files")
-        for p, _ in files:
-            if not p.exists():
-                raise InputError(p, "no such file or directory")
-        size = sum(p.stat().st_size for p, _ in files if p.is_file())
-        say(f"reading {len(files)} file{'s' if len(files) != 1 else ''} ({size / 2**20:,.1f} MiB)")
-        # a rank too large to hold is written as Parquet parts beside the store file, then streamed into it
-        with parts_folder(db_path) as parts_dir:
-            parsed = parse_all(files, keep_python=keep_python, jobs=jobs, parts_dir=parts_dir)
-            con = open_store(db_path)
-            try:
-                say("loading the store")
-                load(con, parsed)
-            except BaseException:
-                con.close()
-                raise
-            del parsed
+        files = input_files(paths, extra_inputs)
+        options = IngestOptions(keep_python=keep_python, memory_limit=memory_limit)
+        con = build_store(files, db_path=db_path, options=options, jobs=jobs, progress=say)
     try:
-        if store is None:
-            say("deriving steps, collectives and kernel classes")
-            build_all(con)
         report = evaluate(
             con,
             model_cfg,
@@ -221,6 +207,8 @@ def analyze(
             store=store,
             scheduler=scheduler,
             jobs=jobs,
+            memory_limit=memory_limit,
+            rules=rules,
         )
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
@@ -241,11 +229,15 @@ def evaluate(
     store: str | Path | None = None,
     scheduler: Any = None,
     jobs: int | None = None,
+    memory_limit: int | None = None,
+    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables.
 
     One TP group with every rank deep-analysed (the usual incident): the rules run once on the whole store.
-    Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged."""
+    Otherwise (tracediag.fleet): per TP group, on views restricted to its ranks and its deep ranks, merged.
+    A TP=1 baseline (settings.tp1_baseline) is read once, within `memory_limit`, for every rule and group of
+    this process."""
     from tracediag.fleet.groups import evaluate_groups
     from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
 
@@ -253,23 +245,26 @@ def evaluate(
     settings = settings or Settings()
     # a store's small tables read from memory while one group runs on the whole store (dropped before groups)
     copies = LocalCopies.of_store(con, store) if store is not None else LocalCopies(con)
+    baseline = Baseline(settings.tp1_baseline, memory_limit) if settings.tp1_baseline else None
     try:
         layout = detect_layout(con, tp)
         tpd = layout.tp
         plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
-        ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout)
+        ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout, baseline=baseline)
         if len(plan.groups) <= 1 and plan.all_deep:
-            rules = load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+            mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
-                say(f"running {len(rules)} rules")
-                checks = run_rules(ctx, rules)
+                say(f"running {len(mods)} rules")
+                checks = run_rules(ctx, mods)
                 plan.why = plan.why or {r: "every rank" for r in plan.present}
                 say("building the report")
                 sections = build_sections(ctx, extra=extra_sections)
         else:
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
-            results = evaluate_groups(con, plan, model, tp, settings, extra_rules, store, scheduler, jobs)
+            results = evaluate_groups(
+                con, plan, model, tp, settings, extra_rules, store, scheduler, jobs, baseline, memory_limit, rules
+            )
             checks = merge_group_checks([(r.group, r.checks) for r in results])
             plan.deep = sorted({d for r in results for d in r.deep})
             plan.why = {d: why for r in results for d, why in r.deep.items()}
@@ -287,6 +282,8 @@ def evaluate(
         fitness = ctx.fitness()
     finally:
         copies.drop()
+        if baseline is not None:
+            baseline.close()
     return Report(
         inputs=inputs,
         model=model,

@@ -1,6 +1,7 @@
 """What a rule, an analysis or a report section sees: the store, the model, the TP degree p, the settings
-(Context), and the settings themselves with their defaults (Settings). Below the rules and the analyses; the
-engine (tracediag.engine) builds a Context and runs the rules on it."""
+(Context), the settings themselves with their defaults (Settings), and the TP=1 baseline trace read once for all
+of them (Baseline). Below the rules and the analyses; the engine (tracediag.engine) builds a Context and runs the
+rules on it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -31,6 +33,7 @@ class Settings:
     peak_tflops: float | None = None  # dense peak of the GPU for the activation dtype, TFLOP/s (--peak-tflops)
     slo_ms: tuple[tuple[str, float], ...] = ()  # latency budgets, e.g. (("ttft", 500.0),) ms (--slo)
     tp1_baseline: str | None = None  # a TP=1 trace of the same model for the projection slope (--tp1-baseline)
+    graph_capture: str | None = None  # the graph-capture trace beside a graph replay (--graph-capture)
     # Expectations of the deployment (tracediag.toml): checked by `tracediag check`, readable by rules.
     expected_tp: int | None = None  # tensor-parallel degree the deployment must run with
     expected_attention_family: tuple[tuple[str, str], ...] = ()  # (phase or "any", catalog family)
@@ -65,6 +68,42 @@ def parse_slo(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+class Baseline:
+    """The TP=1 trace of --tp1-baseline, resolved once per analysis: parsed and derived (tracediag.pipeline) into
+    its own in-memory store the first time a rule asks, then shared by every rule that reads it (COL003's
+    projection slope, KRN007's GEMM FLOP rates)."""
+
+    def __init__(self, path: str, memory_limit: int | None = None) -> None:
+        self.path = path
+        self.memory_limit = memory_limit
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._error: BaseException | None = None
+
+    def store(self) -> duckdb.DuckDBPyConnection:
+        """The baseline's store (owned by this object: close() closes it). Raises a TracediagError when its inputs
+        cannot be read (a rule then says why and goes on without the baseline), each time it is asked."""
+        if self._error is not None:
+            raise self._error
+        if self._con is None:
+            from tracediag.ingest import discover_inputs
+            from tracediag.ingest.base import IngestOptions
+            from tracediag.pipeline import parse, store_from
+
+            try:
+                files = [(f, None) for f in discover_inputs([Path(self.path)])]
+                parsed = parse(files, IngestOptions(memory_limit=self.memory_limit))
+                self._con = store_from(parsed, memory_limit=self.memory_limit)
+            except Exception as exc:
+                self._error = exc
+                raise
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
 MEMO_MAX_ROWS = 5000  # larger query results are not kept by Context.memoized (memory, and the copy per use)
 
 
@@ -77,7 +116,13 @@ class Context:
     tp: TPDegree | None
     settings: Settings = field(default_factory=Settings)
     layout: Layout | None = None  # process groups and what they are (derive/layout.py)
+    # the TP=1 baseline (default: the one settings.tp1_baseline names, read when first asked for)
+    baseline: Baseline | None = None
     _memo: dict[Any, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.baseline is None and self.settings.tp1_baseline:
+            self.baseline = Baseline(self.settings.tp1_baseline)
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         memo = self._memo
@@ -118,7 +163,7 @@ class Context:
         """The window's fitness (tracediag/derive/fitness.py summarize): its class, why, numbers per rank."""
         from tracediag.derive.fitness import summarize
 
-        return self.once("window_fitness", lambda: summarize(self.con))
+        return self.once("window_fitness", lambda: summarize(self.con, self.settings.graph_capture))
 
     def once(self, key: Any, compute: Callable[[], Any]) -> Any:
         """compute(), once per key while memoized (every time otherwise); the value is shared, not copied."""

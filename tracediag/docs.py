@@ -27,6 +27,9 @@ def rules_markdown() -> str:
         "stale. Why the rules are what they are — walk order, formulas, assumptions, sources — is in",
         "[method.md](method.md). Every rule returns `pass`, `finding` or `not_applicable` (with the missing input",
         'named, or why the profiled window cannot be judged: method.md, "The window before the rules").',
+        "A rule's *Enabled by* lists the inputs of `tracediag analyze` that can let it run (its",
+        "`RuleMeta.enabled_by`): the coverage line offers the one a run lacked (`pass --topology topo.json to",
+        "enable PATH001`).",
         "",
         "## Settings and their defaults",
         "",
@@ -62,6 +65,8 @@ def rules_markdown() -> str:
             if meta.requires_window:
                 needs.append(WINDOW_NEEDS[meta.requires_window])
             out.append(f"Module `{mod.__name__}`. Needs: {'; '.join(needs) or 'nothing'}.")
+            if meta.enabled_by:
+                out.append(f"Enabled by: {', '.join(f'`{e}`' for e in meta.enabled_by)}.")
             if meta.may_be_downstream_of:
                 out.append(f"May be downstream of: {', '.join(meta.may_be_downstream_of)}.")
             out += ["", inspect.cleandoc(mod.__doc__ or "").split("\n", 2)[-1].strip(), ""]

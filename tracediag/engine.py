@@ -4,6 +4,7 @@ see (Context, Settings) is in tracediag.context, below them."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 from dataclasses import replace
 from importlib.metadata import entry_points
 from types import ModuleType
@@ -17,12 +18,13 @@ from tracediag.store import table_count
 BUILTIN_RULES = RULE_MODULES
 
 
-def load_rules() -> list[ModuleType]:
-    """Built-in rules in order, then third-party modules from the `tracediag.rules` entry-point group."""
+def load_rules(only: Collection[str] | None = None) -> list[ModuleType]:
+    """Built-in rules in order, then third-party modules from the `tracediag.rules` entry-point group; with
+    `only` (rule ids), just those rules (`tracediag check --rules/--require`: the others never run)."""
     mods = [importlib.import_module(name) for name in BUILTIN_RULES]
     for ep in entry_points(group="tracediag.rules"):
         mods.append(ep.load())
-    return mods
+    return mods if only is None else [m for m in mods if m.RULE.id in set(only)]
 
 
 # What each table holds, in words, for "not applicable: missing ..." reasons.
@@ -59,7 +61,8 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
     `may_be_downstream_of`), and a finding under the severity floor (tracediag.findings.below_floor: a share below
     1 %, or a cost below 1 ms over the window or 10 µs per step) is `info` whatever the rule said (the rule's own
     severity stays in `rule_severity`, the floor in `floor`). Ranking by impact and folding under causes read these
-    fields (tracediag.findings.fold / verdict)."""
+    fields (tracediag.findings.fold / verdict). Links are made over the rules that ran: with a selection of rules
+    (`tracediag check --rules`) a finding is never linked to a rule that was not run."""
     mods = rules if rules is not None else load_rules()
     checks: list[Check] = []
     with ctx.memoized():  # rules share queries (the TP scheme, the inputs, the step table...): each runs once

@@ -35,6 +35,29 @@ class RuleMeta:
     # recorded: not sampled, not GPU-stripped, not too short) or "steady" (complete, with steady work after start-up)
     requires_window: str | None = None
     may_be_downstream_of: tuple[str, ...] = ()  # earlier rules whose findings can explain this one
+    # The inputs of `tracediag analyze`/`check` that can let the rule run, each as the coverage line shows it
+    # ("--topology topo.json", "--bench"), in the order the rule prefers them. "--model config.json" and "--tp N"
+    # come first, from requires_model / requires_tp; a rule declares the rest. A not-applicable reason names
+    # only inputs declared here (tests/test_coverage_contract.py); docs/rules.md lists them.
+    enabled_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        derived = ("--model config.json",) * bool(self.requires_model) + ("--tp N",) * bool(self.requires_tp)
+        declared = {option_name(e) for e in self.enabled_by}
+        own = tuple(d for d in derived if option_name(d) not in declared)
+        object.__setattr__(self, "enabled_by", own + tuple(self.enabled_by))
+
+
+def option_name(enabling_input: str) -> str:
+    """ "--topology topo.json" -> "--topology"."""
+    return enabling_input.split(" ", 1)[0]
+
+
+def named_inputs(meta: RuleMeta, reason: str | None) -> tuple[str, ...]:
+    """The inputs of `meta.enabled_by` that a not-applicable reason names, in the rule's order: which of the
+    declared inputs this analysis lacked. An option is named as a whole word ("--tp" is not "--tp1-baseline")."""
+    text = reason or ""
+    return tuple(e for e in meta.enabled_by if re.search(rf"(?<![\w-]){re.escape(option_name(e))}(?![\w-])", text))
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,9 @@ class Check:
     cost_per_step_ns: int | None = None  # ... per step that carries it, ns
     floor: str | None = None  # why the engine lowered the severity: the floor the finding is under, in words
     undetermined: str | None = None  # the evidence cannot decide the hypothesis: what would (an input or a rerun)
+    # not_applicable: the rule's declared inputs (RuleMeta.enabled_by) this analysis lacked, what the coverage
+    # line offers; not written to findings.json (its coverage block is)
+    enable: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"rule": self.rule, "step": self.step, "status": self.status, "title": self.title}
@@ -87,7 +113,15 @@ class Check:
 
 
 def not_applicable(meta: RuleMeta, reason: str) -> Check:
-    return Check(rule=meta.id, step=meta.step, status="not_applicable", title=meta.title, reason=reason)
+    """The rule could not run; `enable` holds the inputs of its `enabled_by` the reason names as missing."""
+    return Check(
+        rule=meta.id,
+        step=meta.step,
+        status="not_applicable",
+        title=meta.title,
+        reason=reason,
+        enable=named_inputs(meta, reason),
+    )
 
 
 def finding(meta: RuleMeta, **fields: Any) -> Check:
@@ -201,41 +235,24 @@ def ranked_findings(checks: list[Any]) -> list[Any]:
     return out
 
 
-# `--option ARG` named in a not-applicable reason: the input that would let the rule run.
-_OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?:[ =]([\w./=,:*-]+))?")
-
-
-# The inputs of `tracediag analyze`/`check` a reason can point to (a test keeps the list true to the CLI).
-# Other tools' flags quoted in a reason (`vllm bench serve --save-detailed`) are not ours to offer.
-INPUT_OPTIONS = (
-    "--model", "--tp", "--topology", "--nccl-tests", "--tp1-baseline", "--hbm-bandwidth", "--peak-tflops",
-    "--slo", "--metrics", "--log", "--bench", "--keep-python",
-)  # fmt: skip
-
-
-def enabling_input(reason: str | None) -> str | None:
-    """The first tracediag input a not-applicable reason names ("--model config.json"), else None."""
-    m = next((m for m in _OPTION.finditer(reason or "") if m.group(1) in INPUT_OPTIONS), None)
-    if not m:
-        return None
-    arg = (m.group(2) or "").rstrip(".,:)")
-    shows_value = (arg and any(ch in arg for ch in "./=_")) or (arg.isupper() and len(arg) <= 4)
-    return f"{m.group(1)} {arg}" if shows_value else m.group(1)
-
-
 def coverage(checks: list[Any]) -> dict[str, Any]:
-    """How many rules ran, and for those that could not, the input that would enable them."""
+    """How many rules ran, and for those that could not, the input that would enable them: the first of the
+    rule's declared inputs this analysis lacked (Check.enable, from RuleMeta.enabled_by), grouped by option
+    and shown in the fullest form a rule of the group declares ("--topology topo.json"). A rule that lacked
+    none of its declared inputs is under `not_applicable_to_inputs`. Checks read back from findings.json
+    carry no `enable`: their rules count there too (findings.json's own coverage block holds the grouping)."""
     total = len(checks)
     not_run = [c for c in checks if _get(c, "status") == "not_applicable"]
     groups: dict[str, list[str]] = {}  # option name -> rules
     shown: dict[str, str] = {}  # option name -> the most telling form seen ("--topology topo.json")
     other = []
     for c in not_run:
-        opt = enabling_input(_get(c, "reason"))
-        if opt is None:
+        forms = _get(c, "enable") or ()
+        if not forms:
             other.append(_get(c, "rule"))
             continue
-        name = opt.split(" ", 1)[0]
+        opt = forms[0]
+        name = option_name(opt)
         groups.setdefault(name, []).append(_get(c, "rule"))
         if len(opt) > len(shown.get(name, "")):
             shown[name] = opt

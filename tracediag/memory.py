@@ -7,11 +7,15 @@ CHUNK_FACTOR times the chunk's bytes (msgspec structs, the strings they point to
 A parser allowed to spill (IngestOptions.spill_dir) also writes its columnar tables out as Parquet parts
 whenever they exceed `spill_bytes` (half the budget), so a file of any size is parsed within about 1.5× it.
 DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it.
+
+The budget is a value, never a setting of the process: the CLI parses --memory-limit (parse_size) and passes the
+bytes to the library (`tracediag.analyze(memory_limit=)`, `tracediag.fleet.ingest_store(memory_limit=)`), which
+gives them to the parsers in IngestOptions.memory_limit (travelling with each parser process's or Dask worker's
+task) and to DuckDB through `open_store(memory_limit=)`. Every function here takes it; None is the default.
 """
 
 from __future__ import annotations
 
-import os
 import re
 
 DEFAULT_MEMORY_LIMIT = 512 << 20
@@ -21,8 +25,6 @@ MIN_MEMORY_LIMIT = 64 << 20
 CHUNK_FACTOR = 8
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
-
-_limit: int | None = None
 
 
 def parse_size(text: str) -> int:
@@ -36,26 +38,9 @@ def parse_size(text: str) -> int:
     return n
 
 
-def set_memory_limit(limit: int | None) -> None:
-    """The budget of this process and the parser processes it starts (None: the default)."""
-    global _limit
-    _limit = limit
-    if limit is None:
-        os.environ.pop("TRACEDIAG_MEMORY_LIMIT", None)
-    else:
-        os.environ["TRACEDIAG_MEMORY_LIMIT"] = str(limit)  # for workers started by spawn or on other hosts
-
-
 def memory_limit(limit: int | None = None) -> int:
-    """The budget in bytes: `limit` when given, else the one set for this process, else DEFAULT_MEMORY_LIMIT."""
-    if limit is not None:
-        return limit
-    if _limit is not None:
-        return _limit
-    env = os.environ.get("TRACEDIAG_MEMORY_LIMIT")
-    if env and env.isdigit():
-        return int(env)
-    return DEFAULT_MEMORY_LIMIT
+    """The budget in bytes: `limit` when given, else DEFAULT_MEMORY_LIMIT."""
+    return DEFAULT_MEMORY_LIMIT if limit is None else limit
 
 
 def chunk_bytes(limit: int | None = None) -> int:

@@ -158,8 +158,10 @@ def load_run(
     jobs: int | None = None,
     keep_python: bool = False,
     settings: Settings | None = None,
+    memory_limit: int | None = None,
 ) -> RunData:
-    """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs."""
+    """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs (analysed
+    within `memory_limit` bytes, tracediag.memory)."""
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
@@ -178,9 +180,18 @@ def load_run(
         from tracediag.store.parquet import is_store
 
         if is_store(p):  # a Parquet store from `tracediag ingest`: its tables, not re-parsed
-            report = analyze([], model=model, tp=tp, db_path=db, settings=settings, store=p)
+            report = analyze([], model=model, tp=tp, db_path=db, settings=settings, store=p, memory_limit=memory_limit)
         else:
-            report = analyze([p], model=model, tp=tp, db_path=db, jobs=jobs, keep_python=keep_python, settings=settings)
+            report = analyze(
+                [p],
+                model=model,
+                tp=tp,
+                db_path=db,
+                jobs=jobs,
+                keep_python=keep_python,
+                settings=settings,
+                memory_limit=memory_limit,
+            )
         run = RunData(str(path), "inputs", orjson.loads(findings_json(report)), db)  # exactly what findings.json holds
     if run.kind == "inputs":
         run.measures = run_measures(run.doc, run.db_path)

@@ -117,18 +117,12 @@ def ingest(kind: str, path: Path) -> None:
 
 def store(kind: str, path: Path) -> None:
     """Ingest, load into an in-memory store, run the derivations (where overflowing values would surface)."""
-    from tracediag.derive import build_all
-    from tracediag.ingest import load, parser_for
+    from tracediag.ingest import parser_for
     from tracediag.ingest.base import IngestOptions
-    from tracediag.store import open_store
+    from tracediag.pipeline import store_from
 
     parsed = parser_for(FORMAT[kind])(path, 0, IngestOptions())
-    con = open_store()
-    try:
-        load(con, [parsed])
-        build_all(con)
-    finally:
-        con.close()
+    store_from([parsed]).close()
 
 
 def analyze(kind: str, path: Path) -> None:

@@ -48,6 +48,20 @@ WHERE list_contains(?::VARCHAR[], op) AND distinct_payloads = 1 AND NOT payload_
 """
 
 
+# Each call's own time, of the TP all-reduces (False) or, sequence-parallel, the reduce-scatters and all-gathers
+# (True); parameter: p.
+_OWN_CALLS_SQL = {
+    sp: "SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
+    "in_width, group_size, payload_bytes, dur_ns, row_number() OVER (ORDER BY rank, ts_ns) AS ord "
+    f"FROM collectives WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL"
+    for sp, where in ((False, tp_allreduce_where()), (True, tp_sp_where()))
+}
+# The fixed set of sample queries (SAMPLES_SQL over each calls subquery), composed once
+SAMPLES_MATCHED_SQL = SAMPLES_SQL.format(calls=MATCHED_CALLS_SQL)
+SAMPLES_OWN_SQL = {sp: SAMPLES_SQL.format(calls=q) for sp, q in _OWN_CALLS_SQL.items()}
+FIRST_SET_SQL = f"SELECT calls FROM ({MATCHED_CALLS_SQL}) ORDER BY ord LIMIT 1"
+
+
 def allreduce_samples(ctx: Context, p: int, scheme: str = "all_reduce") -> tuple[list[dict], str]:
     """Collective call times for the fit (the TP all-reduces, or the reduce-scatters and all-gathers of a
     sequence-parallel run): per matched call (several ranks given) the shortest rank's time — the last
@@ -66,25 +80,19 @@ def allreduce_fits(ctx: Context, p: int, scheme: str = "all_reduce") -> dict[int
 def _allreduce_samples(ctx: Context, p: int, scheme: str) -> tuple[list[dict], str]:
     sp = scheme == SEQUENCE_PARALLEL
     ops = ["reduce_scatter", "all_gather"] if sp else ["all_reduce"]
-    where = tp_sp_where() if sp else tp_allreduce_where()
     m = ctx.model
     H, vocab = (m.H if m else None), (getattr(m, "vocab_size", None) if m else None)
 
-    def samples(calls: str, params: list) -> list[dict]:
-        return ctx.rows(SAMPLES_SQL.format(calls=calls), [p, p, *params, p, sp, vocab, H, vocab])
+    def samples(sql: str, params: list) -> list[dict]:
+        return ctx.rows(sql, [p, p, *params, p, sp, vocab, H, vocab])
 
     matched_views(ctx)
-    first_set = ctx.scalar(f"SELECT calls FROM ({MATCHED_CALLS_SQL}) ORDER BY ord LIMIT 1", [ops])
+    first_set = ctx.scalar(FIRST_SET_SQL, [ops])
     if first_set is not None:
-        out = samples(MATCHED_CALLS_SQL, [ops])
+        out = samples(SAMPLES_MATCHED_SQL, [ops])
         if out:
             return out, f"shortest rank's time of each call matched across {first_set} ranks"
-    own = (
-        "SELECT rank, step_id, ts_ns, call_name, coalesce(kernel_name, exec_name) AS work_event, op, exec_op, "
-        "in_width, group_size, payload_bytes, dur_ns, row_number() OVER (ORDER BY rank, ts_ns) AS ord "
-        f"FROM collectives WHERE {where} AND payload_bytes IS NOT NULL AND dur_ns IS NOT NULL"
-    )
-    return samples(own, [p]), "each call's own time (one rank: includes waiting for the other ranks)"
+    return samples(SAMPLES_OWN_SQL[sp], [p]), "each call's own time (one rank: includes waiting for the other ranks)"
 
 
 def fit_by_group_size(samples: list[dict]) -> dict[int, tpmath.AlphaBetaFit | None]:

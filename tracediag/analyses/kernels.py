@@ -13,7 +13,6 @@ import orjson
 
 from tracediag.catalog import family_label
 from tracediag.context import Context
-from tracediag.derive import kernel_steps
 from tracediag.model import accounting
 from tracediag.model.config import DTYPE_BYTES
 from tracediag.model.fitting import ols
@@ -27,12 +26,6 @@ SOURCE_LABEL = {
     "gpu_kernel": "GPU kernel time",
     "cpu_op": "CPU op time (the trace has no GPU kernels: host-side op durations stand in for kernel time)",
 }
-
-
-def prepare(ctx: Context) -> None:
-    """Make sure kernel_steps / step_activity exist (a no-op once they are in POST_DERIVATIONS); looked up once
-    per memoized stretch of the rules (two catalog queries each time otherwise)."""
-    ctx.once("kernel_steps.ensure", lambda: kernel_steps.ensure(ctx.con))
 
 
 def phase_name(phase: str | None) -> str:
@@ -54,15 +47,14 @@ def step_rows(ctx: Context) -> list[dict[str, Any]]:
 
 def dispatch_rows(ctx: Context, klasses: tuple[str, ...]) -> list[dict[str, Any]]:
     """Per phase, klass, family and name: calls, time, steps, and the first event (inside steps only)."""
-    marks = ", ".join("?" for _ in klasses)
     rows = ctx.rows(
-        f"""SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
+        """SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) AS steps, sum(graph_calls) AS graph_calls,
                   arg_min(rank, first_ts_ns) AS rank, arg_min(step_id, first_ts_ns) AS step,
                   min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE step_id IS NOT NULL AND klass IN ({marks})
+           FROM kernel_steps WHERE step_id IS NOT NULL AND list_contains(?::VARCHAR[], klass)
            GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name, source""",
-        list(klasses),
+        [list(klasses)],
     )
     for r in rows:
         r["family_label"] = family_label(r["family"])
@@ -215,7 +207,6 @@ def startup_facts_by_input(ctx: Context) -> list[dict[str, dict[str, Any]]]:
 
 def gemm_dispatch(ctx: Context) -> list[dict[str, Any]]:
     """GEMM-class kernels (or CPU ops) by phase and name, with the weight/activation format each reads."""
-    prepare(ctx)
     rows = ctx.rows(
         """SELECT phase, source, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
                   count(DISTINCT (rank, step_id)) FILTER (WHERE step_id IS NOT NULL) AS steps,
@@ -375,8 +366,7 @@ def step_events(steps: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, 
 
 
 def decode_steps(ctx: Context) -> list[dict[str, Any]]:
-    """decode_context once kernel_steps / step_activity exist; empty when the trace has none (NO_DECODE_STEPS)."""
-    prepare(ctx)
+    """decode_context from kernel_steps / step_activity; empty when the trace has none (NO_DECODE_STEPS)."""
     return decode_context(ctx)
 
 

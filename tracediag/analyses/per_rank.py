@@ -8,27 +8,31 @@ from __future__ import annotations
 from tracediag.context import Context
 from tracediag.store import has_table
 
-_ACTIVITY = "a.step_ns, a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns"
-_NO_ACTIVITY = "NULL::BIGINT AS step_ns, NULL::BIGINT AS gpu_idle_ns, NULL::BIGINT AS attention_ns"
-
 STEPS_SQL = """
 SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.phase_source, s.T, s.t_source, s.ts_ns, s.dur_ns,
-       {activity}, s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
+       a.step_ns, a.gpu_idle_ns, a.attention_ns + a.attention_fallback_ns AS attention_ns,
+       s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
        count(c.op) FILTER (WHERE c.op = 'all_reduce') AS all_reduces,
        count(c.op) AS collectives, sum(c.dur_ns) AS collective_ns
-FROM steps s {join}
+FROM steps s LEFT JOIN step_activity a USING (rank, step_id)
+LEFT JOIN collectives c USING (rank, step_id)
+GROUP BY ALL ORDER BY s.rank, s.step_id"""
+# the same on a store from before step_activity existed (a trace.duckdb of an older version, read by measures)
+STEPS_NO_ACTIVITY_SQL = """
+SELECT s.rank, s.step_id, s.name, s.marker_source, s.phase, s.phase_source, s.T, s.t_source, s.ts_ns, s.dur_ns,
+       NULL::BIGINT AS step_ns, NULL::BIGINT AS gpu_idle_ns, NULL::BIGINT AS attention_ns,
+       s.gpu_end_ns - s.gpu_ts_ns AS gpu_span_ns, s.kernel_count,
+       count(c.op) FILTER (WHERE c.op = 'all_reduce') AS all_reduces,
+       count(c.op) AS collectives, sum(c.dur_ns) AS collective_ns
+FROM steps s
 LEFT JOIN collectives c USING (rank, step_id)
 GROUP BY ALL ORDER BY s.rank, s.step_id"""
 
 
 def steps_sql(ctx: Context) -> str:
-    """The query of the steps table: with the step activity columns, or NULL ones on a store from before
-    step_activity existed (every store this version writes has it)."""
-    activity = has_table(ctx.con, "step_activity")
-    return STEPS_SQL.format(
-        activity=_ACTIVITY if activity else _NO_ACTIVITY,
-        join="LEFT JOIN step_activity a USING (rank, step_id)" if activity else "",
-    )
+    """The query of the steps table: with the step activity columns, or NULL ones on a store without
+    step_activity (every store this version writes has it)."""
+    return STEPS_SQL if has_table(ctx.con, "step_activity") else STEPS_NO_ACTIVITY_SQL
 
 
 def steps_per_rank(ctx: Context) -> list[dict]:

@@ -159,6 +159,8 @@ LOG_COLUMNS = ("running", "waiting", "kv_usage_pct", "gen_tput_tok_s", "prompt_t
 
 def log_series(ctx: Context, column: str) -> list[Series]:
     """serving_stats[column] per (log, run, engine, process), in time order. `column` is a serving_stats column."""
+    if not ctx.scalar("SELECT EXISTS (SELECT 1 FROM serving_stats)"):
+        return []
     paths = input_paths(ctx)
     extra = ", ".join(c for c in LOG_COLUMNS if c != column)
     data = ctx.con.execute(
@@ -170,6 +172,8 @@ def log_series(ctx: Context, column: str) -> list[Series]:
 
 def metric_series(ctx: Context, canonical: str, part: str = "value") -> list[Series]:
     """A canonical metric per (file, engine), one point per timed scrape (summed over other labels)."""
+    if not ctx.scalar("SELECT EXISTS (SELECT 1 FROM metric_samples)"):  # no scrape: asked by many rules, once
+        return []
     paths = input_paths(ctx)
     data = ctx.con.execute(
         "SELECT input_id, engine, scrape, min(t_s) AS t_s, min(ts_ns) AS ts_ns, min(line) AS line, "

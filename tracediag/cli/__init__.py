@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tracediag.cli import fastparams
 from tracediag.errors import TracediagError, UsageError
 from tracediag.version import __version__
 
@@ -114,12 +115,12 @@ def one_line(text: str) -> str:
     return line if len(line) <= _MAX_MESSAGE else line[: _MAX_MESSAGE - 1] + "…"
 
 
-def use_memory_limit(text: str | None) -> None:
-    """Apply --memory-limit (or the default when not given) to this run's parsers and DuckDB."""
-    from tracediag.memory import parse_size, set_memory_limit
+def memory_budget(text: str | None) -> int | None:
+    """--memory-limit as bytes for the library calls (None when not given: the default, tracediag.memory)."""
+    from tracediag.memory import parse_size
 
     try:
-        set_memory_limit(parse_size(text) if text else None)
+        return parse_size(text) if text else None
     except ValueError as exc:
         raise UsageError(f"--memory-limit: {exc}") from None
 
@@ -175,6 +176,7 @@ def _register_commands() -> None:
 
 
 _register_commands()
+fastparams.install()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -53,6 +53,14 @@ def analyze(
     tp1_baseline: Annotated[
         Path | None, typer.Option("--tp1-baseline", metavar="TRACE", help="A TP=1 trace of the same model.")
     ] = None,
+    graph_capture: Annotated[
+        Path | None,
+        typer.Option(
+            "--graph-capture",
+            metavar="TRACE",
+            help="The trace of the CUDA/HIP graph capture beside its replay: replayed kernels get their capturing ops.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     debug: opt.Debug = False,
 ) -> None:
@@ -66,7 +74,7 @@ def analyze(
       tracediag analyze --log server.log --metrics metrics.prom --bench result.json --slo ttft=500,tpot=50
     """
     from tracediag.analysis import analyze as run_analysis
-    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
+    from tracediag.cli import _guard, extra_inputs_from, memory_budget
     from tracediag.cli.progress import progress
     from tracediag.context import Settings, parse_slo
     from tracediag.files import OutputGuard
@@ -74,12 +82,13 @@ def analyze(
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
 
-    def produce(staging: Path, say):
+    def produce(staging: Path, say, budget: int | None):
         settings = Settings(
             hbm_bandwidth_gbs=hbm_bandwidth,
             peak_tflops=peak_tflops,
             slo_ms=parse_slo(slo),
             tp1_baseline=str(tp1_baseline) if tp1_baseline else None,
+            graph_capture=str(graph_capture) if graph_capture else None,
         )
         return run_analysis(
             inputs or [],
@@ -94,6 +103,7 @@ def analyze(
             progress=say,
             ranks=ranks,
             scheduler=scheduler,
+            memory_limit=budget,
         )
 
     out_dir = Path(out)
@@ -101,10 +111,10 @@ def analyze(
     def run():
         nonlocal out_dir
         out_dir = opt.output_path(out, "--out")
-        use_memory_limit(memory_limit)
-        guard = OutputGuard.of(inputs, model, tp1_baseline, store, [p for p, _ in extra], force=force)
+        budget = memory_budget(memory_limit)
+        guard = OutputGuard.of(inputs, model, tp1_baseline, graph_capture, store, [p for p, _ in extra], force=force)
         with progress(enabled=not quiet) as say:
-            report = staged_outputs(out_dir, lambda staging: produce(staging, say), guard=guard)
+            report = staged_outputs(out_dir, lambda staging: produce(staging, say, budget), guard=guard)
             say("writing report.html and findings.json")
             return report
 

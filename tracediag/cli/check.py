@@ -111,7 +111,7 @@ def check(
       tracediag check traces/ -m config.json --rules 'COL*,SHP001' --annotated-trace marked.json
       tracediag check traces/ -m config.json --require 'SHP*,COL*'
     """
-    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
+    from tracediag.cli import _guard, extra_inputs_from, memory_budget
     from tracediag.cli.progress import progress
     from tracediag.gate.run import run_check
 
@@ -125,7 +125,7 @@ def check(
             annotated_trace=opt.output_path(annotated_trace, "--annotated-trace"),
             out=opt.output_path(out, "--out"),
         )
-        use_memory_limit(memory_limit)
+        budget = memory_budget(memory_limit)
         with progress(enabled=not quiet) as say:
             return run_check(
                 inputs or [],
@@ -145,6 +145,7 @@ def check(
                 progress=say,
                 ranks=ranks,
                 scheduler=scheduler,
+                memory_limit=budget,
             )
 
     result, warnings = _guard(run, debug)
@@ -181,7 +182,7 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
-        v = verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
+        v = result.doc.get("verdict") or verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
         tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
         print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
         print(f"Coverage: {coverage_sentence(cov)}", file=file)

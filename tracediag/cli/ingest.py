@@ -59,7 +59,7 @@ def ingest(
       tracediag analyze --store incident-123.store -m config.json -o report/
       tracediag ingest /shared/run42/rank*.json.gz --store /shared/run42.store --scheduler tcp://10.0.0.5:8786
     """
-    from tracediag.cli import _guard, extra_inputs_from, use_memory_limit
+    from tracediag.cli import _guard, extra_inputs_from, memory_budget
     from tracediag.errors import UsageError
     from tracediag.files import OutputGuard, fault_reason, is_location_fault
     from tracediag.fleet import ingest_store
@@ -76,7 +76,7 @@ def ingest(
         if guard.is_input(store_dir):
             raise UsageError(f"--store {store_dir}: is one of the inputs; give another folder for the store")
         guard.check_link(store_dir, "--store")
-        use_memory_limit(memory_limit)
+        budget = memory_budget(memory_limit)
         try:
             return ingest_store(
                 inputs or [],
@@ -87,6 +87,7 @@ def ingest(
                 scheduler=scheduler,
                 progress=say,
                 keep_going=keep_going,
+                memory_limit=budget,
             )
         except Exception as exc:  # a read-only or full file system, a path that cannot be created: the user's to fix
             if is_location_fault(exc):

@@ -98,10 +98,11 @@ def _mark_eager_attention(con: duckdb.DuckDBPyConnection) -> int:
         t = pa.table({"rank": [m[0] for m in marks], "tid": [m[1] for m in marks], "ts_ns": [m[2] for m in marks]})
         con.register("_eager_in", t)
         con.execute(
-            f"""UPDATE cpu_ops SET klass = 'attention_fallback', family = 'eager_attention'
+            """UPDATE cpu_ops SET klass = 'attention_fallback', family = 'eager_attention'
             FROM (SELECT DISTINCT * FROM _eager_in) e
             WHERE cpu_ops.rank = e.rank AND cpu_ops.tid = e.tid AND cpu_ops.ts_ns = e.ts_ns
-              AND cpu_ops.name IN {SOFTMAX_OPS + GEMM_OPS}"""
+              AND list_contains(?::VARCHAR[], cpu_ops.name)""",
+            [list(SOFTMAX_OPS + GEMM_OPS)],
         )
         con.unregister("_eager_in")
     return len(marks) // 3

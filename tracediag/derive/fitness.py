@@ -31,6 +31,9 @@ The first four are unfit: rules that declare they need a complete window (RuleMe
 every event of the window) or a steady one ("steady": complete, and steady work beyond start-up) report "not
 applicable" with the reason, and a verdict that found no problem is `inconclusive` (tracediag/findings.py),
 with what to re-capture (RECAPTURE).
+
+The summary also carries the workload's domain (derive/domain.py, table `workload_domain`): training or inference,
+LLM or another model kind — the report header shows it and rules fit their advice to it.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from tracediag.derive import domain
 from tracediag.derive import intervals as iv
+from tracediag.derive.graph_capture import statement as graph_capture_statement
 from tracediag.store import run_sql_file
 
 STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
@@ -148,11 +153,18 @@ FROM r LEFT JOIN n USING (rank) LEFT JOIN m USING (rank) LEFT JOIN rt USING (ran
 LEFT JOIN an USING (rank) ORDER BY rank
 """
 # consecutive ids of one rank: the step from each to the next (a profiler numbers every call / op once)
-_GAPS_SQL = """
-WITH ids AS (SELECT DISTINCT rank, {col} AS id FROM {table} WHERE {col} > 0),
+# gaps between consecutive ids of a rank (`ids`: rank, id): the correlation ids of the runtime calls, the
+# external ids of the CPU ops
+_GAPS = """
 g AS (SELECT rank, id - lag(id) OVER (PARTITION BY rank ORDER BY id) AS d FROM ids)
 SELECT rank, median(d) AS med, quantile_cont(d, 0.9) AS p90, count(*) AS n FROM g WHERE d IS NOT NULL GROUP BY rank
 """
+_CORRELATION_GAPS_SQL = (
+    "WITH ids AS (SELECT DISTINCT rank, correlation AS id FROM runtime WHERE correlation > 0)," + _GAPS
+)
+_EXTERNAL_ID_GAPS_SQL = (
+    "WITH ids AS (SELECT DISTINCT rank, external_id AS id FROM cpu_ops WHERE external_id > 0)," + _GAPS
+)
 _CLIPPED_SQL = """
 WITH gpu AS (SELECT rank, correlation FROM kernels WHERE correlation > 0
              UNION ALL SELECT rank, correlation FROM memops WHERE correlation > 0),
@@ -176,8 +188,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     cur = con.execute(_RANK_SQL)
     cols = [d[0] for d in cur.description]
     ranks = [dict(zip(cols, row)) for row in cur.fetchall()]
-    corr = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="correlation", table="runtime")).fetchall()}
-    ext = {r[0]: r[1:] for r in con.execute(_GAPS_SQL.format(col="external_id", table="cpu_ops")).fetchall()}
+    corr = {r[0]: r[1:] for r in con.execute(_CORRELATION_GAPS_SQL).fetchall()}
+    ext = {r[0]: r[1:] for r in con.execute(_EXTERNAL_ID_GAPS_SQL).fetchall()}
     clipped = {r[0]: r[1:] for r in con.execute(_CLIPPED_SQL).fetchall()}
     timeline = {
         r[0]: r[1:]
@@ -216,6 +228,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         row["fitness_class"], row["why"] = classify(row, gpu_job=_gpu_job(r))
         rows.append(row)
     run_sql_file(con, "tracediag.derive", "window_fitness.sql")
+    domain.build(con)
     if rows:
         marks = ", ".join("?" for _ in COLUMNS)
         con.executemany(f"INSERT INTO window_fitness VALUES ({marks})", [[r[c] for c in COLUMNS] for r in rows])
@@ -270,9 +283,11 @@ def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
     )
 
 
-def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
-    """The analysis's fitness: the worst rank's class, why, the numbers per rank, and what to re-capture; None when
-    no input is a profiler trace (or the store predates this table)."""
+def summarize(con: duckdb.DuckDBPyConnection, graph_capture: str | None = None) -> dict[str, Any] | None:
+    """The analysis's fitness: the worst rank's class, why, the numbers per rank, and what to re-capture; the
+    workload's domain; the GPU time replayed from graphs and how much of it no CPU op accounts for (attributed to
+    the capturing ops when `graph_capture`, the capture trace, is given: derive/graph_capture.py); None when no
+    input is a profiler trace (or the store predates this table)."""
     try:
         cur = con.execute("SELECT * FROM window_fitness ORDER BY rank")
     except duckdb.CatalogException:
@@ -293,6 +308,12 @@ def summarize(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     }
     if cls in RECAPTURE:
         out["recapture"] = RECAPTURE[cls]
+    dom = domain.read(con)
+    if dom is not None:
+        out["domain"] = dom
+    replay = graph_capture_statement(con, graph_capture)
+    if replay is not None:
+        out["graph_replay"] = replay
     return out
 
 

@@ -7,14 +7,17 @@ Groups are named from what the trace says about them, strongest evidence first:
 2. what the collectives on the group carry and when: all-reduces (or reduce-scatter + all-gather
    pairs) inside the forward of inference steps sum the `[T, H]` activation — tensor parallelism; in a
    training job (autograd backward, an optimizer step, DDP's annotations) the all-reduces and
-   broadcasts are data-parallel gradient and parameter syncs; all-to-alls are expert (or embedding)
-   parallel; send/recv pairs are pipeline stages;
+   broadcasts are data-parallel gradient and parameter syncs; all-to-alls are named by what else ran
+   (derive/domain.py): expert parallel beside MoE kernels (EP), an embedding-table exchange beside
+   embedding bags (EMB, TorchRec), sequence parallel beside attention (SP, Ulysses), else unnamed (A2A);
+   send/recv pairs are pipeline stages;
 3. the group's size: a group of one rank is no parallelism at all.
 
 p, in order: `--tp`; the size of the tensor-parallel group found above (the all-reduces' recorded group
 size, else their process group's size, else `distributedInfo.world_size` when the all-reduces recorded no
 group); the engine log's `tensor_parallel_size` (table `serving_startup`); p = 1 when the trace shows no
-tensor-parallel group: a single process, a training job whose all-reduces are data parallel, or ranks that
+tensor-parallel group: a single process, a training job (whose all-reduces are data parallel, or with no
+collective recorded: never the rank count), or ranks that
 exchange only all-to-all / send-recv; else, with neither collectives nor a log, the number of rank files
 (say so) or unknown.
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 import duckdb
 
+from tracediag.derive import domain
 from tracediag.errors import UsageError
 from tracediag.store import has_table, query_dicts
 
@@ -90,20 +94,8 @@ TP_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 def workload(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """('training', why) when the trace holds autograd backward or optimizer work; else inference or unknown."""
-    row = con.execute(
-        """SELECT
-             -- the names matched once each, not once per op
-             (SELECT coalesce(sum(n), 0)::BIGINT FROM (SELECT name, count(*) AS n FROM cpu_ops GROUP BY name)
-                 WHERE name LIKE 'autograd::engine::evaluate_function%'
-                 OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')
-                 -- FSDP's post-backward hook (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
-                 OR name = 'RegisterPostBackwardFunction') AS backward,
-             (SELECT count(*) FROM annotations WHERE name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'
-                 OR name IN ('## backward ##', '## optimizer ##') OR name LIKE 'DistributedDataParallel.%') AS marks,
-             (SELECT count(*) FROM annotations
-                 WHERE name LIKE 'execute\\_%' ESCAPE '\\' OR name LIKE '%step[%') AS engine"""
-    ).fetchone()
-    backward, marks, engine = row
+    ev = domain.training_evidence(con)
+    backward, marks, engine = ev["backward"], ev["marks"], ev["engine"]
     if backward or marks:
         return "training", (
             f"{backward} autograd backward ops and {marks} optimizer / DDP annotations (Optimizer.step#…, "
@@ -121,6 +113,10 @@ def _desc_kind(desc: str | None) -> str | None:
         if rx.search(desc):
             return kind
     return None
+
+
+def _domain(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    return domain.read(con) or domain.classify(con)
 
 
 def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[ParallelGroup], list[str]]:
@@ -149,6 +145,7 @@ def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[Par
         unnamed_to = multi[0]["pg_name"]
         by_pg[unnamed_to] = by_pg.pop(None)
     groups, notes = [], []
+    dom = _domain(con) if any(o.get("all_to_all") for o in by_pg.values()) else None
     singles = 0
     seen: set[str | None] = set()
     for g in pgs + [
@@ -166,7 +163,7 @@ def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[Par
         if size == 1 and not ops:
             singles += 1
             continue
-        kind, why = _kind(desc, size, ops, work)
+        kind, why = _kind(desc, size, ops, work, dom)
         where = "distributedInfo.pg_config" if name in {p["pg_name"] for p in pgs} else "the collectives' args"
         if name == unnamed_to:
             where += "; its collectives record no group: it is the trace's only group of several ranks"
@@ -188,14 +185,36 @@ def describe_groups(con: duckdb.DuckDBPyConnection, work: str) -> tuple[list[Par
     return groups, notes
 
 
-def _kind(desc: str | None, size: int | None, ops: dict[str, int], work: str) -> tuple[str, str]:
+def _all_to_all_kind(dom: dict[str, Any] | None) -> tuple[str, str]:
+    """What an all-to-all group is, from what else ran (derive/domain.py): MoE kernels → expert parallel; embedding
+    bags → embedding-table exchange (TorchRec model parallel); attention without MoE → sequence parallel (Ulysses);
+    else unnamed."""
+    d = dom or {}
+    if d.get("moe_kernels"):
+        return "EP", f"all-to-all beside {d['moe_kernels']} MoE kernels: expert-parallel token dispatch"
+    if d.get("embedding_bag_ops"):
+        return "EMB", (
+            f"all-to-all beside {d['embedding_bag_ops']} embedding-bag ops and no MoE kernel: embedding-table "
+            "exchange (TorchRec model parallel)"
+        )
+    if d.get("workload") == "llm":
+        return "SP", (
+            "all-to-all beside attention and no MoE kernel: sequence-parallel (Ulysses) exchange of heads and "
+            "sequence shards"
+        )
+    return "A2A", "all-to-all with no MoE, embedding-bag or attention work to say what it exchanges"
+
+
+def _kind(
+    desc: str | None, size: int | None, ops: dict[str, int], work: str, dom: dict[str, Any] | None = None
+) -> tuple[str, str]:
     k = _desc_kind(desc)
     if k:
         return k, f"its description names it ({desc!r})"
     if size == 1:
         return "single rank", "a group of one rank"
     if ops.get("all_to_all") and not any(ops.get(o) for o in ("all_reduce", "reduce_scatter")):
-        return "EP", "all-to-all: expert-parallel dispatch (or embedding / sequence all-to-all)"
+        return _all_to_all_kind(dom)
     if (ops.get("send") or ops.get("recv") or ops.get("send_recv")) and not any(ops.get(o) for o in TP_OPS):
         return "PP", "send/recv only: pipeline-stage transfers"
     if any(ops.get(o) for o in TP_OPS):
@@ -276,7 +295,7 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
         )
     elif (logged := _tp_from_log(con)) is not None:
         tp = logged
-    elif work == "training" and groups:
+    elif work == "training" and (groups or rank_files > 1):
         dp = [g for g in groups if g.kind == "DP"]
         if dp and dp[0].size:
             what = (
@@ -288,9 +307,11 @@ def detect_layout(con: duckdb.DuckDBPyConnection, override: int | None = None) -
                 "its all-reduces are gradient syncs of a data-parallel group, size not recorded "
                 f"(world size {world_size or '?'})"
             )
-        else:
+        elif groups:
             kinds = ", ".join(sorted({g.kind for g in groups}))
             what = f"its collectives belong to {kinds} groups"
+        else:  # data-parallel / FSDP ranks whose collectives the window did not record: the rank count is no TP
+            what = f"no collective in the trace of its {rank_files} ranks: they are data parallel or FSDP"
         tp = TPDegree(1, f"training job with no tensor-parallel group: {what}")
     elif (world_size or 1) <= 1 and rank_files <= 1 and not any((g.size or 1) > 1 for g in groups):
         if rank_files == 1 or world_size == 1:

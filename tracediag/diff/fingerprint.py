@@ -27,7 +27,7 @@ MODEL_IDENTITY = (
     "attention", "sliding_window", "quantization",
 )  # fmt: skip
 MODEL_KEY_DIMS = ("architecture", "L", "H", "I", "h", "H_kv", "D", "vocab_size", "dtype")
-PARALLEL_KINDS = ("TP", "DP", "EP", "PP")
+PARALLEL_KINDS = ("TP", "DP", "EP", "PP", "SP", "EMB", "A2A")
 
 # Which engine wrote the step markers (derive/step_grammar.py marker sources) or the log (input format).
 ENGINE_BY_MARKER = {

@@ -168,21 +168,19 @@ def ingest_store(
     scheduler: Any = None,
     progress: Callable[[str], None] | None = None,
     keep_going: bool = False,
+    memory_limit: int | None = None,
 ) -> IngestResult:
     """Parse `paths` (+ explicit-format inputs) into the Parquet store folder `store` (replaced atomically).
 
     `keep_going`: an input that cannot be read is recorded (manifest `failed`: path and error; the report lists
-    it) instead of stopping the ingest; at least one input must be read."""
-    from tracediag.derive import build_all
-    from tracediag.ingest import discover_inputs
+    it) instead of stopping the ingest; at least one input must be read. `memory_limit` (bytes; None: the
+    default of tracediag.memory) travels to every parser task, local or on Dask, in its IngestOptions."""
+    from tracediag.pipeline import derive, input_files
     from tracediag.store import append_rows
 
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
-    files: list[tuple[Path, str | None]] = [(f, None) for f in discover_inputs(list(paths))] if paths else []
-    files += [(Path(p), fmt) for p, fmt in extra_inputs]
-    if not files:
-        raise UsageError("no inputs given: pass traces, or --metrics/--log/--bench files")
+    files = input_files(paths, extra_inputs)
     store = Path(store)
     if store.exists() and not store.is_dir():
         raise UsageError(f"--store {store} is a file; give a folder")
@@ -191,7 +189,7 @@ def ingest_store(
     store.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{store.name}.", suffix=".partial", dir=store.resolve().parent))
     try:
-        options = IngestOptions(keep_python=keep_python)
+        options = IngestOptions(keep_python=keep_python, memory_limit=memory_limit)
         tasks: list[Task] = [(str(p), fmt, i, options, str(staging)) for i, (p, fmt) in enumerate(files)]
         backend = f"dask.distributed ({scheduler})" if scheduler is not None else "local processes"
         say(f"ingesting {len(tasks)} input(s) on {backend}")
@@ -232,7 +230,7 @@ def ingest_store(
                 ],
             )
             append_rows(con, "process_groups", [pg for m in metas for pg in m["process_groups"]])
-            build_all(con)
+            derive(con)
             for name in ("inputs", "process_groups"):
                 tables[name] = {
                     "columns": pq.table_schema(con, name),
@@ -261,7 +259,9 @@ def ingest_store(
         ]
         for f in staging.glob("scratch*"):
             f.unlink()
-        pq.write_manifest(staging, inputs, tables, views=views, backend=backend, failed=failed)
+        pq.write_manifest(
+            staging, inputs, tables, views=views, backend=backend, failed=failed, derivations=derivations_record()
+        )
         if store.exists():
             pq.clear_store(store)
         store.mkdir(parents=True, exist_ok=True)
@@ -274,9 +274,7 @@ def ingest_store(
 
 def _scratch_connection(staging: Path) -> duckdb.DuckDBPyConnection:
     """In-memory DuckDB that spills to the staging folder (same file system as the store)."""
-    con = duckdb.connect(":memory:")
-    con.execute(f"SET temp_directory = '{str(staging / 'scratch.tmp').replace(chr(39), chr(39) * 2)}'")
-    return con
+    return duckdb.connect(":memory:", config={"temp_directory": str(staging / "scratch.tmp")})
 
 
 def _canonical_schemas() -> dict[str, list[list[str]]]:
@@ -327,12 +325,40 @@ def _derived_views(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
     }
 
 
+def derivations_record() -> dict[str, Any]:
+    """What a store's manifest says about its derived tables: the registry's version and the tables and views it
+    provides (tracediag.derive.REGISTRY)."""
+    from tracediag.derive import provided_tables, registry_version
+
+    return {"registry_version": registry_version(), "provides": provided_tables()}
+
+
+def check_derivations(store: Path, manifest: pq.StoreManifest) -> None:
+    """An input error unless the store holds what this version's derivations provide."""
+    from tracediag.derive import registry_version
+
+    held = manifest.doc.get("derivations")
+    want = derivations_record()
+    version = held.get("registry_version") if isinstance(held, dict) else None
+    if version != want["registry_version"]:
+        raise InputError(
+            store,
+            f"store derived by another set of derivations (registry {version}, this version builds "
+            f"{registry_version()}); ingest the traces again",
+        )
+    have = set(manifest.doc.get("tables", {})) | set(manifest.doc.get("views", {}))
+    missing = [t for t in want["provides"] if t not in have]
+    if missing:
+        raise InputError(store, f"store lacks the derived table(s) {', '.join(missing)}; ingest the traces again")
+
+
 def open_store_views(
     store: str | Path, db_path: str | Path | None = None, ranks: Sequence[int] | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection (file `db_path` or in memory) with one view per table of the store; `ranks`: only
     those ranks' partitions (a TP group's task reads its own files, not every rank's)."""
     manifest = pq.read_manifest(Path(store))
+    check_derivations(Path(store), manifest)
     con = duckdb.connect(str(db_path) if db_path else ":memory:")
     pq.attach_views(con, manifest, ranks)
     for _name, sql in manifest.doc.get("views", {}).items():

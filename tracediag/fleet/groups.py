@@ -28,6 +28,8 @@ class GroupTask:
     tp: int | None
     settings: Any
     extra_rules: tuple[str, ...]
+    memory_limit: int | None = None  # the budget of the TP=1 baseline's store (tracediag.memory)
+    rules: tuple[str, ...] | None = None  # rule ids to run (tracediag check --rules); None: every rule
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,11 @@ class GroupResult:
     worker_pid: int
 
 
-def _rules(extra_rules: Sequence[str]) -> list[Any]:
+def _rules(extra_rules: Sequence[str], only: Sequence[str] | None = None) -> list[Any]:
     from tracediag.engine import load_rules
     from tracediag.rules import RULE_MODULES
 
-    return load_rules() + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+    return load_rules(only) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
 
 
 def evaluate_group(
@@ -54,6 +56,7 @@ def evaluate_group(
     tp: int | None,
     settings: Any,
     rules: list[Any],
+    baseline: Any = None,
 ) -> GroupResult:
     """The rules on one group's ranks (deep tables on its deep ranks only)."""
     from tracediag.context import Context
@@ -64,12 +67,16 @@ def evaluate_group(
         layout = detect_layout(con, tp)
         if requested_deep is None:
             deep = default_deep_for_group(
-                con, lambda: Context(con=con, model=model, tp=layout.tp, settings=settings, layout=layout), group
+                con,
+                lambda: Context(
+                    con=con, model=model, tp=layout.tp, settings=settings, layout=layout, baseline=baseline
+                ),
+                group,
             )
         else:
             deep = {r: "selected" for r in requested_deep if r in group.ranks}
     with restricted(con, group.ranks, list(deep)):
-        ctx = Context(con=con, model=model, tp=layout.tp, settings=settings, layout=layout)
+        ctx = Context(con=con, model=model, tp=layout.tp, settings=settings, layout=layout, baseline=baseline)
         checks = run_rules(ctx, rules)
         summary = group_summary(con, group, checks)
     summary["deep_ranks"] = sorted(deep)
@@ -78,8 +85,11 @@ def evaluate_group(
 
 def evaluate_group_task(task: GroupTask) -> GroupResult:
     """One group on a worker: opens views over its ranks' partitions of the store, evaluates, closes."""
+    from tracediag.context import Baseline
     from tracediag.fleet import open_store_views
 
+    tp1 = task.settings.tp1_baseline if task.settings is not None else None
+    baseline = Baseline(tp1, task.memory_limit) if tp1 else None
     con = open_store_views(task.store, ranks=task.group.ranks)
     try:
         return evaluate_group(
@@ -89,10 +99,13 @@ def evaluate_group_task(task: GroupTask) -> GroupResult:
             task.model,
             task.tp,
             task.settings,
-            _rules(task.extra_rules),
+            _rules(task.extra_rules, task.rules),
+            baseline,
         )
     finally:
         con.close()
+        if baseline is not None:
+            baseline.close()
 
 
 def _requested(plan: RankPlan, group: RankGroup) -> tuple[int, ...] | None:
@@ -111,14 +124,29 @@ def evaluate_groups(
     store: str | None = None,
     scheduler: Any = None,
     jobs: int | None = None,
+    baseline: Any = None,
+    memory_limit: int | None = None,
+    rules: Sequence[str] | None = None,
 ) -> list[GroupResult]:
     """Every group of the plan: on `con` in this process, or — given a store and more than one group — as tasks
-    in local processes (`jobs`, default the cores) or on the Dask cluster `scheduler`."""
+    in local processes (`jobs`, default the cores) or on the Dask cluster `scheduler`. `baseline`
+    (context.Baseline) is the TP=1 baseline the groups of this process share; a task reads its own."""
     if store is None or (len(plan.groups) == 1 and scheduler is None):
-        rules = _rules(extra_rules)
-        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, rules) for g in plan.groups]
+        mods = _rules(extra_rules, rules)
+        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, mods, baseline) for g in plan.groups]
     tasks = [
-        GroupTask(str(store), g, _requested(plan, g), model, tp, settings, tuple(extra_rules)) for g in plan.groups
+        GroupTask(
+            str(store),
+            g,
+            _requested(plan, g),
+            model,
+            tp,
+            settings,
+            tuple(extra_rules),
+            memory_limit,
+            tuple(rules) if rules is not None else None,
+        )
+        for g in plan.groups
     ]
     if scheduler is not None:
         return _run_dask(tasks, scheduler)

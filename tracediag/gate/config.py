@@ -133,6 +133,7 @@ SETTINGS_MEANING = {
     "peak_tflops": "GPU dense peak for the activation dtype, TFLOP/s",
     "slo": 'latency budgets in ms: a table `{ttft = 500, tpot = 50}` or `"ttft=500,tpot=50"`',
     "tp1_baseline": "a TP=1 trace of the same model",
+    "graph_capture": "the CUDA/HIP graph-capture trace beside its replay (--graph-capture)",
 }
 
 

@@ -145,8 +145,9 @@ class CheckResult:
 
     @property
     def coverage(self) -> dict[str, Any]:
-        """How many of the selected rules ran, and what input would enable the others."""
-        return coverage(self.doc["checks"])
+        """How many of the selected rules ran, and what input would enable the others: the document's own
+        coverage block (made from the rules' declared inputs, tracediag.findings.coverage)."""
+        return (self.doc.get("verdict") or {}).get("coverage") or coverage(self.doc["checks"])
 
     def inconclusive_reasons(self) -> list[str]:
         """What the check could not establish, one line each (empty when it could)."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -14,13 +13,13 @@ from tracediag.analysis import analyze
 from tracediag.engine import load_rules
 from tracediag.errors import UsageError
 from tracediag.files import OutputGuard
-from tracediag.findings import enabling_input
+from tracediag.findings import compact_long_strings, option_name
 from tracediag.gate.annotate import write_annotated_trace
 from tracediag.gate.config import FAIL_ON_LEVELS, load_config, parse_rule_globs, select_rules
 from tracediag.gate.judge import judge
 from tracediag.gate.junit import write_junit
 from tracediag.measures import run_measures
-from tracediag.output import OUTPUT_NAMES, findings_json, staged_outputs
+from tracediag.output import OUTPUT_NAMES, staged_outputs
 from tracediag.runs import load_run, read_back
 
 
@@ -45,11 +44,17 @@ def run_check(
     ranks: str | None = None,
     scheduler: str | None = None,
     force: bool = False,
+    memory_limit: int | None = None,
 ):
     """The whole check; returns (CheckResult, warnings). Raises TracediagError on what the user can fix.
 
     `require` (or the config's `require`): rule globs that must run; a selected rule that could not run then
     makes the check inconclusive (CheckResult.outcome). Required rules are run even when `rules` leaves them out.
+
+    Only the selected and required rules run (a rule reading another's verdict through
+    `tracediag.rules.upstream_check` still gets it). What links findings (`downstream_of`), folds them and
+    picks the verdict is computed over the rules that ran: a finding is never explained by a rule that was
+    not selected, and the verdict and coverage count the selected rules only.
 
     Outputs (`junit`, `annotated_trace`, the files in `out`) never replace an input, nor a file tracediag did not
     write unless `force` (tracediag/files.py); both are checked before anything runs."""
@@ -100,6 +105,7 @@ def run_check(
                 jobs=jobs,
                 keep_python=keep_python,
                 settings=cfg.settings,
+                memory_limit=memory_limit,
             )
 
         def produce(staging: Path):
@@ -117,9 +123,11 @@ def run_check(
                 progress=progress,
                 ranks=ranks,
                 scheduler=scheduler,
+                memory_limit=memory_limit,
+                rules=tuple(selected),
             )
-            report = dataclasses.replace(report, checks=[c for c in report.checks if c.rule in selected])
-            doc = orjson.loads(findings_json(report))
+            holder["checks"] = report.checks
+            doc = compact_long_strings(report.to_dict())  # what findings.json holds, judged without reading it back
             with read_back(*([base] if base is not None else [])):
                 result = judge(
                     doc,
@@ -149,8 +157,8 @@ def run_check(
             db_path = work / "trace.duckdb"
         result = holder["result"]
         if model is None:
-            blocked = [c["rule"] for c in result.doc["checks"] if c["status"] == "not_applicable"
-                       and (enabling_input(c.get("reason")) or "").startswith("--model")]  # fmt: skip
+            blocked = [c.rule for c in holder["checks"] if c.status == "not_applicable"
+                       and c.enable and option_name(c.enable[0]) == "--model"]  # fmt: skip
             if blocked:
                 warnings.append(
                     f"no --model given: {len(blocked)} of {len(selected)} selected rules could not run "

@@ -404,8 +404,7 @@ def parts_folder(beside: str | Path | None = None) -> Iterator[Path]:
 
 def _insert_parts(con: duckdb.DuckDBPyConnection, table: str, spilled: SpilledTable) -> None:
     """Stream a spilled table's Parquet parts into the store (DuckDB reads them a row group at a time)."""
-    files = ", ".join("'" + f.replace("'", "''") + "'" for f in spilled.files)  # paths we made, quoted
-    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet([{files}])")
+    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [list(spilled.files)])
     for f in spilled.files:
         with contextlib.suppress(OSError):
             os.unlink(f)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # imported where tables are built: a store's reader needs no 
 @dataclass(frozen=True)
 class IngestOptions:
     keep_python: bool = False  # Kineto: also store python_function events
-    memory_limit: int | None = None  # bytes one parser may use besides its tables (None: memory.memory_limit())
+    memory_limit: int | None = None  # bytes one parser may use besides its tables (None: memory.DEFAULT_MEMORY_LIMIT)
     # a folder where a parser may write the tables of a large file as Parquet parts instead of holding them
     # (SpilledTable); None: tables are held in memory. The caller removes the folder once it has loaded them.
     spill_dir: str | None = None
@@ -50,12 +50,12 @@ class Parsed:
         return [r["rank"] for r in self.inputs_rows if r.get("rank") is not None]
 
 
-def read_gunzipped(path: Path, what: str) -> bytes:
-    """The file's bytes, decompressed when they start with the gzip magic, within the read budget
-    (inputfile.read_input); `what` names the file in errors."""
+def read_gunzipped(path: Path, what: str, limit: int | None = None) -> bytes:
+    """The file's bytes, decompressed when they start with the gzip magic, within the read budget of the memory
+    budget `limit` (inputfile.read_input); `what` names the file in errors."""
     from tracediag.inputfile import read_input
 
-    return read_input(path, what)
+    return read_input(path, what, limit)
 
 
 NAMED_TABLES = ("kernels", "cpu_ops", "annotations")

@@ -95,8 +95,11 @@ class _RawTs(msgspec.Struct, gc=False):
     ts: msgspec.Raw = _EMPTY
 
 
-class _RawTsTrace(msgspec.Struct):
-    traceEvents: list[_RawTs] | None = None
+class _EventTsText(_Event, gc=False):
+    """An event as decoded: `ts` as its JSON text, turned into its value (and, when float64 cannot hold its ns, into
+    exact integer ns) for all the events of a chunk at once by `_ts_from_text` while the text is still valid."""
+
+    ts: msgspec.Raw = _EMPTY
 
 
 # Above 2**43 µs (~8.8e12, i.e. epoch-based µs clocks) a float64 has a spacing of ≥ 2 ns, so the
@@ -111,6 +114,15 @@ class _Trace(msgspec.Struct):
 
 
 _TraceOrArray = _Trace | list[_Event]
+
+
+class _TraceTsText(msgspec.Struct):
+    traceEvents: list[_EventTsText] | None = None
+    distributedInfo: Any = None
+    deviceProperties: Any = None
+
+
+_TraceOrArrayTsText = _TraceTsText | list[_EventTsText]
 
 
 class _TraceItems(msgspec.Struct):
@@ -224,8 +236,16 @@ def _decode(
 ) -> tuple[list[_Event], dict[str, Any], list[msgspec.Raw] | None]:
     """(events, top-level facts, the events' raw items when some item was not an event and they were decoded one
     by one (else None); the dropped items are counted in `bad`)."""
+    try:  # one decode, `ts` as text (its value and exact ns from the text: _ts_from_text)
+        doc = msgspec.json.decode(data, type=_TraceOrArrayTsText)
+        _ts_from_text(doc if isinstance(doc, list) else doc.traceEvents or [], False)
+    except msgspec.ValidationError:  # some value does not decode (a `ts` too: 1e999): as typed, which names it
+        doc = None
+    except (msgspec.DecodeError, RecursionError):
+        doc = None  # the typed decode below names the problem
     try:
-        doc = msgspec.json.decode(data, type=_TraceOrArray)
+        if doc is None:
+            doc = msgspec.json.decode(data, type=_TraceOrArray)
     except msgspec.ValidationError as exc:
         msg = str(exc)
         if msg.startswith("Number out of range"):  # e.g. 1e999: no float holds it
@@ -313,10 +333,29 @@ def _exact_ts_many(raws: list[msgspec.Raw]) -> list[int | None]:
     return values
 
 
-def _attach_exact_ts(data: bytes | mmap.mmap, events: list[_Event]) -> None:
-    """Second, narrow decode of only `ts` as raw text, for traces whose clock float64 cannot resolve."""
-    doc = msgspec.json.decode(data, type=_RawTsTrace | list[_RawTs])
-    _set_exact_ts(events, doc if isinstance(doc, list) else (doc.traceEvents or []))
+_TS_VALUES = msgspec.json.Decoder(list[Any])
+
+
+def _ts_from_text(events: list[_Event], exact: bool) -> bool:
+    """Replace each event's `ts` text (_EventTsText) with its value, as the typed decode would give it: the texts of
+    all the events in one small decode (a JSON array of just them). When `exact`, or when some value is beyond what
+    float64 resolves to the ns, also set every `ts_ns` from the text (`_exact_ts_many`, vectorised). Returns whether
+    `ts_ns` was set. Raises msgspec.ValidationError for a `ts` the typed decode would reject (1e999)."""
+    raws = list(map(_get_ts, events))
+    if not raws:
+        return exact
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    texts = raws if lengths.all() else [r if len(r) else b"null" for r in raws]  # no `ts` key: None
+    values = _TS_VALUES.decode(b"[" + b",".join(texts) + b"]")
+    exact = exact or _needs_exact_values(values)
+    if exact:
+        for e, v, ns in zip(events, values, _exact_ts_many(raws)):
+            e.ts = v
+            e.ts_ns = ns
+    else:
+        for e, v in zip(events, values):
+            e.ts = v
+    return exact
 
 
 def _set_exact_ts(events: list[_Event], raws: list[_RawTs]) -> None:
@@ -338,11 +377,15 @@ _get_args = operator.attrgetter("args")
 
 
 def _needs_exact_ts(events: list[_Event]) -> bool:
+    return _needs_exact_values(list(map(_get_ts, events)))
+
+
+def _needs_exact_values(values: list[Any]) -> bool:
     limit = _FLOAT_NS_EXACT_LIMIT_US
     with np.errstate(invalid="ignore"):
-        if not (np.abs(val._floats(list(map(_get_ts, events)))) >= limit).any():  # no value that large at all
+        if not (np.abs(val._floats(values)) >= limit).any():  # no value that large at all
             return False
-    return any(isinstance(e.ts, float) and (e.ts >= limit or e.ts <= -limit) for e in events)
+    return any(isinstance(t, float) and (t >= limit or t <= -limit) for t in values)
 
 
 class _NeedsExact(Exception):
@@ -393,11 +436,8 @@ def _parse_whole(p: Path, order: int, opts: IngestOptions, why: str = "") -> Par
         bad = BadRecords()
         events, top, items = _decode(p, data, bad)
         b = _Builder(p, order, opts, exact=_needs_exact_ts(events), bad=bad)
-        if b.exact:
-            if items is None:
-                _attach_exact_ts(data, events)
-            else:
-                _set_exact_ts(events, _raw_ts_of(items))
+        if b.exact and items is not None:  # (decoded whole: `ts_ns` already set from the text by _decode)
+            _set_exact_ts(events, _raw_ts_of(items))
         del items
         b.add(events)
         del events
@@ -409,8 +449,7 @@ def _parse_whole(p: Path, order: int, opts: IngestOptions, why: str = "") -> Par
                 data.close()
 
 
-_EVENTS = msgspec.json.Decoder(list[_Event])
-_RAW_TS = msgspec.json.Decoder(list[_RawTs])
+_EVENTS_TS_TEXT = msgspec.json.Decoder(list[_EventTsText])
 _TOP = msgspec.json.Decoder(_Trace)
 
 
@@ -426,31 +465,30 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
     stream, raw = _open_stream(p, opts.memory_limit)
     b = _Builder(p, order, opts, exact=exact)
 
-    def decode(chunk: memoryview) -> tuple[list[_Event], list[_RawTs] | None]:
-        # `chunk` is valid only during this call (jsonstream decodes in place): the raw `ts` text is read now
+    def decode(chunk: memoryview) -> tuple[list[_Event], bool]:
+        """(events, whether their `ts_ns` is set from the text). `chunk` is valid only during this call (jsonstream
+        decodes in place): the `ts` texts are read now."""
         try:
-            events = _EVENTS.decode(chunk)
+            events = _EVENTS_TS_TEXT.decode(chunk)
+            return events, _ts_from_text(events, b.exact)
         except msgspec.ValidationError:
             # some item is not an event (null, a number, a `ph` that is not text) — or the cut is not between two
             # items and the decode met a wrong type before the broken syntax: the items then do not decode
             # either, and this DecodeError makes the chunker try the next cut
             items = _ITEMS.decode(chunk)
             events, kept = _events_one_by_one(items, b.bad)
-            raws = _raw_ts_of(kept) if b.exact or _needs_exact_ts(events) else None
-            return events, raws
-        raws = _RAW_TS.decode(chunk) if b.exact or _needs_exact_ts(events) else None
-        return events, raws
+            exact = b.exact or _needs_exact_ts(events)
+            if exact:
+                _set_exact_ts(events, _raw_ts_of(kept))
+            return events, exact
 
     try:
         chunks = ArrayChunks(stream, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
-        for events, raws in chunks:
-            if raws is not None and not b.exact:
+        for events, exact in chunks:
+            if exact and not b.exact:
                 if b.chunks:
                     raise _NeedsExact
                 b.exact = True
-            if b.exact:
-                _set_exact_ts(events, raws)
-            del raws
             b.head = chunks.prefix
             b.add(events)
             del events
@@ -483,15 +521,12 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple
 
     Kineto writes µs with a fractional part down to ns; `validate.us_to_ns` converts the integer part apart
     from the fraction (at 1.7e15 µs, float64 × 1000 is off by hundreds of ns). With `exact`, `ts_ns` already
-    holds the value parsed from the JSON text (_attach_exact_ts) and is only range-checked.
+    holds the value parsed from the JSON text (_ts_from_text) and is only range-checked.
     """
     if not evs:
         return evs, np.zeros(0, np.int64), np.zeros(0, np.int64)
     if exact:
-        lim = val.TS_NS_MAX
-        ts_list = list(map(_get_ts_ns, evs))
-        ts_ok = np.fromiter((type(t) is int and -lim <= t <= lim for t in ts_list), dtype=bool, count=len(evs))
-        ts = np.array([t if ok else 0 for t, ok in zip(ts_list, ts_ok)], dtype=np.int64)
+        ts, ts_ok = _exact_ns_checked(list(map(_get_ts_ns, evs)))
     else:
         ts, ts_ok = val.us_to_ns(list(map(_get_ts, evs)))
     dur, dur_ok = val.dur_us_to_ns(list(map(_get_dur, evs)))
@@ -501,6 +536,23 @@ def _timed(evs: list[_Event], table: str, exact: bool, bad: BadRecords) -> tuple
     bad.dropped(table, "ts", [e.ts for e, good in zip(evs, ts_ok) if not good])
     bad.dropped(table, "dur", [e.dur for e, t, d in zip(evs, ts_ok, dur_ok) if t and not d])
     return list(itertools.compress(evs, ok.tolist())), ts[ok], dur[ok]
+
+
+def _exact_ns_checked(ts_list: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 ns, ok mask) of exact ns values (int, or None where the text was not a number): ok is an int within
+    ±TS_NS_MAX (its ns is 0 otherwise). Converted as one array; per value only when some int is beyond int64."""
+    lim = val.TS_NS_MAX
+    arr = np.array(ts_list, dtype=object)
+    missing = np.equal(arr, None)
+    arr[missing] = 0
+    try:
+        ts = arr.astype(np.int64)
+    except OverflowError:  # a 30-digit value: the same test, value by value
+        ok = np.fromiter((type(t) is int and -lim <= t <= lim for t in ts_list), dtype=bool, count=len(ts_list))
+        return np.array([t if good else 0 for t, good in zip(ts_list, ok)], dtype=np.int64), ok
+    ok = ~missing & (ts >= -lim) & (ts <= lim)
+    ts[~ok] = 0
+    return ts, ok
 
 
 _NO_ARGS = _Args()

@@ -116,7 +116,7 @@ def _num(tok: str, kind, *bounds):
 
 
 def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
-    text = read_input(path, "nccl-tests output").decode("utf-8", errors="replace")
+    text = read_input(path, "nccl-tests output", options.memory_limit).decode("utf-8", errors="replace")
     test = version = avg = params = None
     ranks: list[dict] = []
     cols: list[str] | None = None

@@ -551,25 +551,11 @@ def _runtime_cat(name: str, ecls: int | None, classes: dict[int, str], has_class
 
 
 def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
-    p = ex.path
+    """The export's tables, table by table: its ranks, GPU activity, synchronization, runtime calls, NVTX
+    ranges, the links between them, then one inputs row per rank."""
     meta_table, md = ex.metadata()
     kern, mcpy, mset = _read_gpu(ex)
-
-    # --- ranks: one per (process, device) with GPU work ---
-    work: Counter[tuple[int | None, int | None]] = Counter()
-    for cols in (kern, mcpy, mset):
-        work.update(zip(cols["pid"], cols["device"]))
-    if not work:
-        present = sorted(t for t in ex.tables if t.startswith(("CUPTI_", "NVTX_")))
-        raise InputError(
-            p,
-            "Nsight Systems export without GPU work (no CUDA kernels, memory copies or memsets; tables: "
-            f"{', '.join(present) or 'none'}); capture with `nsys profile --trace=cuda,nvtx`",
-        )
-    units = {key: _Unit(pid=key[0], device=key[1], gpu_events=n) for key, n in work.items()}
-    primary: dict[int | None, _Unit] = {}
-    for u in sorted(units.values(), key=lambda u: (-u.gpu_events, u.device if u.device is not None else -1)):
-        primary.setdefault(u.pid, u)
+    units, primary = _units(ex, kern, mcpy, mset)
     nvtx = _read_nvtx(ex)
     schemas, enums = _payload_schemas(ex)
     payloads = _decode_payloads(nvtx, schemas, enums)
@@ -577,11 +563,76 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
     urank = {key: u.rank for key, u in units.items()}
     prank = {pid: u.rank for pid, u in primary.items()}
 
-    out: dict[str, dict[str, list]] = {}
     dropped: Counter[int | None] = Counter()  # host events of processes without GPU work, by pid
-    corr_rank: dict[tuple[int | None, int], int] = {}  # (pid, correlation) -> rank of its GPU work
+    out, corr_rank = _gpu_activity(ex, kern, mcpy, mset, urank)
+    _gpu_sync(ex, out, corr_rank, urank, prank, dropped)
+    _runtime_calls(ex, out, corr_rank, prank, dropped)
+    ops, nvtx_counts, open_ranges = _nvtx_tables(nvtx, payloads, units, prank, out, dropped)
+    _link_calls(out, ops)
 
-    # --- GPU activity ---
+    tables = {name: _to_arrow(name, cols, ex.bad) for name, cols in out.items()}
+    meta_common = {
+        "nsys_version": md.get("EXPORT_PRODUCT_VERSION"),
+        "export_schema_version": md.get("EXPORT_SCHEMA_VERSION"),
+        "export_metadata_table": meta_table or None,
+        "include_blobs": md.get("EXPORT_PARAM_INCLUDE_BLOBS"),
+        "clock": "integer ns on the capture's clock (TARGET_INFO_SESSION_START_TIME gives its UTC start)",
+        "runtime_names": "CUPTI version suffix (_v7000) removed, as Kineto writes them",
+        "ranks_in_file": len(units),
+        "nccl_payload": _payload_note(nvtx, payloads, md),
+        "nvtx_open_ranges_closed_at_trace_end": open_ranges,
+    }
+    if dropped:
+        meta_common["host_events_not_stored"] = {
+            f"pid {pid} ({nvtx.process_names.get(pid, '?')})": n for pid, n in sorted(dropped.items(), key=str)
+        } | {"why": "process without kernels, memory copies or memsets on any GPU"}
+    ranks = _RankFacts(units, rank_source, world_size, nvtx_counts)
+    inputs_rows = _inputs_rows(ex, order, file_bytes, md, meta_common, ranks, nvtx, out, tables)
+    pgs = _process_groups(units, payloads, nvtx)
+    return Parsed(path=str(ex.path), format="nsys-sqlite", inputs_rows=inputs_rows, tables=tables, process_groups=pgs)
+
+
+@dataclass
+class _RankFacts:
+    """The file's ranks as the inputs rows describe them."""
+
+    units: dict[tuple[int | None, int | None], _Unit]
+    rank_source: str
+    world_size: int | None
+    nvtx_counts: dict[int, Counter[str]]
+
+
+def _units(
+    ex: _Export, kern: dict[str, list], mcpy: dict[str, list], mset: dict[str, list]
+) -> tuple[dict[tuple[int | None, int | None], _Unit], dict[int | None, _Unit]]:
+    """The ranks: one unit per (process, device) with GPU work, and each process's unit with the most work."""
+    work: Counter[tuple[int | None, int | None]] = Counter()
+    for cols in (kern, mcpy, mset):
+        work.update(zip(cols["pid"], cols["device"]))
+    if not work:
+        present = sorted(t for t in ex.tables if t.startswith(("CUPTI_", "NVTX_")))
+        raise InputError(
+            ex.path,
+            "Nsight Systems export without GPU work (no CUDA kernels, memory copies or memsets; tables: "
+            f"{', '.join(present) or 'none'}); capture with `nsys profile --trace=cuda,nvtx`",
+        )
+    units = {key: _Unit(pid=key[0], device=key[1], gpu_events=n) for key, n in work.items()}
+    primary: dict[int | None, _Unit] = {}
+    for u in sorted(units.values(), key=lambda u: (-u.gpu_events, u.device if u.device is not None else -1)):
+        primary.setdefault(u.pid, u)
+    return units, primary
+
+
+def _gpu_activity(
+    ex: _Export,
+    kern: dict[str, list],
+    mcpy: dict[str, list],
+    mset: dict[str, list],
+    urank: dict[tuple[int | None, int | None], int],
+) -> tuple[dict[str, dict[str, list]], dict[tuple[int | None, int], int]]:
+    """The kernels and memops tables, and the rank of the GPU work of each (pid, correlation)."""
+    out: dict[str, dict[str, list]] = {}
+    corr_rank: dict[tuple[int | None, int], int] = {}  # (pid, correlation) -> rank of its GPU work
     mem_kind = ex.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND)
     memops: list[dict[str, list]] = []
     if kern["ts_ns"]:
@@ -617,60 +668,90 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
         if table in out:
             cols = out[table]
             corr_rank.update(((p, c), r) for p, c, r in zip(pids, cols["correlation"], cols["rank"]) if c is not None)
+    return out, corr_rank
 
+
+def _gpu_sync(
+    ex: _Export,
+    out: dict[str, dict[str, list]],
+    corr_rank: dict[tuple[int | None, int], int],
+    urank: dict[tuple[int | None, int | None], int],
+    prank: dict[int | None, int],
+    dropped: Counter,
+) -> None:
+    """out["gpu_sync"]: the synchronization records, on the rank of their GPU work (else their device's)."""
     sync = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-    if sync in ex.tables:
-        cols = _columns(
-            ex,
-            f"SELECT {_pid_sql('s', 'globalPid')}, s.deviceId, s.start, {_dur_sql('s')}, "
-            f"{ex.col(sync, 's', 'streamId')}, {ex.col(sync, 's', 'correlationId')}, "
-            f"{ex.col(sync, 's', 'syncType')}, {ex.col(sync, 's', 'eventId')} FROM {sync} s ORDER BY s.start",
-            ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "kind", "event_id"),
-        )
-        cols = _valid_rows(
-            ex,
-            sync,
-            cols,
-            {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR)},
-            {"pid": ("globalPid", _ANY_INT), "device": ("deviceId", _INT32)},
-        )
-        rank = [
-            r if (r := corr_rank.get((p, c))) is not None else urank.get((p, d), prank.get(p))
-            for p, d, c in zip(cols["pid"], cols["device"], cols["correlation"])
-        ]
-        cols["name"] = [_SYNC_KIND.get(k, "Unknown") for k in cols.pop("kind")]
-        if cols["ts_ns"]:
-            out["gpu_sync"] = _keep_host(cols, rank, dropped)
+    if sync not in ex.tables:
+        return
+    cols = _columns(
+        ex,
+        f"SELECT {_pid_sql('s', 'globalPid')}, s.deviceId, s.start, {_dur_sql('s')}, "
+        f"{ex.col(sync, 's', 'streamId')}, {ex.col(sync, 's', 'correlationId')}, "
+        f"{ex.col(sync, 's', 'syncType')}, {ex.col(sync, 's', 'eventId')} FROM {sync} s ORDER BY s.start",
+        ("pid", "device", "ts_ns", "dur_ns", "stream", "correlation", "kind", "event_id"),
+    )
+    cols = _valid_rows(
+        ex,
+        sync,
+        cols,
+        {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR)},
+        {"pid": ("globalPid", _ANY_INT), "device": ("deviceId", _INT32)},
+    )
+    rank = [
+        r if (r := corr_rank.get((p, c))) is not None else urank.get((p, d), prank.get(p))
+        for p, d, c in zip(cols["pid"], cols["device"], cols["correlation"])
+    ]
+    cols["name"] = [_SYNC_KIND.get(k, "Unknown") for k in cols.pop("kind")]
+    if cols["ts_ns"]:
+        out["gpu_sync"] = _keep_host(cols, rank, dropped)
 
-    # --- CUDA runtime / driver calls ---
+
+def _runtime_calls(
+    ex: _Export,
+    out: dict[str, dict[str, list]],
+    corr_rank: dict[tuple[int | None, int], int],
+    prank: dict[int | None, int],
+    dropped: Counter,
+) -> None:
+    """out["runtime"]: the CUDA runtime / driver calls, on the rank of the GPU work they launched."""
     rt = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    if rt in ex.tables:
-        cols = _columns(
-            ex,
-            f"SELECT r.globalTid, {_pid_sql('r', 'globalTid')}, r.globalTid & 16777215, r.start, "
-            f"{_dur_sql('r')}, {ex.col(rt, 'r', 'correlationId')}, s.value, {ex.col(rt, 'r', 'eventClass')} "
-            f"FROM {rt} r LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start",
-            ("gtid", "pid", "tid", "ts_ns", "dur_ns", "correlation", "raw_name", "event_class"),
-        )
-        cols = _valid_rows(
-            ex, rt, cols, {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR), "gtid": ("globalTid", _ANY_INT)}
-        )
-        cols["raw_name"] = ex.text_values(rt, "nameId -> StringIds.value", cols["raw_name"])
-        _one_call_per_correlation(ex, rt, cols)
-        rank = [
-            r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
-            for p, c in zip(cols["pid"], cols["correlation"])
-        ]
-        classes, has_class = ex.enum("ENUM_NSYS_EVENT_CLASS", {}), "eventClass" in ex.cols(rt)
-        pairs = list(zip(cols.pop("raw_name"), cols.pop("event_class")))
-        clean = {pair: _CUPTI_VERSION_SUFFIX.sub("", pair[0] or "") for pair in set(pairs)}
-        cat = {pair: _runtime_cat(clean[pair], pair[1], classes, has_class) for pair in clean}
-        cols["name"] = [clean[x] for x in pairs]
-        cols["cat"] = [cat[x] for x in pairs]
-        if cols["ts_ns"]:
-            out["runtime"] = _keep_host(cols, rank, dropped)
+    if rt not in ex.tables:
+        return
+    cols = _columns(
+        ex,
+        f"SELECT r.globalTid, {_pid_sql('r', 'globalTid')}, r.globalTid & 16777215, r.start, "
+        f"{_dur_sql('r')}, {ex.col(rt, 'r', 'correlationId')}, s.value, {ex.col(rt, 'r', 'eventClass')} "
+        f"FROM {rt} r LEFT JOIN StringIds s ON s.id = r.nameId ORDER BY r.start",
+        ("gtid", "pid", "tid", "ts_ns", "dur_ns", "correlation", "raw_name", "event_class"),
+    )
+    valid = {"ts_ns": ("start", _TS), "dur_ns": ("end", _DUR), "gtid": ("globalTid", _ANY_INT)}
+    cols = _valid_rows(ex, rt, cols, valid)
+    cols["raw_name"] = ex.text_values(rt, "nameId -> StringIds.value", cols["raw_name"])
+    _one_call_per_correlation(ex, rt, cols)
+    rank = [
+        r if c is not None and (r := corr_rank.get((p, c))) is not None else prank.get(p)
+        for p, c in zip(cols["pid"], cols["correlation"])
+    ]
+    classes, has_class = ex.enum("ENUM_NSYS_EVENT_CLASS", {}), "eventClass" in ex.cols(rt)
+    pairs = list(zip(cols.pop("raw_name"), cols.pop("event_class")))
+    clean = {pair: _CUPTI_VERSION_SUFFIX.sub("", pair[0] or "") for pair in set(pairs)}
+    cat = {pair: _runtime_cat(clean[pair], pair[1], classes, has_class) for pair in clean}
+    cols["name"] = [clean[x] for x in pairs]
+    cols["cat"] = [cat[x] for x in pairs]
+    if cols["ts_ns"]:
+        out["runtime"] = _keep_host(cols, rank, dropped)
 
-    # --- NVTX ---
+
+def _nvtx_tables(
+    nvtx: _Nvtx,
+    payloads: dict[int, dict[str, Any]],
+    units: dict[tuple[int | None, int | None], _Unit],
+    prank: dict[int | None, int],
+    out: dict[str, dict[str, list]],
+    dropped: Counter,
+) -> tuple[dict[str, list] | None, dict[int, Counter[str]], int]:
+    """out["nvtx_events"], out["cpu_ops"] (PyTorch ranges) and out["annotations"] (other ranges); returns the
+    cpu_ops columns (None without any), the NVTX counts per rank and how many ranges were still open."""
     ends = [max(map(operator.add, c["ts_ns"], c["dur_ns"]), default=0) for c in out.values()]
     trace_end = max([*ends, nvtx.max_end])
     ev_rows: list[tuple] = []  # rows of nvtx_events, in _NVTX_COLUMNS order
@@ -716,50 +797,52 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
         out["annotations"] = dict(zip(("rank", "name", "ts_ns", "dur_ns", "gtid"), map(list, zip(*ann_rows)))) | {
             "source": ["nvtx"] * len(ann_rows)
         }
+    return (ops if op_rows else None), nvtx_counts, open_ranges
 
-    # --- link: runtime call -> innermost PyTorch range on its thread; kernels/memops -> their call ---
+
+def _link_calls(out: dict[str, dict[str, list]], ops: dict[str, list] | None) -> None:
+    """A runtime call gets the innermost PyTorch range open on its thread (`external_id`), and the kernels and
+    memops it launched get the same."""
     run = out.get("runtime")
     if run is not None:
         run["external_id"] = [None] * len(run["rank"])
-    if op_rows and run is not None:
-        open_at = innermost_open(
-            zip(ops["gtid"], ops["ts_ns"], map(operator.add, ops["ts_ns"], ops["dur_ns"]), ops["external_id"]),
-            zip(run["gtid"], run["ts_ns"], range(len(run["rank"]))),
-        )
-        ext_of_corr: dict[tuple[int, int], int] = {}
-        for j, ext in open_at.items():
-            run["external_id"][j] = ext
-            if run["correlation"][j] is not None:
-                ext_of_corr[(run["rank"][j], run["correlation"][j])] = ext
-        for table in ("kernels", "memops"):
-            cols = out.get(table)
-            if cols:
-                cols["external_id"] = [ext_of_corr.get(rc) for rc in zip(cols["rank"], cols["correlation"])]
+    if ops is None or run is None:
+        return
+    open_at = innermost_open(
+        zip(ops["gtid"], ops["ts_ns"], map(operator.add, ops["ts_ns"], ops["dur_ns"]), ops["external_id"]),
+        zip(run["gtid"], run["ts_ns"], range(len(run["rank"]))),
+    )
+    ext_of_corr: dict[tuple[int, int], int] = {}
+    for j, ext in open_at.items():
+        run["external_id"][j] = ext
+        if run["correlation"][j] is not None:
+            ext_of_corr[(run["rank"][j], run["correlation"][j])] = ext
+    for table in ("kernels", "memops"):
+        cols = out.get(table)
+        if cols:
+            cols["external_id"] = [ext_of_corr.get(rc) for rc in zip(cols["rank"], cols["correlation"])]
 
-    tables = {name: _to_arrow(name, cols, ex.bad) for name, cols in out.items()}
+
+def _inputs_rows(
+    ex: _Export,
+    order: int,
+    file_bytes: int,
+    md: dict[str, str],
+    meta_common: dict[str, Any],
+    ranks: _RankFacts,
+    nvtx: _Nvtx,
+    out: dict[str, dict[str, list]],
+    tables: dict[str, pa.Table],
+) -> list[dict[str, Any]]:
+    """One inputs row per rank of the file."""
+    units = ranks.units
     summary = _per_rank(tables)
     props = _device_properties(ex, units)
     nccl_ranks = set()
     if "kernels" in tables:
         k = out["kernels"]
         nccl_ranks = {r for r, fam in zip(k["rank"], tables["kernels"].column("family").to_pylist()) if fam == "nccl"}
-    meta_common = {
-        "nsys_version": md.get("EXPORT_PRODUCT_VERSION"),
-        "export_schema_version": md.get("EXPORT_SCHEMA_VERSION"),
-        "export_metadata_table": meta_table or None,
-        "include_blobs": md.get("EXPORT_PARAM_INCLUDE_BLOBS"),
-        "clock": "integer ns on the capture's clock (TARGET_INFO_SESSION_START_TIME gives its UTC start)",
-        "runtime_names": "CUPTI version suffix (_v7000) removed, as Kineto writes them",
-        "ranks_in_file": len(units),
-        "nccl_payload": _payload_note(nvtx, payloads, md),
-        "nvtx_open_ranges_closed_at_trace_end": open_ranges,
-    }
-    if dropped:
-        meta_common["host_events_not_stored"] = {
-            f"pid {pid} ({nvtx.process_names.get(pid, '?')})": n for pid, n in sorted(dropped.items(), key=str)
-        } | {"why": "process without kernels, memory copies or memsets on any GPU"}
     version = md.get("EXPORT_PRODUCT_VERSION")
-    pgs = _process_groups(units, payloads, nvtx)
     facts = {id(prop): _prop_facts(prop, ex.bad) for prop, _ in props.values() if prop}
     long_names = names_classified_by_prefix(tables)
     if long_names:
@@ -778,18 +861,18 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
             "process_name": nvtx.process_names.get(u.pid),
             "cuda_device": u.device,
             "device_info_source": prop_source,
-            "nvtx": dict(nvtx_counts[u.rank]),
+            "nvtx": dict(ranks.nvtx_counts[u.rank]),
         }
         inputs_rows.append(
             {
                 "input_id": order,
-                "path": str(p),
+                "path": str(ex.path),
                 "format": "nsys-sqlite",
                 "profiler": f"nsys {version}" if version else "nsys",
                 "file_bytes": file_bytes,
                 "rank": u.rank,
-                "rank_source": rank_source,
-                "world_size": world_size,
+                "rank_source": ranks.rank_source,
+                "world_size": ranks.world_size,
                 "backend": "nccl" if nvtx.nccl_names or u.rank in nccl_ranks else None,
                 "nccl_version": None,
                 "device_name": name,
@@ -806,7 +889,7 @@ def _build(ex: _Export, order: int, file_bytes: int) -> Parsed:
                 "bad_records": ex.bad.records if u is rows_owner else 0,
             }
         )
-    return Parsed(path=str(p), format="nsys-sqlite", inputs_rows=inputs_rows, tables=tables, process_groups=pgs)
+    return inputs_rows
 
 
 def _prop_facts(prop: dict[str, Any], bad: BadRecords) -> tuple:

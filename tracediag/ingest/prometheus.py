@@ -154,8 +154,8 @@ SCHEMA = pa.schema(
 )
 
 
-def _read_text(path: Path) -> str:
-    return read_gunzipped(path, "metrics file").decode("utf-8", errors="replace")
+def _read_text(path: Path, limit: int | None) -> str:
+    return read_gunzipped(path, "metrics file", limit).decode("utf-8", errors="replace")
 
 
 def _split_scrapes(lines: list[str]) -> list[tuple[dict[str, str], list[tuple[int, str]]]]:
@@ -295,7 +295,7 @@ def _num(v: str | None) -> float | None:
 
 
 def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
-    text = _read_text(path)
+    text = _read_text(path, options.memory_limit)
     lines = text.splitlines()
     # a pasted `$ curl …/metrics` prompt line is not exposition: skipped (kept as a blank, so line numbers hold)
     prompts = [i for i, ln in enumerate(lines) if ln.startswith("$ ")]

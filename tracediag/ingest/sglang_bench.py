@@ -21,4 +21,4 @@ from tracediag.ingest.vllm_bench import parse_bench
 
 
 def parse_sglang_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
-    return parse_bench(path, order, "sglang-bench")
+    return parse_bench(path, order, "sglang-bench", options.memory_limit)

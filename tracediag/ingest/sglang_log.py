@@ -34,6 +34,8 @@ A line whose middle was cut by the terminal that copied it (`#cached-to…unning
 names; a field ending in `unning-req` is #running-req (the only SGLang key that ends so).
 Rows go to the same tables as vLLM's (serving_stats with log_format 'sglang-prefill' / 'sglang-decode';
 token usage as a percentage in kv_usage_pct; running = #running-req, waiting = #queue-req).
+Decode batch lines of one TP tag in SGLang's exact layout (_FAST_BLOCK) are read in bulk by the block reader
+(log_blocks.read_blocks); every other line line by line (_logical_line), to the same rows.
 """
 
 from __future__ import annotations
@@ -43,18 +45,23 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.log_blocks import clocked_segments, read_blocks
 from tracediag.ingest.vllm_log import (
     _ACCESS,
     MAX_TEXT,
     BadValue,
+    Joiner,
     LogState,
     checked_float,
     checked_int,
-    logical_lines,
-    physical_lines,
 )
+from tracediag.memory import read_bytes_budget
 
 RECORD = re.compile(
     r"\[?(?:(?P<date>\d{4}-\d{2}-\d{2}) )?(?P<time>\d{2}:\d{2}:\d{2})?"
@@ -166,49 +173,116 @@ def parse_batch(msg: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     return cols, extra
 
 
+def _logical_line(st: LogState, n: int, line: str) -> int:
+    """One logical line of an SGLang log into the tables; 1 when it was a batch line."""
+    matches = [m for m in RECORD.finditer(line) if m["time"] or m["tags"]]
+    py = None if matches else PY_RECORD.search(line)
+    if py is not None:
+        st.records += 1
+        pid = int(py["pid"]) if py["pid"] else None
+        ts_text = f"{py['date']} {py['time']}"
+        base = st.at(st.clock(py["date"], py["time"]), n, ts_text, "python-logging" if pid else None, pid)
+        return _message(st, n, line[py.end() :].strip(), base, None)
+    if not matches:
+        a = _ACCESS.search(line) or re.search(r'\[INFO\] "(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3})', line)
+        base = st.at(None, n, st.last_ts_text, None, None) | {"t_s": st.last_t}
+        if a:
+            st.event(
+                base,
+                "access",
+                f"{a['method']} {a['path']} {a['status']}",
+                http_status=int(a["status"]),
+                own_time=False,
+            )
+            st.run_active = True
+        elif line.strip():
+            st.unknown_line(n, line.strip())
+        return 0
+    m = matches[0]  # an outer wrapper timestamp may come first: the innermost of the adjacent prefixes is SGLang's
+    for nxt in matches[1:]:
+        if line[m.end() : nxt.start()].strip():
+            break
+        m = nxt
+    st.records += 1
+    ray = _RAY_ACTOR.search(line, 0, m.start())
+    proc, pid = (ray["actor"], int(ray["pid"])) if ray else (None, None)
+    ts_text = " ".join(x for x in (m["date"], m["time"]) if x) or None
+    t_s = st.clock(m["date"] or "2000-01-01", m["time"]) if m["time"] else None
+    tags = (m["tags"] or "").strip() or None
+    base = st.at(t_s, n, ts_text, tags if proc is None else f"{proc} {tags}" if tags else proc, pid)
+    return _message(st, n, line[m.end() :].strip(), base, _engine(m["tags"]))
+
+
+# the decode batch line of a scheduler with one TP tag, as SGLang writes it (most lines of a long log), for the
+# block reader (pyarrow's RE2 over the raw line): integers without leading zeros where a float of them goes to
+# extra_json (json writes 137.0), two decimals where SGLang prints two
+_FAST_BLOCK = (
+    r"^\[(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2}) (?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2}) TP(?P<tp>[0-9]{1,5})\] "
+    r"Decode batch[.,] #running-req: (?P<r>[0-9]{1,9}), #token: (?P<tok>0|[1-9][0-9]{0,14}), "
+    r"token usage: (?P<u>[0-9]\.[0-9]{2}), (?:cuda graph: (?P<cg>True|False), )?"
+    r"gen throughput \(token/s\): (?P<g>[0-9]{1,12}\.[0-9]{2}), #queue-req: (?P<q>[0-9]{1,9}),? ?\r?\n?$"
+)
+
+
+def _fast_rows(st: LogState, joiner: Any, matches: pa.StructArray, a: int, c: int, first_line: int, general) -> None:
+    """Decode batch lines a..c-1 of a block into serving_stats in columns, where the clock is on the day of the
+    last record and no run starts (log_blocks.clocked_segments); the others line by line."""
+    rows = matches.slice(a, c - a)
+    for s, v, t in clocked_segments(st, joiner, rows, lambda k: general(a + k), 10):
+        _bulk_decode(st, rows.slice(s, v), t, first_line + a + s + 1)
+
+
+def _bulk_decode(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int) -> None:
+    n = len(rows)
+    text = {k: rows.field(k).cast(pa.large_string()) for k in ("date", "time", "tp", "r", "tok", "u", "g", "q")}
+
+    def lit(x: str) -> pa.Scalar:
+        return pa.scalar(x, pa.large_string())
+
+    ts_text = pc.binary_join_element_wise(text["date"], text["time"], lit(" ")).cast(pa.string())
+    graph = rows.field("cg").cast(pa.large_string())
+    off = pc.if_else(pc.equal(graph, lit("False")), lit(', "cuda graph": false'), lit(""))
+    graph_json = pc.if_else(pc.equal(graph, lit("True")), lit(', "cuda graph": true'), off)
+    extra = pc.binary_join_element_wise(lit('{"#token": '), text["tok"], lit(".0"), graph_json, lit("}"), lit(""))
+    cols = {
+        "input_id": pa.array(np.full(n, st.order, dtype=np.int32)),
+        "run": pa.array(np.full(n, st.run, dtype=np.int32)),
+        "line": pa.array(np.arange(line, line + n, dtype=np.int32)),
+        "ts_text": ts_text,
+        "t_s": pa.array(t, pa.float64()),
+        "process": pc.binary_join_element_wise(lit("TP"), text["tp"], lit("")),
+        "engine": text["tp"].cast(pa.int32()),
+        "log_format": pa.array(["sglang-decode"] * n, pa.string()),
+        "gen_tput_tok_s": text["g"].cast(pa.float64()),
+        "running": text["r"].cast(pa.int32()),
+        "waiting": text["q"].cast(pa.int32()),
+        "kv_usage_pct": pa.array(text["u"].cast(pa.float64()).to_numpy() * 100),
+        "extra_json": extra,
+    }
+    schema = st.stats.schema
+    arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
+    st.stats.add_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    last_t = float(t[-1])
+    st.clock._last_s = last_t
+    st.max_t = last_t if st.max_t is None else max(st.max_t, float(t.max()))
+    st.last_t, st.last_ts_text = last_t, ts_text[n - 1].as_py()
+    st.records += n
+    st.batch_lines += n
+    st.run_active = True
+
+
 def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
-    batches = 0
-    for n, line in logical_lines(physical_lines(path, st), _STARTS_RECORD):
-        matches = [m for m in RECORD.finditer(line) if m["time"] or m["tags"]]
-        py = None if matches else PY_RECORD.search(line)
-        if py is not None:
-            st.records += 1
-            pid = int(py["pid"]) if py["pid"] else None
-            ts_text = f"{py['date']} {py['time']}"
-            base = st.at(st.clock(py["date"], py["time"]), n, ts_text, "python-logging" if pid else None, pid)
-            batches += _message(st, n, line[py.end() :].strip(), base, None)
-            continue
-        if not matches:
-            a = _ACCESS.search(line) or re.search(
-                r'\[INFO\] "(?P<method>[A-Z]+) (?P<path>\S+)" (?P<status>\d{3})', line
-            )
-            base = st.at(None, n, st.last_ts_text, None, None) | {"t_s": st.last_t}
-            if a:
-                st.event(
-                    base,
-                    "access",
-                    f"{a['method']} {a['path']} {a['status']}",
-                    http_status=int(a["status"]),
-                    own_time=False,
-                )
-                st.run_active = True
-            elif line.strip():
-                st.unknown_line(n, line.strip())
-            continue
-        m = matches[0]  # an outer wrapper timestamp may come first: the innermost of the adjacent prefixes is SGLang's
-        for nxt in matches[1:]:
-            if line[m.end() : nxt.start()].strip():
-                break
-            m = nxt
-        st.records += 1
-        ray = _RAY_ACTOR.search(line, 0, m.start())
-        proc, pid = (ray["actor"], int(ray["pid"])) if ray else (None, None)
-        ts_text = " ".join(x for x in (m["date"], m["time"]) if x) or None
-        t_s = st.clock(m["date"] or "2000-01-01", m["time"]) if m["time"] else None
-        tags = (m["tags"] or "").strip() or None
-        base = st.at(t_s, n, ts_text, tags if proc is None else f"{proc} {tags}" if tags else proc, pid)
-        batches += _message(st, n, line[m.end() :].strip(), base, _engine(m["tags"]))
+    st.batch_lines = 0
+
+    def logical(n: int, line: str) -> None:
+        st.batch_lines += _logical_line(st, n, line)
+
+    longest = read_bytes_budget(options.memory_limit)
+    joiner = Joiner(logical, _STARTS_RECORD, longest)
+    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows, longest)
+    joiner.flush()
+    batches = st.batch_lines
     if st.records == 0:
         raise InputError(
             path,

@@ -194,8 +194,8 @@ def _check(path: Path, value: Any, spec: Any, where: str, generic: str) -> None:
         raise InputError(path, f"topology snapshot: {where} must be {_type_name(spec)}, got {val.example(value)}")
 
 
-def _load(path: Path) -> dict:
-    raw = read_input(path, "topology snapshot")
+def _load(path: Path, limit: int | None) -> dict:
+    raw = read_input(path, "topology snapshot", limit)
     try:
         doc = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -224,7 +224,7 @@ def _load(path: Path) -> dict:
 
 
 def parse_topology(path: Path, order: int, options: IngestOptions) -> Parsed:
-    doc = _load(path)
+    doc = _load(path, options.memory_limit)
     src, host = str(path), doc.get("host")
     gpus: list[dict[str, Any]] = doc["gpus"]
     try:

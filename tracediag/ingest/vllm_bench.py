@@ -400,15 +400,16 @@ def _rate_text(v: float | None) -> float | str | None:
 
 
 def parse_vllm_bench(path: Path, order: int, options: IngestOptions) -> Parsed:
-    return parse_bench(path, order, "vllm-bench")
+    return parse_bench(path, order, "vllm-bench", options.memory_limit)
 
 
 TOOL_NAMES = {"vllm-bench": "vllm bench serve", "sglang-bench": "sglang.bench_serving"}
 
 
-def parse_bench(path: Path, order: int, fmt: str) -> Parsed:
-    """A benchmark client's result file; `fmt` is 'vllm-bench' or 'sglang-bench' (same tables)."""
-    raw = read_input(path, "benchmark result")
+def parse_bench(path: Path, order: int, fmt: str, limit: int | None = None) -> Parsed:
+    """A benchmark client's result file; `fmt` is 'vllm-bench' or 'sglang-bench' (same tables); read within the
+    memory budget `limit` (tracediag.memory)."""
+    raw = read_input(path, "benchmark result", limit)
     runs = _one_json_document(raw)
     text = raw.decode("utf-8", errors="replace") if runs is None else ""
     del raw

@@ -38,6 +38,9 @@ than 5 minutes starts a new server run; every row carries its run.
 A line that cannot be read (a bad number, a truncated record) is counted and shown, never fatal; lines that
 are neither records, access lines, continuations nor known messages are counted as unknown.
 Checked against every vLLM log in tests/data/external/vllm/.
+The file is read in blocks (log_blocks.read_blocks): one RE2 pass over a block finds the V1/V0 stats lines in
+vLLM's exact layout (_FAST_BLOCK), which become columns in bulk while the clock stays on one day and no run
+starts; every other line goes through the line-by-line path (_logical_line), in file order, to the same tables.
 """
 
 from __future__ import annotations
@@ -52,14 +55,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.ingest.log_blocks import ANSI, RUN_BACKWARDS_S, clocked_segments, read_blocks
 from tracediag.inputfile import open_stream, skip_nul_run
 from tracediag.memory import read_bytes_budget
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\[(?:\d{1,3}(?:;\d{1,3})*)m(?=\s|\(|$)")
+_ANSI = ANSI
 RECORD = re.compile(
     r"(?:\((?P<proc>[A-Za-z_][\w.\-]*(?: [A-Za-z_][\w.\-]*)*?)(?:\s+rank=\d+)?\s+pid=(?P<pid>\d+)\)\s*)?"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+)?(?P<date>\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
@@ -314,7 +320,6 @@ SPEC_SCHEMA = pa.schema(
 )
 MAX_EXAMPLES = 5
 MAX_TEXT = 500
-RUN_BACKWARDS_S = 300.0  # a clock going back more than this starts a new run
 RUN_PID_GAP_S = 30.0  # a process name with a new pid starts a new run when its old pid was last heard this long ago
 _OUTER_TIME = re.compile(r"^[-\s\[]*(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 
@@ -329,6 +334,17 @@ _FAST = re.compile(
     r"(?:Waiting: (?P<w>\d{1,9})|Swapped: (?P<sw>\d{1,9}) reqs, Pending: (?P<pe>\d{1,9})) reqs, "
     r"GPU KV cache usage: (?P<kv>\d{1,3}\.\d)%, (?:Prefix cache hit rate: (?P<ph>\d{1,3}\.\d)%|"
     r"CPU KV cache usage: (?P<cpu>\d{1,3}\.\d)%\.?)$"
+)
+
+# _FAST for the block reader (pyarrow's RE2 over a raw line with its newline): the same groups, ASCII classes
+_FAST_BLOCK = (
+    r"^(?:\((?P<proc>[A-Za-z_][A-Za-z0-9_.\-]*) pid=(?P<pid>[0-9]{1,9})\) )?(?:INFO|DEBUG) "
+    r"(?P<date>[0-9][0-9]-[0-9][0-9]) (?P<time>[0-9][0-9]:[0-9][0-9]:[0-9][0-9]) \[?[A-Za-z0-9_.]+\.py:[0-9]+\] "
+    r"(?:Engine (?P<engine>[0-9]{3}): )?Avg prompt throughput: (?P<p>[0-9]{1,12}\.[0-9]) tokens/s, "
+    r"Avg generation throughput: (?P<g>[0-9]{1,12}\.[0-9]) tokens/s, Running: (?P<r>[0-9]{1,9}) reqs, "
+    r"(?:Waiting: (?P<w>[0-9]{1,9})|Swapped: (?P<sw>[0-9]{1,9}) reqs, Pending: (?P<pe>[0-9]{1,9})) reqs, "
+    r"GPU KV cache usage: (?P<kv>[0-9]{1,3}\.[0-9])%, (?:Prefix cache hit rate: (?P<ph>[0-9]{1,3}\.[0-9])%|"
+    r"CPU KV cache usage: (?P<cpu>[0-9]{1,3}\.[0-9])%\.?)\r?\n?$"
 )
 
 
@@ -358,6 +374,14 @@ class Columns:
             self.batches.append(self._batch())
             self.rows = []
 
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Rows already in columns (the block reader's stats lines), after the rows added so far."""
+        if self.rows:
+            self.batches.append(self._batch())
+            self.rows = []
+        self.batches.append(batch)
+        self.n += batch.num_rows
+
     def _batch(self) -> pa.RecordBatch:
         # the row dicts converted in one pass in Arrow's C++ (a struct array; keys the schema lacks are ignored,
         # missing ones are null): a Python pass per column took 40 % of a long log's parse
@@ -365,11 +389,26 @@ class Columns:
         return pa.RecordBatch.from_struct_array(rows)  # the schema, field for field (no metadata to carry)
 
     def last(self, name: str) -> Any:
-        return self.rows[-1].get(name) if self.rows else None
+        """The last row's value; None right after every FLUSH-th row, as when each FLUSH rows became a batch."""
+        if self.n % self.FLUSH == 0:
+            return None
+        if self.rows:
+            return self.rows[-1].get(name)
+        b = self.batches[-1]
+        return b.column(name)[b.num_rows - 1].as_py()
 
     def set_last(self, name: str, value: Any) -> None:
+        if self.n % self.FLUSH == 0:
+            return
         if self.rows:
             self.rows[-1][name] = value
+            return
+        b = self.batches[-1]
+        i = b.schema.get_field_index(name)
+        col = pa.concat_arrays([b.column(i).slice(0, b.num_rows - 1), pa.array([value], b.schema.field(i).type)])
+        self.batches[-1] = pa.RecordBatch.from_arrays(
+            [col if j == i else b.column(j) for j in range(b.num_columns)], schema=b.schema
+        )
 
     def column(self, name: str) -> list[Any]:
         """All values of a column (small tables: startup facts, events kinds)."""
@@ -393,7 +432,7 @@ def open_log(path: Path) -> BinaryIO:
     return open_stream(path, "log")[0]
 
 
-def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
+def physical_lines(path: Path, st: LogState | None = None, memory_limit: int | None = None) -> Iterator[str]:
     """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break.
 
     A run of NUL bytes where a line starts (at the head of a log logrotate's copytruncate emptied in place, a hole
@@ -401,7 +440,7 @@ def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
     cut there, the rest of it skipped; all are counted in `st` (its meta: nul_head_bytes, nul_run_bytes,
     lines_cut)."""
     f, gz = open_stream(path, "log")
-    longest = read_bytes_budget()
+    longest = read_bytes_budget(memory_limit)
     try:
         nul_head = skip_nul_run(f, gz)
         if st is not None:
@@ -440,38 +479,60 @@ def physical_lines(path: Path, st: LogState | None = None) -> Iterator[str]:
 
 
 def logical_lines(lines: Iterator[str], starts_record: re.Pattern[str] = _STARTS_RECORD) -> Iterator[tuple[int, str]]:
-    """(first physical line number, text) with terminal hard-wraps joined.
+    """(first physical line number, text) with terminal hard-wraps joined (Joiner)."""
+    out: list[tuple[int, str]] = []
+    joiner = Joiner(lambda n, text: out.append((n, text)), starts_record)
+    for i, line in enumerate(lines, start=1):
+        joiner.feed(i, line)
+        if out:
+            yield from out
+            out.clear()
+    joiner.flush()
+    yield from out
+
+
+class Joiner:
+    """Physical lines in, logical lines out (to `emit(first physical line number, text)`), hard-wraps joined.
 
     A line that starts no record continues the previous one when it starts in lower case or with a digit or
     '%' (a wrap mid-word or mid-number), or when the previous line ended at a width the file already wrapped at.
     The pieces are joined once, at the end (joining as they come copied the whole so far for each: 200,000 wrapped
     lines ran for hours), and a joined line ends at the read budget (memory.read_bytes_budget) like a physical one.
     """
-    widths: set[int] = set()
-    start = 0  # physical line number of the pending logical line (0: none)
-    parts: list[str] = []
-    size = 0
-    longest = read_bytes_budget()
-    last_len = 0
-    for i, line in enumerate(lines, start=1):
+
+    def __init__(self, emit: Any, starts_record: re.Pattern[str] = _STARTS_RECORD, longest: int | None = None) -> None:
+        self.emit = emit
+        self.starts_record = starts_record
+        self.widths: set[int] = set()
+        self.start = 0  # physical line number of the pending logical line (0: none)
+        self.parts: list[str] = []
+        self.size = 0
+        self.longest = longest if longest is not None else read_bytes_budget()
+        self.last_len = 0
+
+    def feed(self, i: int, line: str) -> None:
         if (
-            start
+            self.start
             and line
-            and last_len >= 60
-            and size + len(line) <= longest
-            and not starts_record.match(line)
-            and (_CONTINUES.match(line) or last_len in widths)
+            and self.last_len >= 60
+            and self.size + len(line) <= self.longest
+            and not self.starts_record.match(line)
+            and (_CONTINUES.match(line) or self.last_len in self.widths)
         ):
-            widths.add(last_len)
-            parts.append(line)
-            size += len(line)
+            self.widths.add(self.last_len)
+            self.parts.append(line)
+            self.size += len(line)
         else:
-            if start:
-                yield start, parts[0] if len(parts) == 1 else "".join(parts)
-            start, parts, size = i, [line], len(line)
-        last_len = len(line)
-    if start:
-        yield start, parts[0] if len(parts) == 1 else "".join(parts)
+            if self.start:
+                self.emit(self.start, self.parts[0] if len(self.parts) == 1 else "".join(self.parts))
+            self.start, self.parts, self.size = i, [line], len(line)
+        self.last_len = len(line)
+
+    def flush(self) -> None:
+        """Emit the pending line: the next line starts a record."""
+        if self.start:
+            self.emit(self.start, self.parts[0] if len(self.parts) == 1 else "".join(self.parts))
+        self.start, self.parts, self.size = 0, [], 0
 
 
 class Clock:
@@ -894,57 +955,129 @@ def _other_line(st: LogState, n: int, line: str) -> None:
     st.unknown_line(n, stripped)
 
 
+def _logical_line(st: LogState, n: int, line: str) -> None:
+    """One logical line of a vLLM log into the tables."""
+    f = _FAST.match(line)
+    if f:
+        g = f.groupdict()  # one call for every group (a subscript each costs as much as the match)
+        st.records += 1
+        pid = int(g["pid"]) if g["pid"] else None
+        engine = int(g["engine"]) if g["engine"] else None
+        v1 = g["w"] is not None
+        row = st.at(st.clock(g["date"], g["time"]), n, f"{g['date']} {g['time']}", g["proc"], pid)  # a new dict
+        row["engine"] = engine
+        row["log_format"] = "v1" if v1 else "v0"
+        row["prompt_tput_tok_s"] = float(g["p"])
+        row["gen_tput_tok_s"] = float(g["g"])
+        row["running"] = int(g["r"])
+        row["waiting"] = int(g["w"] if v1 else g["pe"])
+        row["swapped"] = None if v1 else int(g["sw"])
+        row["kv_usage_pct"] = float(g["kv"])
+        row["prefix_hit_pct"] = float(g["ph"]) if g["ph"] else None
+        row["cpu_kv_usage_pct"] = float(g["cpu"]) if g["cpu"] else None
+        st.stats.add(row)
+        st.last_engine[pid] = engine
+        st.run_active = True
+        return
+    matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line or ":vllm." in line) else []
+    if not matches:
+        _other_line(st, n, line)
+        return
+    if matches[0].start() > 0:
+        head = line[: matches[0].start()]
+        if _ACCESS.search(head) or any(rx.search(head) for _, rx in EVENT_PATTERNS):
+            _other_line(st, n, head)
+    for j, m in enumerate(matches):
+        st.records += 1
+        end = matches[j + 1].start() if j + 1 < len(matches) else len(line)
+        msg = line[m.end() : end].strip()
+        if m["ydate"]:
+            date, time_, proc, pid_s = m["ydate"], m["ytime"], None, None
+        elif m["dlevel"]:  # Python's default layout carries no time
+            date, time_, proc, pid_s = None, None, None, None
+        else:
+            date, time_, proc, pid_s = m["date"], m["time"], m["proc"], m["pid"]
+        pid = int(pid_s) if pid_s and len(pid_s) < 10 else None
+        if st.outer_clock:  # a record after wrapper-timed lines: its own clock wins from here on
+            st.outer_clock, st.clock = False, Clock()
+        t_s = st.clock(date, time_) if date else None
+        base = st.at(t_s, n, f"{date} {time_}" if date else None, proc, pid)
+        _message(st, n, msg, base)
+
+
+def _opt(arr: pa.Array, type_: pa.DataType) -> pa.Array:
+    """A group of the block pattern as a column: '' (the group took no part) is NULL."""
+    text = arr.cast(pa.large_string())
+    return pc.if_else(pc.equal(pc.binary_length(arr), 0), pa.scalar(None, pa.large_string()), text).cast(type_)
+
+
+def _fast_rows(st: LogState, joiner: Joiner, matches: pa.StructArray, a: int, c: int, first_line: int, general) -> None:
+    """Stats lines a..c-1 of a block (all _FAST lines) into the tables: in columns where the clock is on the day
+    of the last record, the process and pid stay those already seen and the time does not go back a run's worth;
+    any other line (a new day, a new pid, a new run) through the line-by-line path, which decides it."""
+    rows = matches.slice(a, c - a)
+    proc, pid = rows.field("proc"), rows.field("pid")
+    changes = None
+    if len(pc.unique(proc)) > 1 or len(pc.unique(pid)) > 1:
+        changes = pc.not_equal(proc.slice(1), proc.slice(0, len(proc) - 1)).to_numpy(zero_copy_only=False)
+        changes |= pc.not_equal(pid.slice(1), pid.slice(0, len(pid) - 1)).to_numpy(zero_copy_only=False)
+
+    def same_pid(s: int) -> bool:  # a process seen before with another pid may start a run: line by line
+        name = proc[s].as_py().decode()
+        old = st.pids.get(name) if name else None
+        return old is None or old[0] == int(pid[s].as_py())
+
+    for s, v, t in clocked_segments(st, joiner, rows, lambda k: general(a + k), 5, changes, same_pid):
+        _bulk_stats(st, rows.slice(s, v), t, first_line + a + s + 1, proc[s].as_py().decode() or None)
+
+
+def _bulk_stats(st: LogState, rows: pa.StructArray, t: np.ndarray, line: int, proc: str | None) -> None:
+    n = len(rows)
+    date, time_ = rows.field("date"), rows.field("time")
+    ts_text = pc.binary_join_element_wise(date, time_, pa.scalar(b" ", date.type)).cast(pa.string())
+    pid = _opt(rows.field("pid"), pa.int32())
+    engine = _opt(rows.field("engine"), pa.int32())
+    v1 = pc.greater(pc.binary_length(rows.field("w")), 0)
+    cols = {
+        "input_id": pa.array(np.full(n, st.order, dtype=np.int32)),
+        "run": pa.array(np.full(n, st.run, dtype=np.int32)),
+        "line": pa.array(np.arange(line, line + n, dtype=np.int32)),
+        "ts_text": ts_text,
+        "t_s": pa.array(t, pa.float64()),
+        "process": _opt(rows.field("proc"), pa.string()),
+        "pid": pid,
+        "engine": engine,
+        "log_format": pc.if_else(v1, "v1", "v0"),
+        "prompt_tput_tok_s": _opt(rows.field("p"), pa.float64()),
+        "gen_tput_tok_s": _opt(rows.field("g"), pa.float64()),
+        "running": _opt(rows.field("r"), pa.int32()),
+        "waiting": pc.if_else(v1, _opt(rows.field("w"), pa.int32()), _opt(rows.field("pe"), pa.int32())),
+        "swapped": _opt(rows.field("sw"), pa.int32()),
+        "kv_usage_pct": _opt(rows.field("kv"), pa.float64()),
+        "cpu_kv_usage_pct": _opt(rows.field("cpu"), pa.float64()),
+        "prefix_hit_pct": _opt(rows.field("ph"), pa.float64()),
+    }
+    schema = st.stats.schema
+    arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
+    st.stats.add_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    last_t = float(t[-1])
+    st.clock._last_s = last_t
+    st.max_t = last_t if st.max_t is None else max(st.max_t, float(t.max()))
+    st.last_t, st.last_ts_text = last_t, ts_text[n - 1].as_py()
+    pid_last = pid[n - 1].as_py()
+    if proc is not None:
+        st.pids[proc] = (pid_last, last_t)
+    st.records += n
+    st.last_engine[pid_last] = engine[n - 1].as_py()
+    st.run_active = True
+
+
 def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     st = LogState(order)
-    clock = st.clock
-    for n, line in logical_lines(physical_lines(path, st)):
-        f = _FAST.match(line)
-        if f:
-            g = f.groupdict()  # one call for every group (a subscript each costs as much as the match)
-            st.records += 1
-            pid = int(g["pid"]) if g["pid"] else None
-            engine = int(g["engine"]) if g["engine"] else None
-            v1 = g["w"] is not None
-            row = st.at(clock(g["date"], g["time"]), n, f"{g['date']} {g['time']}", g["proc"], pid)  # a new dict
-            row["engine"] = engine
-            row["log_format"] = "v1" if v1 else "v0"
-            row["prompt_tput_tok_s"] = float(g["p"])
-            row["gen_tput_tok_s"] = float(g["g"])
-            row["running"] = int(g["r"])
-            row["waiting"] = int(g["w"] if v1 else g["pe"])
-            row["swapped"] = None if v1 else int(g["sw"])
-            row["kv_usage_pct"] = float(g["kv"])
-            row["prefix_hit_pct"] = float(g["ph"]) if g["ph"] else None
-            row["cpu_kv_usage_pct"] = float(g["cpu"]) if g["cpu"] else None
-            st.stats.add(row)
-            st.last_engine[pid] = engine
-            st.run_active = True
-            continue
-        matches = list(RECORD.finditer(line)) if (".py:" in line or " - vllm" in line or ":vllm." in line) else []
-        if not matches:
-            _other_line(st, n, line)
-            continue
-        if matches[0].start() > 0:
-            head = line[: matches[0].start()]
-            if _ACCESS.search(head) or any(rx.search(head) for _, rx in EVENT_PATTERNS):
-                _other_line(st, n, head)
-        for j, m in enumerate(matches):
-            st.records += 1
-            end = matches[j + 1].start() if j + 1 < len(matches) else len(line)
-            msg = line[m.end() : end].strip()
-            if m["ydate"]:
-                date, time_, proc, pid_s = m["ydate"], m["ytime"], None, None
-            elif m["dlevel"]:  # Python's default layout carries no time
-                date, time_, proc, pid_s = None, None, None, None
-            else:
-                date, time_, proc, pid_s = m["date"], m["time"], m["proc"], m["pid"]
-            pid = int(pid_s) if pid_s and len(pid_s) < 10 else None
-            if st.outer_clock:  # a record after wrapper-timed lines: its own clock wins from here on
-                st.outer_clock, st.clock = False, Clock()
-                clock = st.clock
-            t_s = clock(date, time_) if date else None
-            base = st.at(t_s, n, f"{date} {time_}" if date else None, proc, pid)
-            _message(st, n, msg, base)
+    longest = read_bytes_budget(options.memory_limit)
+    joiner = Joiner(lambda n, line: _logical_line(st, n, line), longest=longest)
+    read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows, longest)
+    joiner.flush()
     tp_ranks = {int(m[1]) for name in st.pids if (m := re.match(r"Worker_TP(\d{1,4})$", name or ""))}
     if tp_ranks and "tensor_parallel_size" not in st.startup.column("key"):  # `(Worker_TP1 pid=N)` prefixes
         st.fact(

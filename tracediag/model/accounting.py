@@ -265,7 +265,7 @@ class ProjectionFlops:
         if self.kind == "dense":
             return (
                 "F_proj/T = 2 FLOPs × the weights a token multiplies with in the L layers: attention projections "
-                "+ MLP = L·(4(H·h·D + H·H_kv·D) + 2·m·H·I), m = 3 gated (2 plain) MLP matrices — the RULEBOOK's "
+                "+ MLP = L·(4(H·h·D + H·H_kv·D) + 2·m·H·I), m = 3 gated (2 plain) MLP matrices — docs/method.md's "
                 "4(H² + H·H_KV) + 6H·I per layer when h·D = H"
             )
         return (
@@ -371,6 +371,41 @@ def hypothetical_w4(m: ModelConfig) -> tuple[dict[str, Format], int, str]:
         quantizable = grp in ("attention", "dense_mlp", "experts", "shared_experts")
         out[grp] = w4 if quantizable and (f.bits_per_weight or 16) > w4.bits_per_weight + 0.5 else f
     return out, G, src
+
+
+# module groups a 4-bit weight-only checkpoint quantizes, and the bits at or below which a group counts as 4-bit
+# (MXFP4 4.25, NVFP4 4.5, AWQ/GPTQ G=128 ≈ 4.16–4.25 bits per weight with scales and zero points)
+QUANTIZABLE_GROUPS = ("attention", "dense_mlp", "experts", "shared_experts")
+FOUR_BIT_MAX = 5.0
+GROUP_KIND = {
+    "attention": "attention",
+    "dense_mlp": "dense MLP",
+    "experts": "MoE experts",
+    "shared_experts": "MoE experts",
+    "router": "MoE experts",
+    "embeddings": "embeddings/lm_head",
+    "lm_head": "embeddings/lm_head",
+}
+
+
+def four_bit_groups(m: ModelConfig, p: int = 1, fmts: dict[str, Format] | None = None) -> list[dict[str, Any]]:
+    """Per module group (norms left out): its format, bits per weight, whether it is 4-bit (≤ FOUR_BIT_MAX bits with
+    its scales), whether a 4-bit weight-only checkpoint would quantize it, and its share of the projection
+    parameters (attention, dense MLP, experts, shared experts) one rank holds."""
+    held = [g for g in weights(m, p, fmts) if g.group != "norms" and g.params]
+    proj = sum(g.params_per_rank for g in held if g.group in QUANTIZABLE_GROUPS) or 1.0
+    return [
+        {
+            "group": g.group,
+            "kind": GROUP_KIND.get(g.group, g.group),
+            "format": g.fmt.name,
+            "bits_per_weight": round(g.fmt.bits_per_weight or 16.0, 4),
+            "four_bit": (g.fmt.bits_per_weight or 16.0) <= FOUR_BIT_MAX,
+            "quantizable": g.group in QUANTIZABLE_GROUPS,
+            "share_of_projection_params": g.params_per_rank / proj if g.group in QUANTIZABLE_GROUPS else None,
+        }
+        for g in held
+    ]
 
 
 # ------------------------------------------------------------------ KV cache

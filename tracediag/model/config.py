@@ -363,6 +363,9 @@ def _layer_types(p: Path, cfg: dict[str, Any], L: int, mt: str, notes: list[str]
         kinds = {"sliding_attention": "sliding", "full_attention": "full", "chunked_attention": "chunked"}
         out = tuple(kinds.get(str(t), "full") for t in explicit)
         return out, window if "sliding" in out else None
+    if mt == "gpt_oss" and window:  # configuration_gpt_oss.py: layer_types default (i+1) % 2 -> sliding
+        notes.append("layer_types absent: gpt-oss alternates sliding (even layers) and full attention")
+        return tuple("sliding" if (i + 1) % 2 else "full" for i in range(L)), window
     if mt == "gemma2" and window:  # configuration_gemma2.py: (i+1) % 2 -> sliding
         return tuple("sliding" if (i + 1) % 2 else "full" for i in range(L)), window
     if mt in ("gemma3", "gemma3_text") and window:  # "the pattern used to be a simple int", default 6

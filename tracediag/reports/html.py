@@ -229,14 +229,33 @@ def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
         for name, key in (("start-up", "startup_ns"), ("steady", "steady_ns"), ("profiler stop", "stop_ns"))
         if total(key) is not None
     ]
+    label = FITNESS_LABEL.get(f["class"], f["class"])
     return {
         "cls": f["class"],
         "fit": f["fit"],
-        "label": FITNESS_LABEL.get(f["class"], f["class"]),
+        # the label leads unless the reason already starts with it ("sampled: the CPU ops' external ids ...")
+        "lead": None if f["why"].startswith(label.removesuffix(" (unfit)")) else label,
         "why": f["why"],
         "segments": segments,
         "recapture": f.get("recapture"),
+        "domain": _domain_line(f.get("domain")),
+        "graph_replay": _replay_line(f.get("graph_replay")),
     }
+
+
+def _replay_line(g: dict[str, Any] | None) -> str | None:
+    """The graph-replay line: the unattributed share, and the capturing ops that hold the most replayed time."""
+    if not g:
+        return None
+    ops = ", ".join(f"{o['op']} {units.duration(o['time_ns'])}" for o in (g.get("by_op") or [])[:5])
+    return g["why"] + (f"; by capturing op: {ops}" if ops else "")
+
+
+def _domain_line(d: dict[str, Any] | None) -> str | None:
+    """'LLM inference (24 attention kernels, …; 1 inference-engine step annotations)' for the header."""
+    if not d:
+        return None
+    return f"{d['label']} ({d['workload_why']}; {d['mode_why']})"
 
 
 def _section_view(s, t0: int | None) -> dict[str, Any]:

@@ -98,6 +98,10 @@ def print_summary(report, out_dir, console: Console | None = None) -> None:
     if d.get("fitness"):
         f = d["fitness"]
         console.print(Text(f"Window: {clip(f['why'])}", style="dim" if f["fit"] else "bold magenta"))
+        if f.get("domain"):
+            console.print(Text(f"Workload: {clip(f['domain']['label'])}", style="dim"))
+        if f.get("graph_replay"):
+            console.print(Text(f"Graph replay: {clip(f['graph_replay']['why'])}", style="dim"))
     folded = fold([c for c in d["checks"] if c["status"] == "finding"])
     if folded:
         console.print(Text("Findings, ranked by impact (consequences indented under their cause):", style="bold"))

@@ -1,58 +1,45 @@
 """Built-in rules, one module each, named by rule id and slug, in a sub-package per walk step (step1_shapes ...
 step6_scheduling; docs/rules.md lists them, docs/adding-a-rule.md says how to add one).
 
-Registration is explicit: RULE_MODULES is the list the engine runs, in walk order. Third-party rules
-register modules in the `tracediag.rules` entry-point group and go through the same path. A rule never
-imports another rule: what several share is in tracediag.analyses, and a rule that reads another's verdict
-asks `upstream_check` for it by id.
+Registration is the file: RULE_MODULES, the list the engine runs, is every `<id>_<slug>.py` of the walk-step
+packages (`step<N>_<name>`), ordered by (step, id), so adding a rule's module is the only edit that registers
+it. Third-party rules register modules in the `tracediag.rules` entry-point group and go through the same path.
+A rule never imports another rule: what several share is in tracediag.analyses, and a rule that reads another's
+verdict asks `upstream_check` for it by id.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tracediag.context import Context
     from tracediag.findings import Check
 
-RULE_MODULES = (
-    "tracediag.rules.step1_shapes.shp001_tp_divisibility",
-    "tracediag.rules.step1_shapes.shp002_config_trace_consistency",
-    "tracediag.rules.step1_shapes.shp003_quantization_applied",
-    "tracediag.rules.step1_shapes.shp004_fits_on_one_card",
-    "tracediag.rules.step2_path.path001_link_class",
-    "tracediag.rules.step2_path.path002_bus_bandwidth",
-    "tracediag.rules.step3_collectives.col001_collective_count",
-    "tracediag.rules.step3_collectives.col002_payload_per_call",
-    "tracediag.rules.step3_collectives.col003_alpha_beta_breakeven",
-    "tracediag.rules.step4_application.col004_exposed_communication",
-    "tracediag.rules.step4_application.col005_rank_skew",
-    "tracediag.rules.step5_kernels.krn001_attention_dispatch",
-    "tracediag.rules.step5_kernels.krn002_attention_share",
-    "tracediag.rules.step5_kernels.krn003_w4a16_dispatch",
-    "tracediag.rules.step5_kernels.krn004_w4_read_bound",
-    "tracediag.rules.step5_kernels.krn005_decode_roofline",
-    "tracediag.rules.step5_kernels.krn006_host_bound_decode",
-    "tracediag.rules.step5_kernels.krn007_narrow_shards",
-    "tracediag.rules.step5_kernels.krn008_unfused_elementwise",
-    "tracediag.rules.step5_kernels.krn009_gemm_precision",
-    "tracediag.rules.step5_kernels.krn010_cold_window",
-    "tracediag.rules.step5_kernels.krn011_dominant_copies",
-    "tracediag.rules.step6_scheduling.sch001_phase_split",
-    "tracediag.rules.step6_scheduling.sch002_chunked_prefill_stalls",
-    "tracediag.rules.step6_scheduling.sch003_queue_growth",
-    "tracediag.rules.step6_scheduling.sch004_kv_pressure",
-    "tracediag.rules.step6_scheduling.sch005_kv_capacity",
-    "tracediag.rules.step6_scheduling.sch006_prefix_cache",
-    "tracediag.rules.step6_scheduling.sch007_speculative_decoding",
-    "tracediag.rules.step6_scheduling.sch008_littles_law",
-    "tracediag.rules.step6_scheduling.sch009_load_test_validity",
-    "tracediag.rules.step6_scheduling.sch010_slo_goodput",
-    "tracediag.rules.step6_scheduling.sch011_engine_stall",
-    "tracediag.rules.step6_scheduling.sch012_ttft_decomposition",
-    "tracediag.rules.step6_scheduling.sch013_engine_imbalance",
-)
+_STEP_PACKAGE = re.compile(r"step(\d+)_[a-z0-9_]+")
+_RULE_MODULE = re.compile(r"([a-z]+\d+)_[a-z0-9_]+")  # krn002_attention_share -> krn002
+
+
+def discover() -> tuple[str, ...]:
+    """The built-in rule modules found in the walk-step packages, by (step, rule id); nothing is imported but the
+    packages themselves."""
+    found = []
+    for pkg in pkgutil.iter_modules(__path__):
+        step = _STEP_PACKAGE.fullmatch(pkg.name)
+        if not (pkg.ispkg and step):
+            continue
+        package = importlib.import_module(f"{__name__}.{pkg.name}")
+        for mod in pkgutil.iter_modules(package.__path__):
+            rule = _RULE_MODULE.fullmatch(mod.name)
+            if rule and not mod.ispkg:
+                found.append(((int(step.group(1)), rule.group(1).upper()), f"{package.__name__}.{mod.name}"))
+    return tuple(name for _, name in sorted(found))
+
+
+RULE_MODULES = discover()
 
 
 def module_name(rule_id: str) -> str:

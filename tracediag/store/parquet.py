@@ -120,11 +120,12 @@ def copy_table(con: duckdb.DuckDBPyConnection, store: Path, table: str) -> int:
     cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
     if RANK in cols:
         con.execute(
-            f"COPY (SELECT * FROM {table}) TO '{_sql_path(target)}' "
-            "(FORMAT parquet, PARTITION_BY (rank), OVERWRITE_OR_IGNORE, FILENAME_PATTERN 'derived-{i}')"
+            f"COPY (SELECT * FROM {table}) TO ? "
+            "(FORMAT parquet, PARTITION_BY (rank), OVERWRITE_OR_IGNORE, FILENAME_PATTERN 'derived-{i}')",
+            [str(target)],
         )
     else:
-        con.execute(f"COPY (SELECT * FROM {table}) TO '{_sql_path(target / 'derived-0.parquet')}' (FORMAT parquet)")
+        con.execute(f"COPY (SELECT * FROM {table}) TO ? (FORMAT parquet)", [str(target / "derived-0.parquet")])
     return n
 
 

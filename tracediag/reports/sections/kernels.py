@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import SOURCE_LABEL, phase_name, phase_order, prepare, source_of
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_name, phase_order, source_of
 from tracediag.catalog import family_label
 from tracediag.reports.sections import Section
 
@@ -10,7 +10,6 @@ TOP_KERNELS = 15  # kernel rows per phase; the rest are summed into one row
 
 
 def build(ctx) -> Section | None:
-    prepare(ctx)
     if not ctx.scalar("SELECT count(*) FROM kernel_steps"):
         return None
     phase_ns = {

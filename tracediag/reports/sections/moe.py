@@ -4,7 +4,7 @@ all-to-all — its time and payload beside the tensor-parallel all-reduces."""
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import phase_name, phase_order, prepare, tp_degree
+from tracediag.analyses.kernels import phase_name, phase_order, tp_degree
 from tracediag.catalog import family_label
 from tracediag.model import accounting
 from tracediag.model.kernel_formats import kernel_format
@@ -34,7 +34,6 @@ def _kernel_rows(ctx) -> list[dict]:
 
 
 def build(ctx) -> Section | None:
-    prepare(ctx)
     m = ctx.model
     kernels = _kernel_rows(ctx)
     if (m is None or m.moe is None) and not kernels:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tracediag.analyses.kernels import PHASES, prepare
+from tracediag.analyses.kernels import PHASES
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
 
@@ -141,7 +141,6 @@ def _waiting(ctx) -> tuple[str | None, list[dict[str, Any]]]:
 
 
 def build(ctx) -> Section | None:
-    prepare(ctx)
     rows = ctx.rows(BREAKDOWN_SQL)
     if not rows:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import PHASES, fit_line, phase_table, prepare, step_rows
+from tracediag.analyses.kernels import PHASES, fit_line, phase_table, step_rows
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
 
@@ -37,7 +37,6 @@ def _t_words(steps: list[dict]) -> str:
 
 
 def build(ctx) -> Section | None:
-    prepare(ctx)
     steps = step_rows(ctx)
     if not steps:
         return None

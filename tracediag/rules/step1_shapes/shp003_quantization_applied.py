@@ -31,7 +31,6 @@ from tracediag.analyses.kernels import (
     group_dispatch,
     kernels_in_words,
     phase_name,
-    prepare,
     source_of,
     tp_degree,
 )
@@ -60,7 +59,6 @@ def check(ctx: Context) -> Check:
         return not_applicable(
             RULE, f"missing quantization_config: {m.path} declares no quantized module group (quantization: {what})"
         )
-    prepare(ctx)
     p, p_source = tp_degree(ctx)
     verdicts, gemms, dense = group_dispatch(ctx, p)
     if not gemms and not dense:

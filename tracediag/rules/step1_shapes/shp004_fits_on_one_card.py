@@ -39,6 +39,7 @@ RULE = RuleMeta(
     title="Fits on one card: capacity per p, and the p-replicas baseline",
     requires_model=("L", "H"),
     may_be_downstream_of=("SHP001", "SHP002", "SHP003"),
+    enabled_by=("--topology topo.json",),
 )
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of GPU memory it may use (EngineArgs gpu_memory_utilization)
 RUNTIME_BYTES = 2 * 1024**3  # allowance for activations, CUDA graphs, NCCL buffers (assumption, stated in values)

@@ -31,6 +31,7 @@ RULE = RuleMeta(
     step=2,
     title="Link class between the GPUs of the TP group (NVLink / PCIe / network)",
     may_be_downstream_of=("SHP001",),
+    enabled_by=("--topology topo.json",),
 )
 STRONG = ("nvlink", "nvswitch")
 CLASS_ORDER = {"nvlink": 0, "nvswitch": 0, "pcie": 1, "pcie-host": 2, "network": 3}

@@ -44,6 +44,7 @@ RULE = RuleMeta(
     step=2,
     title="Achieved bus bandwidth vs nccl-tests and the link class",
     may_be_downstream_of=("PATH001",),
+    enabled_by=("--nccl-tests all_reduce_perf.txt", "--topology topo.json"),
 )
 BENCH_SLOW = 0.5  # benchmark peak busbw below this share of the link's bandwidth: the path is slow
 APP_SLOW = 2.0  # application all-reduce at least this many times slower than the benchmark at the same size

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
-from tracediag.analyses.baseline import baseline_store, parse_baseline
 from tracediag.analyses.tp_collectives import (
     SEQUENCE_PARALLEL,
     activation_element_bytes,
@@ -60,7 +59,7 @@ from tracediag.analyses.tp_collectives import (
     tp_scheme,
     tp_sp_where,
 )
-from tracediag.context import Context
+from tracediag.context import Baseline, Context
 from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model import accounting, tpmath
@@ -77,6 +76,7 @@ RULE = RuleMeta(
     requires_model=("L", "H"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002", "COL001", "COL002", "COL005"),
+    enabled_by=("--tp1-baseline", "--peak-tflops"),
 )
 BELOW_SHARE_FINDING = 0.5  # "the observed decode T distribution lies mostly below T*"
 LM_HEAD_INCLUDED = "lm_head included"  # in a's source when its GEMM time counts the lm_head
@@ -161,35 +161,32 @@ def projection_slope(rows: Rows, model, p: int) -> tuple[LineFit | None, str, in
     return fit, source, len(per_step)
 
 
-def baseline_slope(path: str, model) -> tuple[float | None, str, float]:
-    """a from a TP=1 trace, ingested into its own in-memory store: (a, how, c) or (None, why not, 0), c the fit's
-    intercept (s per step, 0 when negative)."""
+def baseline_slope(baseline: Baseline, model) -> tuple[float | None, str, float]:
+    """a from a TP=1 trace (its own in-memory store, Context.baseline): (a, how, c) or (None, why not, 0), c the
+    fit's intercept (s per step, 0 when negative)."""
+    path = baseline.path
     try:
-        parsed = parse_baseline(path)
+        con = baseline.store()
     except TracediagError as exc:
         return None, f"the TP=1 baseline could not be read ({exc})", 0.0
-    con = baseline_store(parsed)
-    try:
-        world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
-        ars = con.execute(
-            "SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND coalesce(group_size, 2) > 1"
-        ).fetchone()[0]
-        if (world[0] or 1) > 1 or world[1] > 1 or ars:
-            return (
-                None,
-                f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files, "
-                f"{ars} all-reduces)",
-                0.0,
-            )
-        widths = con.execute(
-            "SELECT count(*) FROM gemm_shapes WHERE try_cast(act_dims AS BIGINT[])[-1] = ?", [model.H]
-        ).fetchone()[0]
-        has_shapes = con.execute("SELECT count(*) FROM gemm_shapes").fetchone()[0]
-        if has_shapes and not widths:
-            return None, f"the baseline {path} has no GEMM with input width H = {model.H}: another model", 0.0
-        fit, source, n = projection_slope(lambda q, a: query_dicts(con, q, a), model, 1)
-    finally:
-        con.close()
+    world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
+    ars = con.execute(
+        "SELECT count(*) FROM collectives WHERE op = 'all_reduce' AND coalesce(group_size, 2) > 1"
+    ).fetchone()[0]
+    if (world[0] or 1) > 1 or world[1] > 1 or ars:
+        return (
+            None,
+            f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files, "
+            f"{ars} all-reduces)",
+            0.0,
+        )
+    widths = con.execute(
+        "SELECT count(*) FROM gemm_shapes WHERE try_cast(act_dims AS BIGINT[])[-1] = ?", [model.H]
+    ).fetchone()[0]
+    has_shapes = con.execute("SELECT count(*) FROM gemm_shapes").fetchone()[0]
+    if has_shapes and not widths:
+        return None, f"the baseline {path} has no GEMM with input width H = {model.H}: another model", 0.0
+    fit, source, n = projection_slope(lambda q, a: query_dicts(con, q, a), model, 1)
     if fit is None or fit.slope <= 0:
         why = f"the baseline {path} has no steps with two different T and a GEMM time rising with T ({n} steps)"
         return None, why, 0.0
@@ -202,7 +199,7 @@ def estimate_a(ctx: Context, p: int) -> tuple[float | None, str, bool, list[str]
     m = ctx.model
     notes: list[str] = []
     if ctx.settings.tp1_baseline:
-        a, how, c = baseline_slope(ctx.settings.tp1_baseline, m)
+        a, how, c = baseline_slope(ctx.baseline, m)
         if a is not None:
             return a, how, False, notes, c
         notes.append(how)

@@ -37,7 +37,6 @@ from tracediag.analyses.kernels import (
     phase_evidence,
     phase_name,
     phase_order,
-    prepare,
     source_of,
 )
 from tracediag.context import Context
@@ -80,7 +79,6 @@ def _attention_inputs(ctx: Context) -> dict[str, dict]:
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     rows = dispatch_rows(ctx, ATTENTION_KLASSES)
     if not rows:
         return not_applicable(

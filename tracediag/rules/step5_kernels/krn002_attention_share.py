@@ -18,7 +18,7 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, prepare, source_of
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, source_of
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -39,7 +39,6 @@ def amdahl(f: float, s: float = SPEEDUP) -> float:
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     rows = ctx.rows(
         """SELECT phase, count(*) AS steps, sum(step_ns) AS step_ns,
                   sum(attention_ns + attention_fallback_ns) AS attention_ns, any_value(time_basis) AS time_basis

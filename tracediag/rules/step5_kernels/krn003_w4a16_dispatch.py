@@ -35,7 +35,6 @@ from tracediag.analyses.kernels import (
     kernels_in_words,
     phase_evidence,
     phase_name,
-    prepare,
     source_of,
     tp_degree,
 )
@@ -69,7 +68,6 @@ def check(ctx: Context) -> Check:
     m = ctx.model
     if m.quant is None or not m.quant.quantized_groups:
         return not_applicable(RULE, f"missing quantization_config: {m.path} declares no quantized module group")
-    prepare(ctx)
     source = source_of(ctx)
     p, p_source = tp_degree(ctx)
     verdicts, gemms, _ = group_dispatch(ctx, p)

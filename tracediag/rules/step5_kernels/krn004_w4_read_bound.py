@@ -12,8 +12,13 @@ routing); K = KV bytes of one sequence of S tokens (2·ceil(H_kv/p)·D·b per fu
 their window, MLA one latent of kv_lora_rank + qk_rope_head_dim), b the KV element bytes (engine log, FP8-KV
 kernel name or config; 4-bit weights do not make the KV 4-bit). W4 = the same reads with every 16-bit
 projection group at 4 bits + one 16-bit scale per G (docs/method.md: (1 − f) + f/4 + f/G, f = 0.9, G = 128 → 0.332);
-groups already ≤ 4.5 bits stay. S_read = (W + B·K) / (W4 + B·K). Finding when S_read ≤ 1.25 because KV
-traffic dominates; a pass says so when the weights are already 4-bit (no 4-bit saving is offered for them).
+groups already ≤ 4.5 bits stay. S_read = (W + B·K) / (W4 + B·K). Each branch checks its own premise:
+"already 4-bit" is decided per module group (attention, dense MLP, MoE experts, embeddings/lm_head;
+accounting.four_bit_groups): the 4-bit groups (≤ 5 bits per weight with scales: MXFP4, NVFP4, AWQ/GPTQ) hold
+at least half of the projection parameters, or W4 is within 5 % of W — a pass, no 4-bit saving offered for
+them (MXFP4 experts beside bf16 attention are 4-bit weights). Finding when S_read ≤ 1.25 and KV traffic
+actually dominates: B·K ≥ half of the decode reads (K with sliding layers capped at their window and MLA
+latents); S_read ≤ 1.25 with less KV is a pass naming the groups 4-bit leaves as they are (lm_head, router).
 
 Evidence: per decode step: B active sequences and S tokens of KV each (from the attention op's key shape or
 the vLLM annotation, with the source named), K, W, W4, S_read; the per-group byte table behind W.
@@ -48,12 +53,29 @@ RULE = RuleMeta(
     may_be_downstream_of=("SHP001", "SHP002", "SHP003"),
 )
 KV_DOMINATES = 1.25  # S_read at or below this: weight quantization buys ≤ 25 % of decode reads
-PROJECTION_GROUPS = ("attention", "dense_mlp", "experts", "shared_experts")  # what 4-bit quantization covers
+KV_SHARE_DOMINATES = 0.5  # ... and KV is "dominant" only when it is at least half of the decode reads
+PROJECTION_GROUPS = accounting.QUANTIZABLE_GROUPS  # what 4-bit quantization covers
 ALREADY_4BIT = 0.05  # W4 within 5 % of W: the weights that matter are 4-bit already
+FOUR_BIT_SHARE = 0.5  # ... or the 4-bit groups hold at least half of the projection parameters
 
 
 def s_read(w16: float, w4: float, bk: float) -> float:
     return (w16 + bk) / (w4 + bk)
+
+
+def four_bit_share(groups: list[dict]) -> float:
+    """Share of the projection parameters (accounting.four_bit_groups) held by 4-bit groups."""
+    return sum(g["share_of_projection_params"] or 0.0 for g in groups if g["quantizable"] and g["four_bit"])
+
+
+def verdict(sr: float, kv_share: float, w4_over_w: float, groups: list[dict]) -> str:
+    """'already_4bit', 'kv_dominates', 'unquantizable_dominate' (S_read ≤ 1.25 without a KV majority: the groups
+    4-bit leaves as served hold the reads) or 'weights_dominate' — each branch checks its own premise."""
+    if 1 - w4_over_w < ALREADY_4BIT or four_bit_share(groups) >= FOUR_BIT_SHARE:
+        return "already_4bit"
+    if sr <= KV_DOMINATES:
+        return "kv_dominates" if kv_share >= KV_SHARE_DOMINATES else "unquantizable_dominate"
+    return "weights_dominate"
 
 
 def check(ctx: Context) -> Check:
@@ -146,25 +168,49 @@ def check(ctx: Context) -> Check:
         events[(t["rank"], t["step"])] | {"B": t["B"], "S": t["S"], "S_read": round(t["S_read"], 4)} for t in table
     ][: ctx.settings.max_evidence]
     common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
+    return _judge(accounting.four_bit_groups(m, p, served), reads, mid, sr, known[0]["S_source"], common)
+
+
+def _judge(groups: list[dict], reads: accounting.StepReads, mid: dict, sr: float, s_source, common: dict) -> Check:
+    values = common["values"]
     kv_pct = values["kv_share_median"]
-    if 1 - values["W4_over_W"] < ALREADY_4BIT:
-        four = [r["group"] for r in reads.rows if r["bits_per_weight"] <= 5]
+    values["module_groups"] = groups
+    values["four_bit_share_of_projection_params"] = four_bit_share(groups)
+    kind = verdict(sr, kv_pct, values["W4_over_W"], groups)
+    values["verdict"] = kind
+    if kind == "already_4bit":
+        four = [g["group"] for g in groups if g["four_bit"]]
+        rest = [f"{g['group']} {g['format']}" for g in groups if g["quantizable"] and not g["four_bit"]]
         big = max(reads.rows, key=lambda r: r["bytes_read"])
         return passed(
             RULE,
             confidence="high",
             title=(
                 f"No 4-bit saving left: {', '.join(four) or 'the weights'} already run 4-bit "
-                f"({big['group']} {big['format']} is {big['bytes_read'] / mid['W_bytes']:.0%} of weight reads); "
+                f"({values['four_bit_share_of_projection_params']:.0%} of the projection weights"
+                + (f"; {', '.join(rest)} as the checkpoint serves them" if rest else "")
+                + f"; {big['group']} {big['format']} is {big['bytes_read'] / mid['W_bytes']:.0%} of weight reads); "
                 f"KV {kv_pct:.0%} of decode reads (B = {values['B_median']:g}, S = {values['S_median']:g})"
             ),
             **common,
         )
-    if sr <= KV_DOMINATES:
+    if kind == "unquantizable_dominate":
+        kept = [r["group"] for r in reads.rows if r["group"] not in PROJECTION_GROUPS and r["bytes_read"] > 0]
+        return passed(
+            RULE,
+            confidence="high",
+            title=(
+                f"4-bit projection weights would cut decode reads only {sr:.2f}×: "
+                f"{', '.join(kept) or 'groups 4-bit leaves as served'} and KV ({kv_pct:.0%} of reads, not a "
+                f"majority) stay (B = {values['B_median']:g}, S = {values['S_median']:g})"
+            ),
+            **common,
+        )
+    if kind == "kv_dominates":
         return finding(
             RULE,
             severity="info",
-            confidence="high" if known[0]["S_source"] else "medium",
+            confidence="high" if s_source else "medium",
             impact=kv_pct,
             title=(
                 f"Weight quantization cannot speed these decode steps much: KV traffic dominates "

@@ -50,6 +50,7 @@ RULE = RuleMeta(
     requires_window="steady",
     requires_model=("L", "H", "I", "h", "H_kv", "D"),
     may_be_downstream_of=("KRN001", "KRN003", "KRN006"),
+    enabled_by=("--hbm-bandwidth GB/s",),
 )
 LOW_EFFICIENCY = 0.3  # floor / measured below this: the step loses most of its time off the roofline
 

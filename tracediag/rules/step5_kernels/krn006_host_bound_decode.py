@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from tracediag.analyses.host_gaps import GapAttribution, attribute_gap
-from tracediag.analyses.kernels import median, ms, phase_name, phase_order, prepare, source_of
+from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
 from tracediag.context import Context
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -201,7 +201,6 @@ def _values(m: dict) -> dict:
 
 def measure(ctx: Context) -> HostBoundMeasure | str:
     """Every number KRN006 judges by, or the reason (a string) it does not apply."""
-    prepare(ctx)
     if source_of(ctx) != "gpu_kernel":
         return "missing GPU kernels: a CPU-only trace has no GPU idle time to measure"
     steps = ctx.rows("SELECT * FROM step_activity WHERE gpu_span_ns > 0 ORDER BY rank, step_id")

@@ -25,8 +25,7 @@ from collections import defaultdict
 
 import orjson
 
-from tracediag.analyses.baseline import baseline_store, parse_baseline
-from tracediag.context import Context
+from tracediag.context import Baseline, Context
 from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.gemm_roles import expected_roles
@@ -40,6 +39,7 @@ RULE = RuleMeta(
     requires_model=("H", "I", "h", "H_kv", "D"),
     requires_tp=True,
     may_be_downstream_of=("SHP001", "SHP002"),
+    enabled_by=("--tp1-baseline", "--peak-tflops"),
 )
 INFO_BELOW, WARNING_BELOW = 0.7, 0.5
 _NO_REFERENCE = "missing a reference FLOP rate: pass --tp1-baseline (a TP=1 trace of the same model) or --peak-tflops"
@@ -106,19 +106,16 @@ def _roles(m, p: int) -> dict[tuple[int, int], str]:
     return {kn: role for role, kn in expected_roles(m, p).items() if not role.startswith("lm_head")}
 
 
-def _baseline(path: str, m) -> tuple[dict | None, str]:
+def _baseline(baseline: Baseline, m) -> tuple[dict | None, str]:
+    path = baseline.path
     try:
-        parsed = parse_baseline(path)
+        con = baseline.store()
     except TracediagError as exc:
         return None, f"the TP=1 baseline could not be read ({exc})"
-    con = baseline_store(parsed)
-    try:
-        world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
-        if (world[0] or 1) > 1 or world[1] > 1:
-            return None, f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files)"
-        rates = _rates(_gemms(lambda q, a: query_dicts(con, q, a)), _roles(m, 1))
-    finally:
-        con.close()
+    world = con.execute("SELECT max(world_size), count(DISTINCT rank) FROM inputs").fetchone()
+    if (world[0] or 1) > 1 or world[1] > 1:
+        return None, f"the baseline {path} is not a TP=1 trace (world size {world[0]}, {world[1]} rank files)"
+    rates = _rates(_gemms(lambda q, a: query_dicts(con, q, a)), _roles(m, 1))
     if not rates:
         return None, f"the baseline {path} has no projection GEMM of this model's shapes at TP=1"
     return rates, f"TP=1 baseline {path}"
@@ -138,7 +135,7 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, missing_gemms)
     base, base_source, peak = None, None, None
     if ctx.settings.tp1_baseline:
-        base, base_source = _baseline(ctx.settings.tp1_baseline, m)
+        base, base_source = _baseline(ctx.baseline, m)
     if base is None and ctx.settings.peak_tflops:
         peak = ctx.settings.peak_tflops * 1e12
     if base is None and peak is None:

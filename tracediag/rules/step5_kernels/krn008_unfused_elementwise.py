@@ -9,14 +9,16 @@ Formula: unfused share = time of eager PyTorch elementwise, reduction, norm and 
 GPU busy time of the steps (ATen TensorIterator / reduce / norm kernels, family `aten` of the catalog; index,
 gather and scan kernels left out; fused families not counted) — on CPU-only traces the outermost eager
 elementwise ops' host time / step time. Split by what the pass does, read from the kernel's functor or the
-op's name: norm (pow, mean, rsqrt, layer_norm), activation (silu, gelu, ...), RoPE (cat, neg, sin/cos),
+op's name: norm (pow, mean, rsqrt, layer_norm), activation (silu, gelu, ...), concatenation (cat, stack — not
+RoPE: CNNs and recommenders concatenate too), RoPE-like (neg, sin/cos; in an LLM, else plain neg/sin/cos),
 cast/copy, other arithmetic. Finding from 10 % (info), warning from 25 %.
 
 Evidence: the largest eager kernels/ops with calls, time and the kind of pass; the fused kernels already used.
 
-What to do: use the engine's fused norm/RoPE/activation kernels (vLLM/SGLang custom ops, FlashInfer), or
-torch.compile the model (Inductor fuses elementwise chains into one Triton kernel); check for fp32 upcasts
-around norms that add cast passes.
+What to do: fit to the workload's domain (derive/domain.py). LLM inference — the engine's fused
+norm/RoPE/activation kernels (vLLM/SGLang custom ops, FlashInfer) or torch.compile; training — torch.compile
+(forward and backward), fused optimizers, AMP without extra casts; other models — torch.compile (Inductor fuses
+elementwise chains into one Triton kernel); check for fp32 upcasts around norms that add cast passes.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from tracediag.analyses.kernels import ms, prepare, source_of
+from tracediag.analyses.kernels import ms, source_of
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -42,21 +44,24 @@ _NORM = (
     r"layer_norm|rms_norm|RowwiseMoments|LayerNorm|MeanOps|rsqrt|pow_tensor|\bpow\b|aten::mean|aten::pow|aten::rsqrt"
 )
 _ACT = r"silu|gelu|relu|sigmoid|tanh|softplus|threshold|clamp|mish|glu|hardswish"
-_ROPE = r"neg_kernel|aten::neg\b|CatArray|aten::cat\b|sin_kernel|cos_kernel|aten::sin\b|aten::cos\b"
+_ROPE = r"neg_kernel|aten::neg\b|sin_kernel|cos_kernel|aten::sin\b|aten::cos\b"
+_CONCAT = r"CatArray|aten::cat\b|aten::concat|aten::stack\b"
 _CAST = r"copy_kernel|_copy|direct_copy|aten::to\b|aten::_to_copy|aten::copy_|aten::contiguous|aten::clone"
 _KINDS = (
     ("norm", re.compile(_NORM + r"|aten::var|batch_norm", re.I)),
     ("activation", re.compile(_ACT, re.I)),
-    ("rope-like (cat/neg/sin/cos)", re.compile(_ROPE, re.I)),
+    ("concatenation (cat)", re.compile(_CONCAT, re.I)),
+    ("rope-like (neg/sin/cos)", re.compile(_ROPE, re.I)),
     ("cast/copy", re.compile(_CAST, re.I)),
 )
 _NOT_ELEMENTWISE = re.compile(r"index|gather|scatter|indexSelect|Scan|Sort|cub::|rocprim|embedding|argmax|topk", re.I)
 
 
-def kind_of(name: str) -> str:
+def kind_of(name: str, llm: bool = True) -> str:
+    """What the pass does; neg/sin/cos passes are called RoPE-like only in an LLM (derive/domain.py)."""
     for kind, rx in _KINDS:
         if rx.search(name):
-            return kind
+            return kind if llm or not kind.startswith("rope") else "neg/sin/cos"
     return "arithmetic"
 
 
@@ -88,7 +93,6 @@ def _cpu(ctx: Context) -> tuple[list[dict], int]:
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     gpu = source_of(ctx) == "gpu_kernel"
     if gpu:
         eager, total, fused = _gpu(ctx)
@@ -100,8 +104,10 @@ def check(ctx: Context) -> Check:
     if not total:
         return not_applicable(RULE, "missing GPU or CPU work inside engine steps")
     by_kind: dict[str, int] = defaultdict(int)
+    dom = (ctx.fitness() or {}).get("domain")
+    llm = dom is None or dom["workload"] == "llm"
     for r in eager:
-        r["kind"] = kind_of(r["name"])
+        r["kind"] = kind_of(r["name"], llm)
         by_kind[r["kind"]] += r["time_ns"]
     unfused = sum(by_kind.values())
     share = unfused / total
@@ -157,8 +163,26 @@ def check(ctx: Context) -> Check:
             f"Unfused elementwise work takes {share:.0%} of {'GPU busy' if gpu else 'step'} time: {parts} — "
             f"mostly {lead} passes a fused kernel or torch.compile would merge"
         ),
-        next_check=(
+        next_check=advice(ctx),
+    )
+
+
+def advice(ctx: Context) -> str:
+    """What to do, fit to the workload's domain (derive/domain.py): engine kernels only for LLM inference."""
+    dom = (ctx.fitness() or {}).get("domain") or {}
+    if dom.get("llm_inference"):
+        return (
             "Use the engine's fused norm / RoPE / activation kernels (vLLM and SGLang custom ops, FlashInfer) or "
             "torch.compile the model (Inductor fuses these chains); look for fp32 upcasts around the norms."
-        ),
+        )
+    if dom.get("mode") == "training":
+        return (
+            f"For {dom['label']} (no inference engine): torch.compile the model (Inductor fuses elementwise "
+            "chains, forward and backward), fused optimizers (foreach=True / fused=True), AMP without extra fp32 "
+            "casts; "
+            "channels_last for convolutions."
+        )
+    return (
+        "torch.compile the model (Inductor fuses elementwise chains into one kernel) or use the framework's fused "
+        "norm / activation kernels; look for fp32 upcasts and copies between the passes."
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from tracediag.analyses.kernels import ms, prepare, source_of
+from tracediag.analyses.kernels import ms, source_of
 from tracediag.catalog import gemm_precision
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -118,7 +118,6 @@ def _advice(tf32: bool | None, tf32_why: str) -> str:
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     if source_of(ctx) != "gpu_kernel":
         return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no tensor cores to leave unused")
     rows = ctx.rows(

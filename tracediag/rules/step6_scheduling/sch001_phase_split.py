@@ -30,7 +30,6 @@ from tracediag.analyses.kernels import (
     ms,
     phase_name,
     phase_table,
-    prepare,
     step_events,
     step_rows,
 )
@@ -50,7 +49,6 @@ FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fix
 
 
 def check(ctx: Context) -> Check:
-    prepare(ctx)
     steps = step_rows(ctx)
     known = [s for s in steps if s["phase"]]
     if not known:

@@ -32,6 +32,7 @@ RULE = RuleMeta(
     step=6,
     title="Decoding requests are not stalled by prefill chunks",
     may_be_downstream_of=("SCH009", "SCH003"),
+    enabled_by=("--bench", "--slo itl=MS"),
 )
 STALL_FACTOR = 5.0
 WARN_SHARE = 0.05

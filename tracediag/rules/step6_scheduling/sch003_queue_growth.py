@@ -48,6 +48,7 @@ RULE = RuleMeta(
     step=6,
     title="Waiting requests and queue time are not rising over the window",
     may_be_downstream_of=("SCH009", "SCH011", "SCH013"),
+    enabled_by=("--log", "--metrics"),
 )
 FORMULA = (
     "Mann-Kendall S = Σ_{i<j} sign(w_j − w_i); finding when p(S' ≥ S) < α = 0.05, Sen slope > 0 and "

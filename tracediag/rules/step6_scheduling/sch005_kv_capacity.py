@@ -37,6 +37,7 @@ RULE = RuleMeta(
     title="Engine's reported KV capacity matches the model config",
     requires_model=("L", "H_kv", "D"),
     may_be_downstream_of=("SHP001", "SHP002"),
+    enabled_by=("--log",),
 )
 TOLERANCE = 0.05
 GIB = 1024**3

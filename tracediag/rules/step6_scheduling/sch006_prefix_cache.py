@@ -34,6 +34,7 @@ RULE = RuleMeta(
     step=6,
     title="Prefix cache reuses a useful share of prompt tokens",
     may_be_downstream_of=("SCH009",),
+    enabled_by=("--log", "--metrics"),
 )
 LOW_REUSE = 0.10
 FORMULA = "token reuse = Σh / Σn (hits / queried tokens); compute saved = Σ C(h) / Σ C(n), C(n) = a·n + b·n(n+1)/2"

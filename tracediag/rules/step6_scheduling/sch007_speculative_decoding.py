@@ -56,6 +56,7 @@ RULE = RuleMeta(
     step=6,
     title="Speculative decoding yields enough tokens per round",
     may_be_downstream_of=("SCH009", "SCH003"),
+    enabled_by=("--log", "--metrics"),
 )
 MIN_TAIL_YIELD = 0.10  # tokens per round a trailing draft position must add
 MAX_REJECTED_UNDER_LOAD = 0.5  # share of verified draft tokens rejected while requests wait

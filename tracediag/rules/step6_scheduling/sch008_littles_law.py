@@ -40,6 +40,7 @@ RULE = RuleMeta(
     step=6,
     title="Requests in system = arrival rate × time in system (Little's law)",
     may_be_downstream_of=("SCH009", "SCH011"),
+    enabled_by=("--metrics", "--bench", "--log"),
 )
 FACTOR = 2.0
 MIN_SAMPLES = 2

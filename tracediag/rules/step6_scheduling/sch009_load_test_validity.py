@@ -31,7 +31,12 @@ from tracediag.analyses.serving import bench_evidence, bench_runs, bench_stat, f
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
-RULE = RuleMeta(id="SCH009", step=6, title="The load test measured open-loop arrivals without dropping errors")
+RULE = RuleMeta(
+    id="SCH009",
+    step=6,
+    title="The load test measured open-loop arrivals without dropping errors",
+    enabled_by=("--bench",),
+)
 # Capacity walk (load generator first): SCH009 is linked as the possible cause of SCH002-SCH004, SCH006-SCH008
 # and SCH010 findings, never downstream of them.
 SEND_RATE_TOLERANCE = 0.95  # achieved / requested send rate below this is a finding

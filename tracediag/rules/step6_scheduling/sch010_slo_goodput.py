@@ -46,6 +46,7 @@ RULE = RuleMeta(
     step=6,
     title="Requests meet every latency budget jointly (errors counted)",
     may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH013", "SCH012", "SCH002", "SCH004"),
+    enabled_by=("--slo ttft=MS,tpot=MS,e2el=MS", "--bench"),
 )
 TARGET = 0.95  # attainment a run must reach (the example target q of the capacity method, docs/method.md SCH010)
 FORMULA = "attainment = Σ_i [success ∧ TTFT≤B_f ∧ TPOT≤B_d ∧ E2E≤B_e] / N (errors in N); goodput = ΣI / T"

@@ -36,7 +36,12 @@ from tracediag.analyses.serving import Series, input_paths, log_evidence, log_se
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
-RULE = RuleMeta(id="SCH011", step=6, title="The engine makes progress whenever requests are in it")
+RULE = RuleMeta(
+    id="SCH011",
+    step=6,
+    title="The engine makes progress whenever requests are in it",
+    enabled_by=("--log", "--metrics"),
+)
 K = 3  # consecutive stuck samples
 FLOOR_TOK_S = 0.5
 FLOOR_SHARE = 0.01

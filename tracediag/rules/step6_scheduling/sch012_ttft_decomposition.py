@@ -46,6 +46,7 @@ RULE = RuleMeta(
     step=6,
     title="TTFT is not dominated by waiting or by time outside the engine",
     may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH013"),
+    enabled_by=("--metrics",),
 )
 PHASES = ("ttft_seconds", "queue_time_seconds", "prefill_time_seconds", "kv_transfer_seconds", "kv_load_seconds")
 DOMINANT = 0.5  # share of the mean TTFT that makes a component the dominant one

@@ -44,6 +44,7 @@ RULE = RuleMeta(
     step=6,
     title="Data-parallel engines share the load and deliver alike",
     may_be_downstream_of=("SCH009", "SCH011"),
+    enabled_by=("--log", "--metrics"),
 )
 LAG_RATIO = 0.8  # an engine lags below this share of the fastest engine's throughput
 MIN_LOST = 0.05  # ... and the fleet must lose at least this share of its capacity

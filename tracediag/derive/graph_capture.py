@@ -1,0 +1,198 @@
+"""Kernels replayed from CUDA/HIP graphs: how much GPU time no CPU op launched, and — given the trace of the graph
+capture (--graph-capture) — the op that captured each replayed kernel.
+
+A `cudaGraphLaunch` / `hipGraphLaunch` runs every kernel of its graph under the launch's correlation id; the host
+op around the launch (`graph.replay()`, vLLM's piecewise runner) did not launch them, so op-based attribution stops
+at the launch. `replay_summary` states the share of GPU kernel time inside graph launches: unattributed unless a
+capture trace is given.
+
+Matching a capture to its replay (`attribute`): the capture trace records each capture as
+`cudaStreamBeginCapture` … `cudaStreamEndCapture` on a thread, and inside it one launch call per captured kernel,
+whose args name the kernel (`kernel`) and link to the CPU op that issued it (`External id`); the replay records
+one graph launch per graph and, under its correlation id, the graph's kernels. Graphs are replayed in the order
+they were captured here (vLLM's piecewise pieces run in model order); graph i of the replay is matched to capture i
+only when both hold the same number of kernels and every kernel name agrees position by position (kernels of one
+graph sorted by start). A graph that does not match is left unattributed and counted; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from tracediag.errors import InputError
+from tracediag.store import query_dicts
+
+LAUNCH_CALLS = (
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernel",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipModuleLaunchKernel",
+    "hipExtModuleLaunchKernel",
+    "hipExtLaunchKernel",
+)
+BEGIN = ("cudaStreamBeginCapture", "hipStreamBeginCapture")
+END = ("cudaStreamEndCapture", "hipStreamEndCapture")
+
+_REPLAY_SQL = """
+SELECT k.rank, r.correlation, r.ts_ns AS launch_ts, k.name, k.ts_ns, k.dur_ns
+FROM runtime r JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
+WHERE r.name ILIKE '%GraphLaunch%'
+ORDER BY k.rank, r.ts_ns, r.correlation, k.ts_ns
+"""
+
+
+def replay_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    """Graph launches, the kernels they replay and their share of the GPU kernel time; None without any."""
+    row = con.execute(
+        "SELECT count(DISTINCT (k.rank, k.correlation)), count(*), coalesce(sum(k.dur_ns), 0) FROM kernels k "
+        "JOIN runtime r ON r.rank = k.rank AND r.correlation = k.correlation WHERE r.name ILIKE '%GraphLaunch%'"
+    ).fetchone()
+    launches, kernels, ns = row
+    if not kernels:
+        return None
+    total = con.execute("SELECT coalesce(sum(dur_ns), 0) FROM kernels").fetchone()[0] or 1
+    return {
+        "graph_launches": launches,
+        "replayed_kernels": kernels,
+        "replayed_ns": int(ns),
+        "kernel_ns": int(total),
+        "replayed_share": ns / total,
+    }
+
+
+def read_capture(path: str | Path) -> list[list[dict[str, Any]]]:
+    """The captures of a Kineto capture trace, in order: per capture its launches (kernel name, the capturing op
+    and its input dims). Read once per file version (a capture serves every analysis of its replay)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        st = None
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size) if st else None
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
+    captures = _read_capture(p)
+    if key is not None:
+        _CACHE.clear()
+        _CACHE[key] = captures
+    return captures
+
+
+_CACHE: dict[tuple[str, int, int], list[list[dict[str, Any]]]] = {}
+
+
+def _read_capture(p: Path) -> list[list[dict[str, Any]]]:
+    from tracediag.inputfile import read_input
+
+    try:
+        doc = orjson.loads(read_input(p, "graph-capture trace"))
+    except orjson.JSONDecodeError as exc:
+        raise InputError(p, f"graph-capture trace is not valid JSON ({exc})") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise InputError(p, "graph-capture trace has no traceEvents list")
+    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    ops: dict[Any, dict[str, Any]] = {}
+    for e in xs:
+        if e.get("cat") == "cpu_op":
+            ext = (e.get("args") or {}).get("External id")
+            if ext is not None and (ext not in ops or e.get("dur", 0) < ops[ext].get("dur", 0)):
+                ops[ext] = e
+    spans = sorted(e["ts"] for e in xs if e.get("name") in BEGIN)
+    ends = sorted(e["ts"] for e in xs if e.get("name") in END)
+    launches = sorted((e for e in xs if e.get("name") in LAUNCH_CALLS), key=lambda e: e["ts"])
+    captures = []
+    for b, end in zip(spans, ends):
+        rows = []
+        for e in launches:
+            if b <= e["ts"] <= end:
+                a = e.get("args") or {}
+                op = ops.get(a.get("External id")) or {}
+                rows.append(
+                    {
+                        "kernel": a.get("kernel"),
+                        "op": op.get("name"),
+                        "op_input_dims": orjson.dumps((op.get("args") or {}).get("Input Dims")).decode()
+                        if (op.get("args") or {}).get("Input Dims") is not None
+                        else None,
+                    }
+                )
+        captures.append(rows)
+    return captures
+
+
+def attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, Any]:
+    """Match the replayed graphs to the captures (module docstring), write the temporary table `graph_kernel_ops` (rank,
+    correlation, kernel ts_ns, kernel, capture index, position, op, op_input_dims) and return the summary."""
+    captures = read_capture(path)
+    rows = query_dicts(con, _REPLAY_SQL)
+    graphs: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        graphs.setdefault((r["rank"], r["correlation"]), []).append(r)
+    by_rank: dict[int, list[list[dict[str, Any]]]] = {}
+    for (rank, _), ks in graphs.items():  # rows come in launch order
+        by_rank.setdefault(rank, []).append(ks)
+    out, matched, unmatched, ns = [], 0, 0, 0
+    for rank, launched in by_rank.items():
+        for i, ks in enumerate(launched):
+            cap = captures[i] if i < len(captures) else None
+            if cap is None or len(cap) != len(ks) or any(c["kernel"] != k["name"] for c, k in zip(cap, ks)):
+                unmatched += 1
+                continue
+            matched += 1
+            for pos, (c, k) in enumerate(zip(cap, ks)):
+                ns += k["dur_ns"]
+                out.append((rank, k["correlation"], k["ts_ns"], k["name"], i, pos, c["op"], c["op_input_dims"]))
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE graph_kernel_ops (rank INTEGER, correlation BIGINT, ts_ns BIGINT, "
+        "kernel VARCHAR, capture INTEGER, position INTEGER, op VARCHAR, op_input_dims VARCHAR)"
+    )
+    if out:
+        con.executemany("INSERT INTO graph_kernel_ops VALUES (?, ?, ?, ?, ?, ?, ?, ?)", out)
+    by_op = query_dicts(
+        con,
+        "SELECT g.op, count(*) AS kernels, sum(k.dur_ns) AS time_ns FROM graph_kernel_ops g JOIN kernels k "
+        "ON k.rank = g.rank AND k.correlation = g.correlation AND k.ts_ns = g.ts_ns AND k.name = g.kernel "
+        "GROUP BY g.op ORDER BY time_ns DESC, g.op",
+    )
+    return {
+        "capture_trace": str(path),
+        "captures": len(captures),
+        "graphs_matched": matched,
+        "graphs_unmatched": unmatched,
+        "kernels_attributed": len(out),
+        "attributed_ns": int(ns),
+        "by_op": by_op,
+    }
+
+
+def statement(con: duckdb.DuckDBPyConnection, capture: str | None = None) -> dict[str, Any] | None:
+    """What the report says about graph-replayed kernels: the unattributed share, or what the capture attributed."""
+    s = replay_summary(con)
+    if s is None:
+        return None
+    if capture:
+        a = attribute(con, capture)
+        s |= a
+        left = s["replayed_ns"] - a["attributed_ns"]
+        s["unattributed_share"] = left / s["kernel_ns"]
+        s["why"] = (
+            f"{a['kernels_attributed']:,} of {s['replayed_kernels']:,} graph-replayed kernels attributed to the ops "
+            f"that captured them ({a['graphs_matched']} of {s['graph_launches']} graph launches matched by graph "
+            f"and kernel order, names equal; {a['graphs_unmatched']} left unattributed); "
+            f"{s['unattributed_share']:.1%} of GPU kernel time has no CPU op"
+        )
+    else:
+        s["unattributed_share"] = s["replayed_share"]
+        s["why"] = (
+            f"{s['replayed_share']:.1%} of GPU kernel time ({s['replayed_kernels']:,} kernels in {s['graph_launches']} "
+            "graph launches) has no CPU op: the ops that captured the graphs are not in this trace (pass the capture "
+            "trace with --graph-capture)"
+        )
+    return s
