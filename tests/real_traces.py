@@ -77,6 +77,9 @@ class Inventory:
     # what the workload's domain rests on (tracediag/derive/domain.py), counted here from the file
     embedding_bag_events: int = 0  # CPU ops / kernels of TorchRec / FBGEMM embedding bags
     conv_ops: int = 0  # aten::convolution-family CPU ops
+    # kernel launches of >= 1 ms: the first launch of their kernel (by name, in the process), or a repeat
+    slow_first_launches: int = 0
+    slow_repeat_launches: int = 0
 
 
 def _kineto(path: Path) -> Inventory:
@@ -111,7 +114,17 @@ def _kineto(path: Path) -> Inventory:
         ),
         default=None,
     )
+    by_corr = {(e.get("args") or {}).get("correlation"): str(e.get("name", "")) for e in kernels}
+    slow_first, slow_repeat = _slow_launches(
+        [
+            (e.get("pid"), by_corr[c], e["ts"], e.get("dur", 0) * 1000)
+            for e in runtime
+            if (c := (e.get("args") or {}).get("correlation")) and c in by_corr
+        ]
+    )
     return Inventory(
+        slow_first_launches=slow_first,
+        slow_repeat_launches=slow_repeat,
         recorded_events=sum(1 for e in xs if e.get("cat") in RECORDED),
         gpu_copies=len(cat("gpu_memcpy")) + len(cat("gpu_memset")),
         gpu_backend=bool(
@@ -209,10 +222,22 @@ def _nsys(path: Path) -> Inventory:
             and (last_kernel is None or r[1] < last_kernel)
         ]
         slow_end = max(slow, default=None)
-    if names:
+    slow_first = slow_repeat = 0
+    if names and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {int(slow_end or 0)}")
+        slow_first, slow_repeat = _slow_launches(
+            con.execute(
+                f"SELECT k.globalPid, {kname}, r.start, r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                "JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId "
+                "AND k.globalPid = (r.globalTid >> 24) << 24"
+            ).fetchall()
+        )
+    elif names:
         after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {int(slow_end or 0)}")
     con.close()
     return Inventory(
+        slow_first_launches=slow_first,
+        slow_repeat_launches=slow_repeat,
         recorded_events=len(names) + copies + len(rt_names) + len(nvtx),
         gpu_copies=copies,
         gpu_backend=bool(names or rt_names),
@@ -241,6 +266,16 @@ def _nsys(path: Path) -> Inventory:
         # PyTorch emit_nvtx ranges: "aten::mm, seq = 12, sizes = [[8, 16], [16, 4]]"
         gemm_ops_with_shapes=sum(1 for n in nvtx if n.split(",")[0] in GEMM_OPS and "sizes = [[" in n),
     )
+
+
+def _slow_launches(launches: list[tuple]) -> tuple[int, int]:
+    """(first, repeat) launches of >= 1 ms among (process, kernel name, start, duration ns) launches."""
+    seen, first, repeat = set(), 0, 0
+    for pid, name, _, dur in sorted(launches, key=lambda x: x[2]):
+        if dur >= 1_000_000:
+            first, repeat = (first, repeat + 1) if (pid, name) in seen else (first + 1, repeat)
+        seen.add((pid, name))
+    return first, repeat
 
 
 def _gap_median(ids: list[int]) -> float | None:

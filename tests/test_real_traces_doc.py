@@ -125,3 +125,32 @@ def test_domain_matches_the_independent_count(path):
     inference, LLM vs recommender vs vision vs other."""
     got = _report(str(path))["fitness"]["domain"]["label"]
     assert got == real_traces.expected_domain(_inventory(str(path)))
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_cold_launches_are_first_launches_by_the_independent_count(path):
+    """KRN010 counts a slow launch as start-up only when it is its kernel's first launch in the process; slow
+    launches of kernels that ran before (counted from the file) are set apart, never counted as cold."""
+    (c,) = [c for c in _report(str(path))["checks"] if c["rule"] == "KRN010"]
+    if c["status"] == "not_applicable":
+        return
+    inv = _inventory(str(path))
+    cold = [e for e in c["evidence"] if e["kind"].startswith("kernel launch")]
+    assert len(cold) <= inv.slow_first_launches
+    assert all(e.get("first_launch_of_kernel") for e in cold)
+    assert c["values"]["slow_repeat_launches"] <= inv.slow_repeat_launches
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_steps_without_a_phase_are_named_by_what_the_trace_holds(path):
+    """KRN006 calls steps with no phase training steps only in a training job, and says the trace has no attention
+    kernel only when the independent count finds none."""
+    (c,) = [c for c in _report(str(path))["checks"] if c["rule"] == "KRN006"]
+    if c["status"] == "not_applicable":
+        return
+    inv = _inventory(str(path))
+    assert "unknown phase" not in c["title"]
+    if "training step" in c["title"]:
+        assert inv.backward_or_optimizer_events > 0
+    if "no attention kernel in the trace" in c["title"]:
+        assert inv.attention_kernels == 0

@@ -72,6 +72,12 @@ REGISTRY: tuple[Derivation, ...] = (
         scratch=_COLL_SCRATCH,
     ),
     Derivation(
+        "tracediag.derive.kernel_phase",
+        ("kernels", "runtime", "cpu_ops", "annotations", "kernels.klass", "steps", "steps.T"),
+        provides=("step_kernel_phase",),
+        updates=("steps.phase",),
+    ),
+    Derivation(
         "tracediag.derive.windows",
         (*_OPS, "memops", "inputs", "steps"),
         provides=("host_stalls", "gpu_timeline"),
@@ -84,7 +90,7 @@ REGISTRY: tuple[Derivation, ...] = (
     ),
     Derivation(
         "tracediag.derive.kernel_steps",
-        (*_OPS, *_CLASSES, "memops", "steps", "steps.T", "steps.windows"),
+        (*_OPS, *_CLASSES, "memops", "steps", "steps.T", "steps.phase", "steps.windows"),
         provides=("kernel_steps", "step_activity"),
     ),
     Derivation("sdpa_ops.sql", ("cpu_ops", "steps", "steps.T"), provides=("sdpa_ops",)),

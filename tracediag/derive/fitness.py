@@ -56,6 +56,9 @@ SAMPLED_CORRELATION_GAP = 25  # median step of the runtime calls' correlation id
 MIN_IDS = 20  # ... judged on at least this many ids
 GPU_BACKEND = re.compile(r"nccl|rccl|hccl|xccl|cuda|hip", re.I)
 
+# a slow launch whose kernels all ran before on the rank (derive/windows.py): nothing left to load or compile, so
+# not a start-up call but a host-blocking stall of the steady state
+REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a full launch queue)"
 UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only")
 ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "clipped", "steady", "cpu_only")
 # what each requirement of a rule cannot be met by

@@ -19,7 +19,9 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   a stall. Each is measured once and is its own evidence; its idle time comes out of the step time that phase
   statistics use (`step_activity.step_ns`). Allocations, module loading, initialisation calls and first
   launches that load a module or compile are **start-up calls** (KRN010's, wherever they happen); the others
-  are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment.
+  are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment. Only the
+  first launch of a kernel (by name, on the rank) can load its module or compile it: a slow launch of a kernel
+  that ran before is host contention or a full launch queue, a host-blocking stall of kind REPEAT_LAUNCH.
 * Segments of each rank's window (tracediag/derive/fitness.py says how they are chosen): **start-up** from the
   trace start to the first GPU work, extended through the start-up calls after which the window is still mostly
   start-up; **profiler stop** from the end of the last GPU work to the trace end (the final synchronisation and
@@ -40,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracediag.derive import intervals as iv
-from tracediag.derive.fitness import startup_end
+from tracediag.derive.fitness import REPEAT_LAUNCH, startup_end
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
@@ -54,7 +56,24 @@ _KINDS = (
     (re.compile(r"Malloc|Free|HostAlloc|HostRegister|MemPool|Alloc", re.I), "allocation"),
 )
 # stalls of these kinds are host work of the steady state (KRN006's); every other kind is start-up work (KRN010's)
-HOST_BLOCKING_KINDS = ("synchronize API", "synchronous copy", "blocking copy/memset")
+HOST_BLOCKING_KINDS = ("synchronize API", "synchronous copy", "blocking copy/memset", REPEAT_LAUNCH)
+# runtime calls of >= 1 ms, each with whether every kernel it launched had been launched before on the rank (a
+# repeat launch: by kernel name, the first launch of each name is the only one that can load a module or compile)
+_CALLS_SQL = """
+WITH launched AS (
+    SELECT r.rank, r.ts_ns, k.name FROM runtime r JOIN kernels k ON k.rank = r.rank AND k.correlation = r.correlation
+    WHERE r.correlation > 0
+),
+first_launch AS (SELECT rank, name, min(ts_ns) AS first_ts FROM launched GROUP BY ALL),
+slow AS (SELECT rank, name, ts_ns, dur_ns, tid, correlation FROM runtime WHERE dur_ns >= ?)
+SELECT s.rank, s.name, s.ts_ns, s.dur_ns, s.tid,
+       coalesce(bool_and(f.first_ts < s.ts_ns), false) AS repeat_launch
+FROM slow s
+LEFT JOIN kernels k ON k.rank = s.rank AND k.correlation = s.correlation AND s.correlation > 0
+LEFT JOIN first_launch f ON f.rank = s.rank AND f.name = k.name
+GROUP BY s.rank, s.name, s.ts_ns, s.dur_ns, s.tid, s.correlation
+ORDER BY s.rank
+"""
 STARTUP, STEADY, STOP = "start-up", "steady", "profiler stop"
 
 HOST_STALLS_SCHEMA = pa.schema(
@@ -108,7 +127,7 @@ def _outermost(calls: list[tuple]) -> list[tuple]:
     """Drop calls nested in an earlier call on the same thread (a driver call inside its runtime call)."""
     out, ends = [], {}
     for c in sorted(calls, key=lambda c: (c[1], -c[2])):
-        _, ts, dur, tid = c
+        _, ts, dur, tid = c[:4]
         if ends.get(tid, -1) >= ts + dur:
             continue
         ends[tid] = max(ends.get(tid, -1), ts + dur)
@@ -167,11 +186,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             "SELECT rank, step_id, gpu_ts_ns, gpu_end_ns, ts_ns, dur_ns FROM steps ORDER BY rank, ts_ns"
         ).fetchall()
     )
-    calls_of = _by_rank(
-        con.execute(
-            "SELECT rank, name, ts_ns, dur_ns, tid FROM runtime WHERE dur_ns >= ? ORDER BY rank", [STALL_MIN_NS]
-        ).fetchall()
-    )
+    calls_of = _by_rank(con.execute(_CALLS_SQL, [STALL_MIN_NS]).fetchall())
     trace_span = dict(
         (r[0], (r[1], r[2]))
         for r in con.execute("SELECT rank, min(trace_start_ns), max(trace_end_ns) FROM inputs GROUP BY rank").fetchall()
@@ -280,7 +295,7 @@ def _rank_stalls(
 ) -> list[tuple[dict, np.ndarray, np.ndarray]]:
     """The rank's host-blocking calls that idle the GPU (row, idle gap starts, idle gap ends), outermost first."""
     found: list[tuple[dict, np.ndarray, np.ndarray]] = []
-    for name, ts, dur, tid in _outermost(calls):
+    for name, ts, dur, tid, repeat_launch in _outermost(calls):
         gs, ge = iv.gaps(bs, be, ts, ts + dur)
         idle = iv.total(gs, ge)
         if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
@@ -293,6 +308,8 @@ def _rank_stalls(
         ).fetchall()
         op = op[0] if op else None
         kind = stall_kind(name)
+        if repeat_launch and kind.startswith("slow kernel launch"):
+            kind = REPEAT_LAUNCH
         row = {
             "rank": rank,
             "stall_id": len(found),

@@ -164,7 +164,18 @@ SUPPLEMENT = {
     },
     "steps": {
         "t_source": "where T came from: 'annotation' (vLLM step annotation) or 'GEMM activation rows (mode)'",
-        "phase_source": "where the phase came from: 'annotation' or 'attention query length'",
+        "phase_source": "where the phase came from: 'annotation', 'attention query length' or 'inferred from "
+        "kernels' (derive/kernel_phase.py)",
+    },
+    "step_kernel_phase": {
+        "step_id": "engine step (steps.step_id) that launched the kernels",
+        "phase": "the phase its attention kernels call for: prefill, decode or mixed (derive/kernel_phase.py)",
+        "prefill_kernels": "prefill-only attention kernels the step launched (catalog phase_hint prefill)",
+        "decode_kernels": "decode-only attention kernels the step launched (catalog phase_hint decode)",
+        "mixed_kernels": "attention kernels that run prefill and decode in one call (catalog phase_hint mixed)",
+        "prefill_names": "the prefill-only kernel names (at most 3)",
+        "decode_names": "the decode-only kernel names (at most 3)",
+        "mixed_names": "the mixed kernel names (at most 3)",
     },
     "step_activity": {
         "time_basis": "what step_ns measures: the GPU span of the step's kernels, or the host duration "

@@ -19,7 +19,10 @@ of the span (warning from 10 %), a phase idle ≥ 30 % (decode and mixed judged 
 ≥ 30 % of the span. Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
 
 Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
-idle gap inside a step and what the host did during it, per-phase idle shares, the between-step idle.
+idle gap inside a step and what the host did during it — the innermost host spans (CPU ops, Python frames, NVTX
+ranges, runtime calls on the launching thread) that cover most of it, each with its share of the gap, and the
+untraced host time when recorded spans cover less than half (analyses/host_gaps.py) — per-phase idle shares, the
+between-step idle.
 
 What to do: a stall → remove the blocking call from the step (pin and make the copy async, drop the
 .item()/.cpu()/synchronize); many short kernels
@@ -31,12 +34,14 @@ processing), fewer synchronous copies of the sampled tokens.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
+from tracediag.analyses.host_gaps import GapAttribution, attribute_gap
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
 from tracediag.context import Context
+from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -50,25 +55,6 @@ IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between st
 STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
 STALL_WARNING = 0.10  # ... a warning from this share
 JUDGE_FIRST = ("decode", "mixed")
-
-
-def _host_in_gap(ctx: Context, rank: int, t0: int, t1: int) -> list[dict]:
-    """Runtime calls and the longest CPU ops overlapping [t0, t1) on this rank, largest overlap first."""
-    rt = ctx.rows(
-        """SELECT 'runtime' AS kind, name, ts_ns, dur_ns, NULL AS input_dims,
-                  least(ts_ns + dur_ns, ?) - greatest(ts_ns, ?) AS overlap_ns
-           FROM runtime WHERE rank = ? AND ts_ns < ? AND ts_ns + dur_ns > ?
-           ORDER BY overlap_ns DESC LIMIT 3""",
-        [t1, t0, rank, t1, t0],
-    )
-    ops = ctx.rows(
-        """SELECT 'cpu_op' AS kind, name, ts_ns, dur_ns, input_dims,
-                  least(ts_ns + dur_ns, ?) - greatest(ts_ns, ?) AS overlap_ns
-           FROM cpu_ops WHERE rank = ? AND ts_ns < ? AND ts_ns + dur_ns > ? AND dur_ns < ?
-           ORDER BY overlap_ns DESC, dur_ns ASC LIMIT 3""",
-        [t1, t0, rank, t1, t0, 10 * (t1 - t0) + 1],
-    )
-    return [r for r in rt + ops if r["overlap_ns"] > 0.5 * (t1 - t0)] or (rt + ops)[:3]
 
 
 def _dims(raw: str | None) -> str:
@@ -109,32 +95,54 @@ def _phase_table(steps: list[dict]) -> list[dict]:
     return table
 
 
-def _steps(phase: str) -> str:
-    """'decode steps'; steps whose phase no marker or attention shape tells are 'the steps (phase unknown)'."""
-    return "the steps (phase unknown)" if phase in ("unknown", None) else f"{phase} steps"
+def _phase_words(ctx: Context) -> dict[str, tuple[str, str]]:
+    """(steps, step time) in words for the phases that need more than their name: steps with no phase — a
+    training job's, a trace with no attention kernel (not a prefill/decode workload), or an inference trace whose
+    phase nothing tells — and phases inferred from the attention kernels (derive/kernel_phase.py)."""
+    if ctx.layout is not None and ctx.layout.workload == "training":
+        unknown = ("training steps", "training step time")
+    else:
+        attention = ctx.scalar("SELECT count(*) FROM kernel_steps WHERE klass IN ('attention', 'attention_fallback')")
+        why = (
+            "phase unknown: no step annotation, attention shape or prefill/decode-only attention kernel"
+            if attention
+            else "no attention kernel in the trace: not a prefill/decode workload"
+        )
+        unknown = (f"the steps ({why})", f"step time ({why})")
+    words = {phase_name(None): unknown}
+    for r in ctx.rows("SELECT DISTINCT phase FROM steps WHERE phase_source = ? ORDER BY phase", [INFERRED]):
+        words[r["phase"]] = (f"{r['phase']} steps ({INFERRED})", f"{r['phase']} step time ({INFERRED})")
+    return words
 
 
-def _step_time(phase: str) -> str:
-    return "step time (phase unknown)" if phase in ("unknown", None) else f"{phase} step time"
+def _steps(t: dict, words: dict[str, tuple[str, str]]) -> str:
+    """'decode steps'; a phase in _phase_words in its words."""
+    return words.get(t["phase"], (f"{t['phase']} steps",))[0]
 
 
-def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[list[dict], str, str]:
-    """What the host did during the longest gap of step row `w`, and the cause/next check for phase row `t`."""
+def _step_time(t: dict, words: dict[str, tuple[str, str]]) -> str:
+    return words[t["phase"]][1] if t["phase"] in words else f"{t['phase']} step time"
+
+
+def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, str, str]:
+    """What the host did during the longest gap of step row `w` (host_gaps.py), and the cause/next check for
+    phase row `t`."""
     t0, gap = w["max_gap_start_ns"], w["max_gap_ns"] or 0
-    host = _host_in_gap(ctx, w["rank"], t0, t0 + gap) if t0 is not None and gap else []
+    host = attribute_gap(ctx, w["rank"], t0, gap) if t0 is not None and gap else None
     no_graphs = not t["graph_launches"]
     if (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
         cause = (
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
-            f"no graph launches in {_steps(t['phase'])}: launch-bound"
+            f"no graph launches in {_steps(t, _phase_words(ctx))}: launch-bound"
         )
         nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
     else:
-        names = ", ".join(f"{h['name']}{_dims(h.get('input_dims'))}" for h in host) or "no host event in the gap"
-        cause = f"host work in the longest gap ({ms(gap)}): {names}"
+        cause = f"host work in the longest gap ({ms(gap)}): " + (host.words() if host else "no host event in the gap")
         if no_graphs and t["phase"] == "decode":
             cause += "; decode runs without CUDA/HIP graphs"
         nxt = "Move that host work off the step's critical path (overlap scheduling with GPU work), or make it async."
+        if host and host.advice():
+            nxt += " " + host.advice()
     return host, cause, nxt
 
 
@@ -153,11 +161,12 @@ class HostBoundMeasure:
     judged: list[dict]  # the phase rows, decode and mixed first, then by idle share
     worst: dict
     w: dict  # the step of the worst phase with the longest GPU idle gap
-    host: list[dict]  # host events during that gap
+    host: GapAttribution | None  # the host work covering that gap (analyses/host_gaps.py)
     gap_cause: str
     gap_next: str
     step_name: str | None
     values: dict
+    words: dict = field(default_factory=dict)  # _phase_words
 
 
 def _values(m: dict) -> dict:
@@ -182,7 +191,10 @@ def _values(m: dict) -> dict:
             "rank": w["rank"],
             "step": w["step_id"],
             "gap_ns": w["max_gap_ns"],
-            "host": [f"{h['name']} ({h['kind']}, {ms(h['dur_ns'])})" for h in m["host"]],
+            "host": [f"{h['name']} ({h['kind']}, {h['share']:.0%} of the gap, {h['role']})" for h in m["host"].spans]
+            if m["host"]
+            else [],
+            "host_attribution": m["host"].to_dict() if m["host"] else None,
         },
     }
 
@@ -241,6 +253,7 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
         gap_next,
         step_name,
         values,
+        _phase_words(ctx),
     )
 
 
@@ -268,18 +281,33 @@ def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
             "phase": m.worst["phase"],
         }
     ]
+    spans = m.host.spans if m.host else []
     evidence += [
         {
             "rank": w["rank"],
             "step": w["step_id"],
             "ts_ns": h["ts_ns"],
             "name": h["name"],
-            "kind": f"host {h['kind']} during the gap",
-            "dur_ns": h["dur_ns"],
-            "overlap_ns": h["overlap_ns"],
+            "kind": f"host {h['kind']} during the gap ({h['role']})",
+            "dur_ns": h["max_dur_ns"],
+            "instances": h["instances"],
+            "covered_ns": h["covered_ns"],
+            "share_of_gap": round(h["share"], 4),
         }
-        for h in m.host
+        for h in spans
     ]
+    if m.host and m.host.untraced:
+        evidence.append(
+            {
+                "rank": w["rank"],
+                "step": w["step_id"],
+                "ts_ns": w["max_gap_start_ns"],
+                "name": "untraced host time",
+                "kind": "no recorded host span (CPU op, Python frame, NVTX range, runtime call) on the thread",
+                "untraced_ns": m.host.untraced_ns,
+                "share_of_gap": round(1 - m.host.covered_share, 4),
+            }
+        )
     return evidence[: ctx.settings.max_evidence]
 
 
@@ -291,7 +319,9 @@ def _stall_part(m: HostBoundMeasure) -> tuple:
     with_without = ""
     if ph:
         t = next(t for t in table if t["phase"] == ph)
-        with_without = f" ({ph} step time {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+        with_without = (
+            f" ({_step_time(t, m.words)} {ms(t['step_ns'] + t['stall_ns'])} with it, {ms(t['step_ns'])} without)"
+        )
     return (
         m.stall_share,
         m.stall_ns,
@@ -319,9 +349,9 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
                     t["idle_share"],
                     t["gpu_idle_ns"],
                     "warning",
-                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])} (stalls excluded); {m.gap_cause}"
+                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)} (stalls excluded); {m.gap_cause}"
                     if t is m.worst
-                    else f"GPU idle {t['idle_share']:.0%} of {_step_time(t['phase'])}",
+                    else f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)}",
                     m.gap_next,
                 )
             )
@@ -369,7 +399,7 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
             confidence="high",
             title=(
                 "GPU busy inside steps: idle "
-                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t['phase'])}" for t in m.judged)
+                + ", ".join(f"{t['idle_share']:.1%} of {_steps(t, m.words)}" for t in m.judged)
                 + f"; {m.between_share:.1%} idle between steps, {m.stall_share:.1%} in host-blocking stalls"
             ),
         )

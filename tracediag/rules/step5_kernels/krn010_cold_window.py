@@ -6,12 +6,15 @@ runs), JIT compilation, allocator growth (cudaMalloc/cudaFree, host memory regis
 the steady state: step times, idle shares and stalls measured in it overstate what production pays.
 
 Formula: cold time = Σ host time of the start-up calls in the trace: context/stream creation and first-call
-initialisation (≥ 1 ms), module loading, kernel launches that took ≥ 1 ms while the GPU idled (a module load
-or a compile on first launch; a launch that blocks while the GPU is busy waits for room in the launch queue
-and is not counted), and device/host allocations and registrations; cold share = cold time / profiled host
-span (first to last event of the rank). Finding from 1 % (info), warning from 10 %.
+initialisation (≥ 1 ms), module loading, first launches of a kernel that took ≥ 1 ms while the GPU idled (a
+module load or a compile; a launch that blocks while the GPU is busy waits for room in the launch queue, and a
+slow launch of a kernel that ran before has nothing left to load — host contention or a full launch queue, a
+host stall of the steady state, KRN006's — neither is counted), and device/host allocations and registrations;
+cold share = cold time / profiled host span (first to last event of the rank). Finding from 1 % (info), warning
+from 10 %. When the whole window is start-up (derive/fitness.py class startup_only) the finding says so and is
+info: the capture, not the run, is what to fix, and the verdict is inconclusive with what to re-capture.
 
-Evidence: the largest start-up calls with their kind, duration and the CPU op around them.
+Evidence: the largest start-up calls with their kind, duration and, for a launch, the kernel it launched first.
 
 What to do: profile after warm-up — run a few steps first (vLLM and SGLang warm up and capture graphs at
 start; start the profiler after that, or with a schedule's wait/warmup steps), preload modules
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 
 from tracediag.analyses.kernels import ms
 from tracediag.context import Context
+from tracediag.derive.fitness import REPEAT_LAUNCH
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -50,18 +54,22 @@ _LAUNCH = re.compile(r"Launch", re.I)
 
 
 def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
-    cur = ctx.con.execute("SELECT rank, name, ts_ns, dur_ns, tid FROM runtime ORDER BY rank, ts_ns")
+    cur = ctx.con.execute("SELECT rank, name, ts_ns, dur_ns, tid, correlation FROM runtime ORDER BY rank, ts_ns")
     cols = [d[0] for d in cur.description]
     rows = cur.fetchall()  # 10^4-10^6 calls of a few dozen names: each name is classified once
     names = {name: _classify(name) for name in {r[1] for r in rows}}
     launches = [r[3] for r in rows if names[r[1]].counted_launch]
     median_launch = statistics.median(launches) if launches else 0
-    # a launch that blocked while the GPU idled (windows.py host_stalls) loaded a module or compiled; one that
-    # blocked while the GPU was busy waited for room in the launch queue (GPU-bound, not cold)
+    # a first launch that blocked while the GPU idled (windows.py host_stalls) loaded a module or compiled; one
+    # that blocked while the GPU was busy waited for room in the launch queue (GPU-bound, not cold), and a slow
+    # launch of a kernel that ran before (REPEAT_LAUNCH) had nothing to load
     idle_launch = {
         (r["rank"], r["ts_ns"])
         for r in ctx.rows("SELECT rank, ts_ns FROM host_stalls WHERE kind LIKE 'slow kernel launch%'")
     }
+    repeat = ctx.rows(
+        "SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM host_stalls WHERE kind = ?", [REPEAT_LAUNCH]
+    )[0]
     out = []
     for r in rows:
         c, d = names[r[1]], r[3]
@@ -76,7 +84,45 @@ def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
         else:
             continue
         out.append(dict(zip(cols, r)) | {"kind": kind})
-    return out, {"median_launch_ns": int(median_launch), "launches": len(launches)}
+    return out, {
+        "median_launch_ns": int(median_launch),
+        "launches": len(launches),
+        "slow_repeat_launches": int(repeat["n"]),
+        "slow_repeat_launch_ns": int(repeat["ns"]),
+        "slow_repeat_launches_are": REPEAT_LAUNCH + ": not start-up, KRN006's host stalls",
+    }
+
+
+def _repeats(facts: dict) -> str:
+    """The slow launches left out because their kernel ran before, in words (empty when there are none)."""
+    n = facts["slow_repeat_launches"]
+    if not n:
+        return ""
+    what = "launches" if n > 1 else "launch"
+    of = "of kernels that ran before are" if n > 1 else "of a kernel that ran before is"
+    return (
+        f"; {n} slow {what} ({ms(facts['slow_repeat_launch_ns'])}) {of} not start-up: host contention or a full "
+        "launch queue (KRN006's host stalls)"
+    )
+
+
+def _first_launched(ctx: Context, c: dict) -> dict:
+    """The kernel a cold launch started first on its rank (a launch counts only as that kernel's first)."""
+    if not c["kind"].startswith("kernel launch") or not c.get("correlation"):
+        return {}
+    name = ctx.scalar(
+        "SELECT name FROM kernels WHERE rank = ? AND correlation = ? ORDER BY ts_ns LIMIT 1",
+        [c["rank"], c["correlation"]],
+    )
+    return {"kernel": name, "first_launch_of_kernel": True} if name else {}
+
+
+def _startup_only(ctx: Context) -> str | None:
+    """The fitness's words when the whole window is start-up (derive/fitness.py class startup_only), else None."""
+    fit = ctx.fitness()
+    if not fit or fit.get("class") != "startup_only":
+        return None
+    return fit["why"].removeprefix("start-up only: ")
 
 
 @dataclass(frozen=True)
@@ -135,15 +181,35 @@ def check(ctx: Context) -> Check:
             "kind": c["kind"],
             "dur_ns": c["dur_ns"],
         }
+        | _first_launched(ctx, c)
         for c in top
     ]
     common = {"formula": formula, "substituted": substituted, "values": values, "evidence": evidence}
+    whole = _startup_only(ctx)
+    if whole and share >= INFO_SHARE:
+        values["window"] = whole
+        return finding(
+            RULE,
+            **common,
+            severity="info",
+            confidence="high",
+            impact=min(1.0, share),
+            cost_ns=int(cold),
+            title=(
+                f"The window is start-up only, nothing steady to measure: {whole}; start-up calls take {ms(cold)} = "
+                f"{share:.0%} of the profiled span ({parts})"
+            ),
+            next_check=(
+                "Re-capture after warm-up: start the profiler after a few steps (torch.profiler "
+                "schedule(skip_first=…, wait=…, warmup=1, active=…)), CUDA_MODULE_LOADING=EAGER for the measurement."
+            ),
+        )
     if share < INFO_SHARE:
         return passed(
             RULE,
             **common,
             confidence="high",
-            title=f"Warm window: start-up calls take {share:.2%} of the profiled span ({parts})",
+            title=f"Warm window: start-up calls take {share:.2%} of the profiled span ({parts})" + _repeats(facts),
         )
     return finding(
         RULE,
@@ -154,7 +220,7 @@ def check(ctx: Context) -> Check:
         cost_ns=int(cold),  # paid once, not per step
         title=(
             f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}); step and idle "
-            "measurements here overstate the steady state"
+            "measurements here overstate the steady state" + _repeats(facts)
         ),
         next_check=(
             "Profile after warm-up: start the profiler after a few steps (or give it wait/warmup steps), set "

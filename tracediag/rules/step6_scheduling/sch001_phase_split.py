@@ -34,6 +34,7 @@ from tracediag.analyses.kernels import (
     step_rows,
 )
 from tracediag.context import Context
+from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
@@ -60,8 +61,9 @@ def check(ctx: Context) -> Check:
             )
         return not_applicable(
             RULE,
-            "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM) or an "
-            f"attention op with recorded shapes (steps from: {', '.join(markers)})",
+            "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM), an "
+            "attention op with recorded shapes or a prefill/decode-only attention kernel (steps from: "
+            f"{', '.join(markers)})",
         )
     table = phase_table(steps)
     phases: dict[str | None, list[dict]] = defaultdict(list)
@@ -170,6 +172,18 @@ def check(ctx: Context) -> Check:
     )
 
 
+def _phase_kernels(ctx: Context, m: dict) -> dict:
+    """The attention kernels a phase inferred from kernels rests on (derive/kernel_phase.py), else nothing."""
+    if m["phase_source"] != INFERRED:
+        return {}
+    k = ctx.rows(
+        "SELECT prefill_kernels, decode_kernels, mixed_kernels, prefill_names, decode_names, mixed_names "
+        "FROM step_kernel_phase WHERE rank = ? AND step_id = ?",
+        [m["rank"], m["step_id"]],
+    )
+    return {"phase_kernels": k[0]} if k else {}
+
+
 def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
     rows = ctx.rows("SELECT rank, step_id, name, ts_ns, marker_source, phase_source, t_source FROM steps")
     meta = {(r["rank"], r["step_id"]): r for r in rows}
@@ -190,5 +204,6 @@ def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
                 "step_ns": s["step_ns"],
                 "marker": m["marker_source"],
             }
+            | _phase_kernels(ctx, m)
         )
     return out[: ctx.settings.max_evidence]
