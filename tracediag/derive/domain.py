@@ -79,6 +79,10 @@ def training_evidence(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return dict(zip(("backward", "marks", "engine"), row))
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
 def classify(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     """The domain row: mode and workload with why in words, and the counts behind them."""
     ev = training_evidence(con)
@@ -86,29 +90,30 @@ def classify(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     row |= {"backward_ops": ev["backward"], "optimizer_marks": ev["marks"]}
     attention = row["attention_kernels"] + row["attention_ops"]
     if row["embedding_bag_ops"]:
-        work, why = "recommender", f"{row['embedding_bag_ops']} embedding-bag ops/kernels (TorchRec / FBGEMM tables)"
-    elif attention or row["engine_steps"]:
         work, why = (
-            "llm",
-            (
-                f"{row['attention_kernels']} attention kernels, {row['attention_ops']} attention ops, "
-                f"{row['engine_steps']} engine step annotations"
-            ),
+            "recommender",
+            f"{_count(row['embedding_bag_ops'], 'embedding-bag op or kernel event')} (TorchRec / FBGEMM tables)",
         )
+    elif attention or row["engine_steps"]:
+        counts = [
+            (row["attention_kernels"], "attention kernel"),
+            (row["attention_ops"], "attention op"),
+            (row["engine_steps"], "engine-step annotation"),
+        ]
+        work, why = "llm", ", ".join(_count(n, what) for n, what in counts if n)
     elif row["conv_ops"]:
-        work, why = "vision", f"{row['conv_ops']} convolution ops and no attention"
+        work, why = "vision", f"{_count(row['conv_ops'], 'convolution op')} and no attention"
     else:
         work, why = "other", "no attention, embedding-bag or convolution work in the trace"
     if ev["backward"] or ev["marks"]:
-        mode, mode_why = (
-            "training",
-            (
-                f"{ev['backward']} autograd backward ops, {ev['marks']} optimizer / DDP annotations, "
-                f"{row['foreach_ops']} aten::_foreach_* ops"
-            ),
-        )
+        counts = [
+            (ev["backward"], "autograd backward op"),
+            (ev["marks"], "optimizer / DDP annotation"),
+            (row["foreach_ops"], "aten::_foreach_* op"),
+        ]
+        mode, mode_why = "training", ", ".join(_count(n, what) for n, what in counts if n)
     elif row["engine_steps"]:
-        mode, mode_why = "inference", f"{row['engine_steps']} inference-engine step annotations"
+        mode, mode_why = "inference", "inference-engine steps and no backward pass or optimizer step"
     elif work == "llm":
         mode, mode_why = "inference", "LLM attention and no backward pass or optimizer step"
     else:
