@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,9 @@ def plain_column(a: Any) -> np.ndarray:
 class Series:
     """One time series of a serving quantity: a log's stats lines of one (run, engine, process), or one scrape
     series. Columns are arrays (a day of stats lines is 10^4-10^6 samples): `t` seconds, `v` values, and the
-    other fetched columns in `cols`; `point(i)` gives one sample as a dict for evidence."""
+    other fetched columns in `cols`; `point(i)` gives one sample as a dict for evidence, with the text columns
+    `texts(i)` reads for that sample alone (a log line's own time: 10^6 Python strings are not fetched for the
+    few samples evidence names)."""
 
     source: str  # 'log' or 'metrics'
     input_id: int
@@ -56,6 +59,7 @@ class Series:
     engine: Any  # engine index / label, None when the log or scrape has none
     run: Any = None  # server run within the log; None when the file holds one run
     cols: dict[str, np.ndarray] = field(default_factory=dict)
+    texts: Callable[[int], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -81,6 +85,8 @@ class Series:
             if isinstance(x, float) and math.isnan(x):
                 x = None
             out[k] = x
+        if self.texts is not None:
+            out.update(self.texts(i))
         return out
 
     @property
@@ -126,7 +132,14 @@ def key_value(x: Any) -> Any:
     return int(x) if isinstance(x, float) else x
 
 
-def _split(source: str, paths: dict[int, str], data: dict[str, Any], keys: tuple[str, ...], runs: dict) -> list[Series]:
+def _split(
+    source: str,
+    paths: dict[int, str],
+    data: dict[str, Any],
+    keys: tuple[str, ...],
+    runs: dict,
+    texts: Callable[[dict[str, np.ndarray]], Callable[[int], dict[str, Any]]] | None = None,
+) -> list[Series]:
     cols = {k: plain_column(v) for k, v in data.items()}
     out: list[Series] = []
     for start, i in itertools.pairwise(run_starts(cols, keys)):
@@ -136,8 +149,16 @@ def _split(source: str, paths: dict[int, str], data: dict[str, Any], keys: tuple
         eng = key_value(first.get("engine"))
         run = key_value(first.get("run"))
         run = None if run is None else int(run)
-        out.append(Series(source, iid, paths.get(iid, "?"), eng, run if runs.get(iid, 1) > 1 else None, g))
+        s = Series(source, iid, paths.get(iid, "?"), eng, run if runs.get(iid, 1) > 1 else None, g)
+        s.texts = texts(g) if texts is not None else None
+        out.append(s)
     return out
+
+
+def _param(x: Any) -> Any:
+    """A fetched value as a query parameter: a Python scalar, NULL (NaN) as None."""
+    x = x.item() if isinstance(x, np.generic) else x
+    return None if isinstance(x, float) and math.isnan(x) else x
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -155,19 +176,40 @@ def log_runs(ctx: Context) -> dict[int, int]:
 
 
 LOG_COLUMNS = ("running", "waiting", "kv_usage_pct", "gen_tput_tok_s", "prompt_tput_tok_s", "tput_tok_s")
+LOG_TEXTS = ("ts_text", "log_format")  # read per sample asked (Series.point), never for the whole log
+_LOG_KEYS = ("input_id", "run", "engine", "pid")
 
 
-def log_series(ctx: Context, column: str) -> list[Series]:
-    """serving_stats[column] per (log, run, engine, process), in time order. `column` is a serving_stats column."""
+def log_series(ctx: Context, column: str, also: tuple[str, ...] = LOG_COLUMNS) -> list[Series]:
+    """serving_stats[column] per (log, run, engine, process), in time order. `column` is a serving_stats column;
+    `also` the other numeric columns the caller reads (in `cols` and in each point). A point also holds the
+    line's `ts_text` and `log_format`, read from the store for that sample only."""
     if not ctx.scalar("SELECT EXISTS (SELECT 1 FROM serving_stats)"):
         return []
     paths = input_paths(ctx)
-    extra = ", ".join(c for c in LOG_COLUMNS if c != column)
+    extra = "".join(f", {c}" for c in also if c != column)
     data = ctx.con.execute(
-        f"SELECT input_id, run, engine, pid, line, ts_text, t_s, {column} AS value, {extra}, log_format "
+        f"SELECT input_id, run, engine, pid, line, t_s, {column} AS value{extra} "
         "FROM serving_stats ORDER BY input_id, run, engine NULLS FIRST, pid NULLS FIRST, t_s NULLS LAST, line"
     ).fetchnumpy()  # column names come from the calling rule, not from input
-    return _split("log", paths, data, ("input_id", "run", "engine", "pid"), log_runs(ctx))
+    return _split("log", paths, data, _LOG_KEYS, log_runs(ctx), lambda g: _log_texts(ctx, g))
+
+
+def _log_texts(ctx: Context, g: dict[str, np.ndarray]) -> Callable[[int], dict[str, Any]]:
+    """The text columns of sample i of one log series: the stats row with the sample's keys, line and time."""
+
+    def read(i: int) -> dict[str, Any]:
+        ident = [_param(g[k][i]) for k in (*_LOG_KEYS, "line", "t_s")]
+        row = ctx.con.execute(
+            f"SELECT {', '.join(LOG_TEXTS)} FROM serving_stats WHERE "
+            + " AND ".join(f"{k} IS NOT DISTINCT FROM ?" for k in (*_LOG_KEYS, "line", "t_s"))
+            + " LIMIT 1",
+            ident,
+        ).fetchone()
+        # NULL text reads as "?", as the bulk fetch gave it (plain_column: a masked text array's fill value)
+        return {k: "?" if v is None else v for k, v in zip(LOG_TEXTS, row or (None,) * len(LOG_TEXTS))}
+
+    return read
 
 
 def metric_series(ctx: Context, canonical: str, part: str = "value") -> list[Series]:

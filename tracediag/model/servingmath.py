@@ -263,6 +263,15 @@ def _normal_sf(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def _ordered(x: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
+    """x and y as floats in the order of a stable sort by x; a log's samples come sorted, and then no index list
+    and no sort by key (10^6 samples: ~0.5 s and ~50 MB) is needed."""
+    if all(a <= b for a, b in zip(x, itertools.islice(x, 1, None))):  # False at a NaN: then sorted as before
+        return [float(v) for v in x], [float(v) for v in y]
+    order = sorted(range(len(x)), key=lambda i: x[i])
+    return [float(x[i]) for i in order], [float(y[i]) for i in order]
+
+
 def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) -> Trend:
     """Mann-Kendall trend test of y ordered by x, with Sen's and least-squares slopes; O(n log n).
 
@@ -272,9 +281,7 @@ def mann_kendall(x: Sequence[float], y: Sequence[float], alpha: float = 0.05) ->
     """
     if len(x) != len(y):
         raise ValueError("x and y differ in length")
-    order = sorted(range(len(x)), key=lambda i: x[i])
-    xs = [float(x[i]) for i in order]
-    ys = [float(y[i]) for i in order]
+    xs, ys = _ordered(x, y)
     n = len(ys)
     s = mk_statistic(ys)
     groups: dict[float, int] = {}

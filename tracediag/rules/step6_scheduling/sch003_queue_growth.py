@@ -140,7 +140,7 @@ class QueueMeasure:
 
 def measure(ctx: Context) -> QueueMeasure | str:
     """Every number SCH003 judges by, or the reason (a string) it does not apply."""
-    candidates = [(s, "waiting requests") for s in log_series(ctx, "waiting")]
+    candidates = [(s, "waiting requests") for s in log_series(ctx, "waiting", ("running",))]
     candidates += [(s, "waiting requests") for s in metric_series(ctx, "requests_waiting")]
     candidates += [(s, "mean queue time (s)") for s in _queue_time_series(ctx)]
     if not candidates:

@@ -242,7 +242,8 @@ class KvMeasure:
 def measure(ctx: Context) -> KvMeasure | str:
     """Every number SCH004 judges by, or the reason (a string) it does not apply."""
     paths = input_paths(ctx)
-    kv_logs = [s for s in log_series(ctx, "kv_usage_pct") if len(s) and not np.isnan(s.v.astype(float)).all()]
+    kv_logs = log_series(ctx, "kv_usage_pct", ("waiting", "running"))
+    kv_logs = [s for s in kv_logs if len(s) and not np.isnan(s.v.astype(float)).all()]
     kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
     pressure_messages = ctx.scalar("SELECT count(*) FROM serving_events WHERE kind IN ('preemption', 'retraction')")
     if not kv_logs and not kv_metrics and not pressure_messages:

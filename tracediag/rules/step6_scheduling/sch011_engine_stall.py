@@ -47,6 +47,7 @@ FLOOR_TOK_S = 0.5
 FLOOR_SHARE = 0.01
 SILENT_INTERVALS = 6
 MIN_INTERVAL_S = 10.0
+STALL_COLUMNS = ("waiting", "gen_tput_tok_s", "prompt_tput_tok_s", "tput_tok_s")  # what a stuck sample is judged on
 LONG_S = 300.0
 DEATH = ("engine_dead", "worker_died", "nccl_watchdog", "watchdog_timeout", "scheduler_exception")
 FORMULA = (
@@ -175,7 +176,7 @@ class StallMeasure:
 
 def measure(ctx: Context) -> StallMeasure | str:
     """Every number SCH011 judges by, or the reason (a string) it does not apply."""
-    series = [s for s in log_series(ctx, "running") if len(s)]
+    series = [s for s in log_series(ctx, "running", STALL_COLUMNS) if len(s)]
     metric_running = [s for s in metric_series(ctx, "requests_running") if len(s)]
     events = ctx.rows(
         "SELECT input_id, run, line, ts_text, t_s, kind, text, own_time FROM serving_events "

@@ -87,11 +87,11 @@ def _from_logs(ctx: Context) -> dict[tuple, dict[Any, dict]]:
         )
         if not re.search(r"(?<![A-Z_])DP\d+", r["process"] or "")
     }
-    for s in log_series(ctx, "gen_tput_tok_s"):
+    for s in log_series(ctx, "gen_tput_tok_s", ("running", "waiting", "kv_usage_pct")):
         if s.engine is None or len(s) == 0 or (s.input_id, s.engine) in tp_only:
             continue
         key = (s.input_id, s.run, s.path)
-        sglang = str(s.cols["log_format"][0]).startswith("sglang")  # SGLang's engine here is its DP rank
+        sglang = str(s.point(0)["log_format"]).startswith("sglang")  # SGLang's engine here is its DP rank
         eng = int(s.engine) if isinstance(s.engine, (int, np.integer)) else s.engine  # a numpy scalar is not JSON
         e = groups[key].setdefault(f"dp{eng}" if sglang else eng, {"series": [], "samples": 0})
         e["series"].append(s)
