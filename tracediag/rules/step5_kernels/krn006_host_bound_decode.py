@@ -135,7 +135,13 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, s
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
             f"no graph launches in {_steps(t, _phase_words(ctx))}: launch-bound"
         )
-        nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
+        if ctx.layout is not None and ctx.layout.workload == "training":  # no sequences to batch: a larger batch
+            nxt = (
+                "Capture the training step in CUDA/HIP graphs (torch.compile mode='reduce-overhead', or "
+                "torch.cuda.graphs) or fuse its small ops, and raise the per-GPU batch size."
+            )
+        else:
+            nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
     else:
         cause = f"host work in the longest gap ({ms(gap)}): " + (host.words() if host else "no host event in the gap")
         if no_graphs and t["phase"] == "decode":
