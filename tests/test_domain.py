@@ -44,6 +44,10 @@ def test_engine_advice_only_for_llm_inference(reports):
     assert k["status"] == "finding"
     assert "vLLM" not in k["next_check"] and "FlashInfer" not in k["next_check"]
     assert "training" in k["next_check"] and "torch.compile" in k["next_check"]
+    # KRN006 on the same launch-bound training step: a larger batch, not more sequences per engine step
+    h = _check(reports["gp100"], "KRN006")
+    assert h["status"] == "finding" and "launch-bound" in h["title"]
+    assert "sequences" not in h["next_check"] and "per-GPU batch size" in h["next_check"]
 
 
 def test_concatenation_is_not_rope(reports):

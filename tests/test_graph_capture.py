@@ -18,6 +18,7 @@ from tracediag.errors import InputError
 
 REPLAY = "tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz"
 CAPTURE = kineto_file("capture/tracelens_mi300x_vllm_gptoss_piecewise_graph_capture_rank0.pt.trace.json.gz")
+CONFIG = REPO / "tests" / "data" / "configs" / "openai__gpt-oss-20b.config.json"  # H 2880, 24 layers, 32 experts
 
 
 def _events(path):
@@ -41,6 +42,12 @@ def counted():
     return [len(ks) for ks in per_launch], per_capture, replayed
 
 
+@pytest.fixture(scope="module")
+def with_capture():
+    """The pair analysed with the capture and the served model's config."""
+    return analyze([kineto_file(REPLAY)], model=CONFIG, settings=Settings(graph_capture=str(CAPTURE)))
+
+
 def test_unattributed_share_without_the_capture(counted):
     per_launch, _, replayed = counted
     path = {p.name: str(p) for p in real_traces.TRACES}[REPLAY]
@@ -50,15 +57,32 @@ def test_unattributed_share_without_the_capture(counted):
     assert "96.1% of GPU kernel time" in g["why"]
 
 
-def test_capture_attributes_every_replayed_kernel(counted):
+def test_capture_attributes_every_replayed_kernel(counted, with_capture):
     per_launch, per_capture, _ = counted
     assert per_capture == per_launch == [4] + [15] * 23 + [12]  # the same graphs, in the same order
-    g = analyze([kineto_file(REPLAY)], settings=Settings(graph_capture=str(CAPTURE))).fitness["graph_replay"]
+    g = with_capture.fitness["graph_replay"]
     assert (g["graphs_matched"], g["graphs_unmatched"], g["kernels_attributed"]) == (25, 0, 361)
     assert g["unattributed_share"] == 0
     ops = {o["op"]: o for o in g["by_op"]}
     assert g["by_op"][0]["op"] == "vllm::moe_forward" and ops["vllm::moe_forward"]["kernels"] == 72  # 3 per layer
     assert ops["aten::addmm"]["kernels"] == 72 and ops["_C::rotary_embedding"]["kernels"] == 24
+
+
+def test_shp002_sees_the_captured_gemm_shapes(with_capture):
+    """The replay's only GEMM op with shapes is lm_head (outside the graphs); the 72 `aten::addmm` the capture
+    recorded with Input Dims (qkv, o_proj and router of 24 layers, under `aten::linear`) reach SHP002 through the
+    graph launches that replayed them."""
+    captured = [e for e in _events(CAPTURE) if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"]
+    assert len(captured) == 72 and all(e["args"].get("Input Dims") for e in captured)
+    without = analyze([kineto_file(REPLAY)], model=CONFIG)
+    shp = {c.rule: c for c in without.checks}["SHP002"]
+    assert (shp.values["hidden_size_gemm_calls"], shp.values["gemm_shapes_distinct"]) == (1, 1)
+    shp = {c.rule: c for c in with_capture.checks}["SHP002"]
+    assert shp.status == "pass" and (shp.values["hidden_size_gemm_calls"], shp.values["matched_calls"]) == (73, 73)
+    roles = {(r["K"], r["N"]): (r["role"], r["calls"], r["example_op"]) for r in shp.table}
+    assert roles[(2880, 5120)] == ("qkv_proj (fused)", 24, "aten::addmm")  # (64 + 2·8)·64 at p = 1
+    assert roles[(4096, 2880)] == ("o_proj", 24, "aten::addmm")
+    assert roles[(2880, 32)] == ("router (replicated)", 24, "aten::addmm")
 
 
 def test_a_capture_of_other_graphs_attributes_nothing():

@@ -4,15 +4,70 @@ must give exactly the tables and meta of reading each logical line on its own.""
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from conftest import EXTERNAL
 
+from tracediag.errors import InputError
 from tracediag.ingest import sglang_log, vllm_log
 from tracediag.ingest.base import IngestOptions
-from tracediag.ingest.vllm_log import physical_lines
+from tracediag.ingest.log_blocks import ANSI
+from tracediag.ingest.vllm_log import LogState
+from tracediag.inputfile import open_stream, skip_nul_run
+from tracediag.memory import read_bytes_budget
 
 VLLM = sorted((EXTERNAL / "vllm" / "log_excerpts").glob("*.log"))
 SGLANG = sorted((EXTERNAL / "sglang" / "log_excerpts").glob("*.log"))
+
+
+def physical_lines(path: Path, st: LogState | None = None, memory_limit: int | None = None) -> Iterator[str]:
+    """The readline-based reader the block reader replaced, kept here as the reference: decoded lines without
+    ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break.
+
+    A run of NUL bytes where a line starts (at the head of a log logrotate's copytruncate emptied in place, a hole
+    further on: `skip_nul_run`) is skipped, and a line longer than the read budget (memory.read_bytes_budget) is
+    cut there, the rest of it skipped; all are counted in `st` (its meta: nul_head_bytes, nul_run_bytes,
+    lines_cut)."""
+    f, gz = open_stream(path, "log")
+    longest = read_bytes_budget(memory_limit)
+    try:
+        nul_head = skip_nul_run(f, gz)
+        if st is not None:
+            st.nul_head_bytes = nul_head
+        first = True
+        while True:
+            if f.peek(1)[:1] == b"\x00":
+                skipped = skip_nul_run(f, gz)
+                if st is not None:
+                    st.nul_run_bytes += skipped
+            raw = f.readline(longest)
+            if not raw:
+                break
+            if len(raw) == longest and not raw.endswith(b"\n"):  # the rest of a line beyond the budget
+                while True:
+                    skip_nul_run(f, gz)  # a hole after the line's text: stepped over, not read
+                    rest = f.readline(longest)
+                    if not rest or rest.endswith(b"\n"):
+                        break
+                raw = raw.rstrip(b"\x00")
+                if st is not None:
+                    st.lines_cut += 1
+            if first and b"\x00" in raw[:4096]:
+                raise InputError(path, "not a log: binary content")
+            first = False
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if line.endswith("\r"):
+                line = line[:-1]
+            if "\x1b" in line or "[0m" in line:
+                line = ANSI.sub("", line)
+            yield line
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"corrupt or truncated log ({exc})") from None
+    finally:
+        f.close()
 
 
 def _repeated(src, tmp_path, marker: bytes, times: int = 40):

@@ -49,7 +49,7 @@ def test_sampled_window_verdict_is_inconclusive_with_what_to_recapture():
     assert v["status"] == "inconclusive" and v["window"] == "sampled"
     assert "neither a problem nor its absence" in v["headline"] and "median of 37" in v["headline"]
     assert "schedule(wait=" in v["next_check"] and "--profiler-config" in v["next_check"]
-    assert "VLLM_TORCH_PROFILER_DIR" in v["next_check"] and "without sampling" in v["next_check"]
+    assert "VLLM_TORCH_PROFILER_DIR" in v["next_check"] and v["next_check"].startswith("Without sampling")
     assert "rule" not in v  # no cause is named: the window cannot show one
     assert d["fitness"]["class"] == "sampled"  # findings.json carries the class, its numbers and the advice
     assert d["fitness"]["recapture"] == v["next_check"]

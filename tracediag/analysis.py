@@ -13,6 +13,7 @@ import duckdb
 
 from tracediag.analyses.stragglers import rank_groups
 from tracediag.context import Baseline, Context, Settings
+from tracediag.derive.graph_capture import drop_gemm_overlay, overlay_gemm_shapes
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
 from tracediag.engine import load_rules, run_rules
 from tracediag.errors import UsageError
@@ -246,12 +247,15 @@ def evaluate(
     # a store's small tables read from memory while one group runs on the whole store (dropped before groups)
     copies = LocalCopies.of_store(con, store) if store is not None else LocalCopies(con)
     baseline = Baseline(settings.tp1_baseline, memory_limit) if settings.tp1_baseline else None
+    overlaid = False  # the capture's GEMM shapes over gemm_shapes (derive/graph_capture.py): one group, no --store
     try:
         layout = detect_layout(con, tp)
         tpd = layout.tp
         plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
         ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout, baseline=baseline)
         if len(plan.groups) <= 1 and plan.all_deep:
+            if settings.graph_capture and store is None:
+                overlaid = overlay_gemm_shapes(con, settings.graph_capture) is not None
             mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
                 say(f"running {len(mods)} rules")
@@ -281,6 +285,8 @@ def evaluate(
         inputs = _input_rows(con)
         fitness = ctx.fitness()
     finally:
+        if overlaid:
+            drop_gemm_overlay(con)
         copies.drop()
         if baseline is not None:
             baseline.close()

@@ -56,6 +56,39 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     return None
 
 
+# The input options that each stand for files of some formats: a rule that could not run, declares such an
+# option, and sits in a run with no file of those formats at all lacked that input, whatever its reason says.
+INPUT_FORMATS = {
+    "--log": ("vllm-log", "sglang-log"),
+    "--metrics": ("prometheus",),
+    "--bench": ("vllm-bench", "sglang-bench"),
+}
+
+
+def _absent_inputs(ctx: Context, meta: RuleMeta) -> tuple[str, ...]:
+    """The rule's declared file inputs (INPUT_FORMATS) of which the run holds no file at all."""
+    formats = ctx.once(
+        ("input_formats",), lambda: {r[0] for r in ctx.con.execute("SELECT format FROM inputs").fetchall()}
+    )
+    return tuple(
+        e
+        for e in meta.enabled_by
+        if e.split(" ", 1)[0] in INPUT_FORMATS and not formats & set(INPUT_FORMATS[e.split(" ", 1)[0]])
+    )
+
+
+def _with_absent_inputs(ctx: Context, meta: RuleMeta, check: Check) -> Check:
+    """A rule that could not run, whose reason names none of its declared inputs (Check.enable), in a run that
+    holds no file of any of its declared file inputs, lacked those inputs: a trace-only run's SCH003 ("no vLLM stats
+    lines and no timed /metrics scrapes") is enabled by --log or --metrics. The coverage groups it there."""
+    if check.status != "not_applicable" or check.enable:
+        return check
+    declared = [e for e in meta.enabled_by if e.split(" ", 1)[0] in INPUT_FORMATS]
+    absent = _absent_inputs(ctx, meta)
+    # only when the run holds none of them: with a log given, SCH013's "no second engine" is not for want of a scrape
+    return replace(check, enable=absent) if absent and len(absent) == len(declared) else check
+
+
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
     """One Check per rule, in walk order. Findings get `downstream_of` (the findings among the rule's declared
     `may_be_downstream_of`), and a finding under the severity floor (tracediag.findings.below_floor: a share below
@@ -69,7 +102,8 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
         for mod in mods:
             meta: RuleMeta = mod.RULE
             reason = _missing_input(ctx, meta)
-            checks.append(not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx)))
+            check = not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx))
+            checks.append(_with_absent_inputs(ctx, meta, check))
     found = {c.rule for c in checks if c.status == "finding"}
     linked = []
     for c, mod in zip(checks, mods):

@@ -109,7 +109,7 @@ class GapAttribution:
         """'MPI_Recv (NVTX range) 18 % of the gap, ...; 69 % untraced host time'."""
         named = ""
         for s in self.spans:
-            one = f"{s['name']}{_dims(s['input_dims'])} ({KIND_LABEL[s['kind']]}) {s['share']:.0%}"
+            one = f"{s['name']}{dims_text(s['input_dims'])} ({KIND_LABEL[s['kind']]}) {s['share']:.0%}"
             named += (" in " if s["role"] == "around it" else ", " if named else "") + one
         text = (named + " of the gap") if named else "no recorded host span covers 1 % of the gap"
         if self.untraced:
@@ -151,7 +151,8 @@ class GapAttribution:
         }
 
 
-def _dims(raw: str | None) -> str:
+def dims_text(raw: str | None) -> str:
+    """' [[4096, 2880], [2880]]': an op's recorded input dims, compact, after its name (empty if none)."""
     if not raw:
         return ""
     try:

@@ -92,6 +92,7 @@ COLUMNS = (
     "why",
 )  # fmt: skip  (the columns of window_fitness.sql, in order)
 
+# What to capture instead, per unfit class: shown after a "Re-capture:" label (report header, verdict, terminal).
 RECAPTURE = {
     "too_short": (
         "Capture a longer window with every event: several whole steps after warm-up (torch.profiler with "
@@ -100,17 +101,17 @@ RECAPTURE = {
         "v0.13, then /start_profile and /stop_profile around a few requests)."
     ),
     "gpu_stripped": (
-        "Re-capture with GPU activity recorded: torch.profiler activities=[ProfilerActivity.CPU, "
+        "Record GPU activity: torch.profiler activities=[ProfilerActivity.CPU, "
         "ProfilerActivity.CUDA] (ROCm uses CUDA too), or nsys profile -t cuda,nvtx; keep the device events when "
         "the trace is filtered or exported."
     ),
     "sampled": (
-        "Re-capture without sampling or filtering: a short window in full beats a long one sampled — "
+        "Without sampling or filtering: a short window in full beats a long one sampled — "
         "torch.profiler schedule(wait=…, warmup=…, active=2–5 steps), every event kept (no trace filter or "
         "sampler on the export); vLLM: --profiler-config (v0.13+) or VLLM_TORCH_PROFILER_DIR, a few requests."
     ),
     "startup_only": (
-        "Re-capture after warm-up: start the profiler after a few steps (torch.profiler "
+        "After warm-up: start the profiler after a few steps (torch.profiler "
         "schedule(skip_first=…, wait=…, warmup=1, active=…)); vLLM and SGLang warm up and capture graphs at start "
         "— start profiling (/start_profile) once the server serves, with --profiler-config or "
         "VLLM_TORCH_PROFILER_DIR; CUDA_MODULE_LOADING=EAGER for the measurement."

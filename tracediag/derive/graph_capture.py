@@ -13,6 +13,9 @@ one graph launch per graph and, under its correlation id, the graph's kernels. G
 they were captured here (vLLM's piecewise pieces run in model order); graph i of the replay is matched to capture i
 only when both hold the same number of kernels and every kernel name agrees position by position (kernels of one
 graph sorted by start). A graph that does not match is left unattributed and counted; nothing is guessed.
+
+The capturing GEMM ops' input shapes then reach the rules that read `gemm_shapes` (`overlay_gemm_shapes`,
+docs/method.md): they are not a derivation of the store, since only the analysis given the capture has them.
 """
 
 from __future__ import annotations
@@ -114,22 +117,28 @@ def _read_capture(p: Path) -> list[list[dict[str, Any]]]:
             if b <= e["ts"] <= end:
                 a = e.get("args") or {}
                 op = ops.get(a.get("External id")) or {}
+                oa = op.get("args") or {}
                 rows.append(
                     {
                         "kernel": a.get("kernel"),
                         "op": op.get("name"),
-                        "op_input_dims": orjson.dumps((op.get("args") or {}).get("Input Dims")).decode()
-                        if (op.get("args") or {}).get("Input Dims") is not None
-                        else None,
+                        "op_id": oa.get("External id"),
+                        "op_input_dims": _json(oa.get("Input Dims")),
+                        "op_input_types": _json(oa.get("Input type")),
                     }
                 )
         captures.append(rows)
     return captures
 
 
+def _json(v: Any) -> str | None:
+    return orjson.dumps(v).decode() if v is not None else None
+
+
 def attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, Any]:
     """Match the replayed graphs to the captures (module docstring), write the temporary table `graph_kernel_ops` (rank,
-    correlation, kernel ts_ns, kernel, capture index, position, op, op_input_dims) and return the summary."""
+    correlation, kernel ts_ns, kernel, capture index, position, op, op_id (its External id in the capture),
+    op_input_dims, op_input_types) and return the summary."""
     captures = read_capture(path)
     rows = query_dicts(con, _REPLAY_SQL)
     graphs: dict[tuple[int, int], list[dict[str, Any]]] = {}
@@ -148,13 +157,16 @@ def attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, Any
             matched += 1
             for pos, (c, k) in enumerate(zip(cap, ks)):
                 ns += k["dur_ns"]
-                out.append((rank, k["correlation"], k["ts_ns"], k["name"], i, pos, c["op"], c["op_input_dims"]))
+                op_id = None if c["op_id"] is None else str(c["op_id"])
+                dims = (c["op_input_dims"], c["op_input_types"])
+                out.append((rank, k["correlation"], k["ts_ns"], k["name"], i, pos, c["op"], op_id, *dims))
     con.execute(
         "CREATE OR REPLACE TEMP TABLE graph_kernel_ops (rank INTEGER, correlation BIGINT, ts_ns BIGINT, "
-        "kernel VARCHAR, capture INTEGER, position INTEGER, op VARCHAR, op_input_dims VARCHAR)"
+        "kernel VARCHAR, capture INTEGER, position INTEGER, op VARCHAR, op_id VARCHAR, op_input_dims VARCHAR, "
+        "op_input_types VARCHAR)"
     )
     if out:
-        con.executemany("INSERT INTO graph_kernel_ops VALUES (?, ?, ?, ?, ?, ?, ?, ?)", out)
+        con.executemany("INSERT INTO graph_kernel_ops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", out)
     by_op = query_dicts(
         con,
         "SELECT g.op, count(*) AS kernels, sum(k.dur_ns) AS time_ns FROM graph_kernel_ops g JOIN kernels k "
@@ -196,3 +208,23 @@ def statement(con: duckdb.DuckDBPyConnection, capture: str | None = None) -> dic
             "trace with --graph-capture)"
         )
     return s
+
+
+def overlay_gemm_shapes(con: duckdb.DuckDBPyConnection, path: str | Path) -> int:
+    """Let the gemm_shapes readers (SHP001/SHP002, KRN007, the quantization check...) see the GEMMs a graph
+    replayed: a temporary `gemm_shapes` over the stored one, with a `source` column ('cpu op' or 'graph capture';
+    gemm_shapes_graph.sql), for the analysis that was given the capture. The capturing op's input dims are those
+    the graph was captured with: its weight dims (K, N) hold for every replay, its activation rows are the capture's
+    batch size. Returns the rows added; drop_gemm_overlay removes the table."""
+    from importlib import resources
+
+    attribute(con, path)
+    base = f'"{con.execute("SELECT current_database()").fetchone()[0]}".main.gemm_shapes'
+    sql = resources.files("tracediag.derive").joinpath("gemm_shapes_graph.sql").read_text(encoding="utf-8")
+    con.execute(sql.replace("{base}", base))
+    return con.execute("SELECT count(*) FROM temp.gemm_shapes WHERE source = 'graph capture'").fetchone()[0]
+
+
+def drop_gemm_overlay(con: duckdb.DuckDBPyConnection) -> None:
+    """Remove overlay_gemm_shapes' temporary table (the stored gemm_shapes is visible again)."""
+    con.execute("DROP TABLE IF EXISTS temp.main.gemm_shapes")

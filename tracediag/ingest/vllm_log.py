@@ -49,8 +49,6 @@ import ast
 import json
 import math
 import re
-import zlib
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -61,11 +59,10 @@ import pyarrow.compute as pc
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
-from tracediag.ingest.log_blocks import ANSI, RUN_BACKWARDS_S, clocked_segments, read_blocks
-from tracediag.inputfile import open_stream, skip_nul_run
+from tracediag.ingest.log_blocks import RUN_BACKWARDS_S, clocked_segments, read_blocks
+from tracediag.inputfile import open_stream
 from tracediag.memory import read_bytes_budget
 
-_ANSI = ANSI
 RECORD = re.compile(
     r"(?:\((?P<proc>[A-Za-z_][\w.\-]*(?: [A-Za-z_][\w.\-]*)*?)(?:\s+rank=\d+)?\s+pid=(?P<pid>\d+)\)\s*)?"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+)?(?P<date>\d{2}-\d{2})\s+(?P<time>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?\s+"
@@ -432,65 +429,6 @@ def open_log(path: Path) -> BinaryIO:
     return open_stream(path, "log")[0]
 
 
-def physical_lines(path: Path, st: LogState | None = None, memory_limit: int | None = None) -> Iterator[str]:
-    """Decoded lines without ANSI codes; '\\r' inside a line is a tqdm redraw, not a line break.
-
-    A run of NUL bytes where a line starts (at the head of a log logrotate's copytruncate emptied in place, a hole
-    further on: `skip_nul_run`) is skipped, and a line longer than the read budget (memory.read_bytes_budget) is
-    cut there, the rest of it skipped; all are counted in `st` (its meta: nul_head_bytes, nul_run_bytes,
-    lines_cut)."""
-    f, gz = open_stream(path, "log")
-    longest = read_bytes_budget(memory_limit)
-    try:
-        nul_head = skip_nul_run(f, gz)
-        if st is not None:
-            st.nul_head_bytes = nul_head
-        first = True
-        while True:
-            if f.peek(1)[:1] == b"\x00":
-                skipped = skip_nul_run(f, gz)
-                if st is not None:
-                    st.nul_run_bytes += skipped
-            raw = f.readline(longest)
-            if not raw:
-                break
-            if len(raw) == longest and not raw.endswith(b"\n"):  # the rest of a line beyond the budget
-                while True:
-                    skip_nul_run(f, gz)  # a hole after the line's text: stepped over, not read
-                    rest = f.readline(longest)
-                    if not rest or rest.endswith(b"\n"):
-                        break
-                raw = raw.rstrip(b"\x00")
-                if st is not None:
-                    st.lines_cut += 1
-            if first and b"\x00" in raw[:4096]:
-                raise InputError(path, "not a log: binary content")
-            first = False
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            if line.endswith("\r"):
-                line = line[:-1]
-            if "\x1b" in line or "[0m" in line:
-                line = _ANSI.sub("", line)
-            yield line
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(path, f"corrupt or truncated log ({exc})") from None
-    finally:
-        f.close()
-
-
-def logical_lines(lines: Iterator[str], starts_record: re.Pattern[str] = _STARTS_RECORD) -> Iterator[tuple[int, str]]:
-    """(first physical line number, text) with terminal hard-wraps joined (Joiner)."""
-    out: list[tuple[int, str]] = []
-    joiner = Joiner(lambda n, text: out.append((n, text)), starts_record)
-    for i, line in enumerate(lines, start=1):
-        joiner.feed(i, line)
-        if out:
-            yield from out
-            out.clear()
-    joiner.flush()
-    yield from out
-
-
 class Joiner:
     """Physical lines in, logical lines out (to `emit(first physical line number, text)`), hard-wraps joined.
 
@@ -754,9 +692,9 @@ class LogState:
         self.seen_facts: set[tuple] = set()
         self.last_engine: dict[Any, int | None] = {}
         self.clock = Clock()
-        self.nul_head_bytes = 0  # NUL bytes skipped at the head of the file (physical_lines)
-        self.nul_run_bytes = 0  # NUL bytes skipped where other lines start (physical_lines)
-        self.lines_cut = 0  # lines longer than the read budget, cut (physical_lines)
+        self.nul_head_bytes = 0  # NUL bytes skipped at the head of the file (log_blocks)
+        self.nul_run_bytes = 0  # NUL bytes skipped where other lines start (log_blocks)
+        self.lines_cut = 0  # lines longer than the read budget, cut (log_blocks)
 
     def new_run(self, line: int, why: str) -> None:
         self.run += 1

@@ -36,9 +36,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import orjson
-
-from tracediag.analyses.host_gaps import GapAttribution, attribute_gap
+from tracediag.analyses.host_gaps import GapAttribution, attribute_gap, dims_text
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
 from tracediag.context import Context
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
@@ -55,15 +53,6 @@ IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between st
 STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
 STALL_WARNING = 0.10  # ... a warning from this share
 JUDGE_FIRST = ("decode", "mixed")
-
-
-def _dims(raw: str | None) -> str:
-    if not raw:
-        return ""
-    try:
-        return " " + orjson.dumps(orjson.loads(raw)).decode()
-    except orjson.JSONDecodeError:
-        return ""
 
 
 def _phase_table(steps: list[dict]) -> list[dict]:
@@ -135,7 +124,13 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, s
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
             f"no graph launches in {_steps(t, _phase_words(ctx))}: launch-bound"
         )
-        nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
+        if ctx.layout is not None and ctx.layout.workload == "training":  # no sequences to batch: a larger batch
+            nxt = (
+                "Capture the training step in CUDA/HIP graphs (torch.compile mode='reduce-overhead', or "
+                "torch.cuda.graphs) or fuse its small ops, and raise the per-GPU batch size."
+            )
+        else:
+            nxt = "Capture the step in CUDA/HIP graphs (or torch.compile cudagraphs) and batch more sequences per step."
     else:
         cause = f"host work in the longest gap ({ms(gap)}): " + (host.words() if host else "no host event in the gap")
         if no_graphs and t["phase"] == "decode":
@@ -266,7 +261,7 @@ def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
             "ts_ns": s["ts_ns"],
             "name": s["name"],
             "kind": f"host-blocking stall: {s['kind']}",
-            "op": f"{s['op_name'] or '?'}{_dims(s['op_dims'])}",
+            "op": f"{s['op_name'] or '?'}{dims_text(s['op_dims'])}",
             "dur_ns": s["dur_ns"],
             "gpu_idle_ns": s["gpu_idle_ns"],
         }
@@ -327,7 +322,7 @@ def _stall_part(m: HostBoundMeasure) -> tuple:
         m.stall_ns,
         "warning" if m.stall_share >= STALL_WARNING else "info",
         f"host-blocking stall: {s0['name']} ({s0['kind']}) {ms(s0['dur_ns'])} in "
-        f"{s0['op_name'] or 'no CPU op'}{_dims(s0['op_dims'])}"
+        f"{s0['op_name'] or 'no CPU op'}{dims_text(s0['op_dims'])}"
         + (f" and {len(stalls) - 1} more" if len(stalls) > 1 else "")
         + (" idle" if len(stalls) > 1 else " idles")
         + f" the GPU {ms(m.stall_ns)} = {m.stall_share:.0%} of the steady GPU time; kept out of step "
