@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from tracediag.derive import build_all
 from tracediag.errors import InputError, UsageError
@@ -119,5 +118,7 @@ def build_store(
 
 
 def _release() -> None:
+    import pyarrow as pa  # here, not at the top: `analyze --store` imports this module and no Arrow
+
     gc.collect()  # a parsed input's tables can sit in a reference cycle
     pa.default_memory_pool().release_unused()
