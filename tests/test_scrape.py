@@ -176,13 +176,19 @@ def test_scraped_growing_queue_is_an_sch003_finding(server, tmp_path):
 def test_one_stuck_request_is_not_queue_growth(tmp_path):
     """Waiting 0 → 1 beside a running batch of 8-10 is significant for a trend test (Mann-Kendall p < 0.05) but
     not arrivals outpacing completions: growth must also exceed max(2, 10 % of the running batch)."""
-    stuck = Server(waiting=lambda n: 0 if n < 3 else 1, queue_time=lambda n: 0.05)
-    try:
-        out = tmp_path / "metrics.prom"
-        res = scrape_to_file(stuck.url, out, interval_s=0.05, duration_s=0.4)
-        assert res.scrapes == 8
-    finally:
-        stuck.stop()
+    out = tmp_path / "metrics.prom"
+    # eight polls 50 ms apart; a run in which the machine stalled one poll past the 5 s timeout (a busy test
+    # worker beside it) is taken again with a fresh server: the series, not the scheduler, is under test
+    for _ in range(3):
+        stuck = Server(waiting=lambda n: 0 if n < 3 else 1, queue_time=lambda n: 0.05)
+        try:
+            res = scrape_to_file(stuck.url, out, interval_s=0.05, duration_s=0.4)
+        finally:
+            stuck.stop()
+        if res.scrapes == 8 and not res.failures:
+            break
+        out.unlink()
+    assert res.scrapes == 8 and not res.failures, res
     report = analyze(
         [], extra_inputs=[(out, "prometheus")], extra_rules=["tracediag.rules.step6_scheduling.sch003_queue_growth"]
     )
