@@ -24,6 +24,7 @@ from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.store import open_store
 
 Files = list[tuple[Path, str | None]]
+RELEASE_FROM_BYTES = 64 << 20  # inputs of this size or more hand the parse's freed memory back (build_store)
 
 
 def input_files(paths: Sequence[str | Path] = (), extra_inputs: Sequence[tuple[str | Path, str]] = ()) -> Files:
@@ -109,11 +110,16 @@ def build_store(
     with parts_folder(db_path) as parts_dir:
         parsed = parse(files, options, jobs, parts_dir)
         # Arrow's allocator keeps the buffers a parse freed for reuse (~190 MiB after a 10^6-line log): hand them
-        # back before the store takes its copy, and again once the parsed tables are gone
-        _release()
+        # back before the store takes its copy, and again once the parsed tables are gone. Only for large inputs:
+        # the full collection it starts with costs more than it gives back on small ones (and in a long-lived
+        # process with a large heap, such as a notebook or the test suite, far more).
+        large = size >= RELEASE_FROM_BYTES
+        if large:
+            _release()
         con = _loaded(parsed, db_path, options.memory_limit, say)
         del parsed  # the parsed tables are in the store now: not held while deriving
-    _release()
+    if large:
+        _release()
     return _derived(con, say)
 
 
