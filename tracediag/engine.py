@@ -11,7 +11,7 @@ from types import ModuleType
 
 from tracediag.context import Context
 from tracediag.derive.fitness import unfit_reason
-from tracediag.findings import Check, RuleMeta, not_applicable, severity_follows_impact, walk_key
+from tracediag.findings import Check, RuleMeta, not_applicable, option_name, severity_follows_impact, walk_key
 from tracediag.rules import RULE_MODULES
 from tracediag.store import table_count
 
@@ -24,7 +24,10 @@ def load_rules(only: Collection[str] | None = None) -> list[ModuleType]:
     mods = [importlib.import_module(name) for name in BUILTIN_RULES]
     for ep in entry_points(group="tracediag.rules"):
         mods.append(ep.load())
-    return mods if only is None else [m for m in mods if m.RULE.id in set(only)]
+    if only is None:
+        return mods
+    wanted = set(only)
+    return [m for m in mods if m.RULE.id in wanted]
 
 
 # What each table holds, in words, for "not applicable: missing ..." reasons.
@@ -65,28 +68,19 @@ INPUT_FORMATS = {
 }
 
 
-def _absent_inputs(ctx: Context, meta: RuleMeta) -> tuple[str, ...]:
-    """The rule's declared file inputs (INPUT_FORMATS) of which the run holds no file at all."""
-    formats = ctx.once(
-        ("input_formats",), lambda: {r[0] for r in ctx.con.execute("SELECT format FROM inputs").fetchall()}
-    )
-    return tuple(
-        e
-        for e in meta.enabled_by
-        if e.split(" ", 1)[0] in INPUT_FORMATS and not formats & set(INPUT_FORMATS[e.split(" ", 1)[0]])
-    )
-
-
 def _with_absent_inputs(ctx: Context, meta: RuleMeta, check: Check) -> Check:
     """A rule that could not run, whose reason names none of its declared inputs (Check.enable), in a run that
     holds no file of any of its declared file inputs, lacked those inputs: a trace-only run's SCH003 ("no vLLM stats
     lines and no timed /metrics scrapes") is enabled by --log or --metrics. The coverage groups it there."""
     if check.status != "not_applicable" or check.enable:
         return check
-    declared = [e for e in meta.enabled_by if e.split(" ", 1)[0] in INPUT_FORMATS]
-    absent = _absent_inputs(ctx, meta)
+    declared = tuple(e for e in meta.enabled_by if option_name(e) in INPUT_FORMATS)
+    formats = ctx.once(
+        ("input_formats",), lambda: {r[0] for r in ctx.con.execute("SELECT format FROM inputs").fetchall()}
+    )
     # only when the run holds none of them: with a log given, SCH013's "no second engine" is not for want of a scrape
-    return replace(check, enable=absent) if absent and len(absent) == len(declared) else check
+    held = any(formats.intersection(INPUT_FORMATS[option_name(e)]) for e in declared)
+    return replace(check, enable=declared) if declared and not held else check
 
 
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
