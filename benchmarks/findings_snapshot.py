@@ -4,8 +4,9 @@ meant to change no finding.
     python benchmarks/findings_snapshot.py OUTDIR          # one JSON file per input
     diff -r BEFORE AFTER                                   # empty when nothing changed
 
-Each file holds the analysis's checks (rule, status, severity, title, reason, values, evidence) with floats to
-9 significant digits and the checkout's path removed, so two checkouts can be compared.
+Each file holds the whole findings.json document (inputs, layout, fitness, verdict, checks with their values and
+evidence, report sections) but the tool's version, with floats to 9 significant digits and the checkout's path
+removed, so two checkouts can be compared.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def snapshot(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, (paths, model, extra) in inputs().items():
         try:
-            d = analyze(paths, model=model, extra_inputs=extra).to_dict()
-            doc = {"tp": d.get("tp"), "checks": d["checks"], "verdict": d.get("verdict")}
+            doc = analyze(paths, model=model, extra_inputs=extra).to_dict()
+            doc.pop("tool")  # the version: the one field two checkouts may differ in by design
         except TracediagError as exc:
             doc = {"error": str(exc)}
         (out / f"{name}.json").write_text(json.dumps(_normal(doc), indent=1, sort_keys=True, ensure_ascii=False))
