@@ -42,20 +42,26 @@ COLUMNS = (
     "moe_kernels",
 )  # fmt: skip  (the columns of workload_domain.sql, in order)
 
+# CPU ops and kernels are counted per distinct name (and class, family) first: a trace repeats a few thousand names
+# hundreds of thousands of times, and each pattern is then matched once per name, not once per event
 _COUNTS_SQL = r"""
+WITH ops AS MATERIALIZED (SELECT name, count(*) AS n FROM cpu_ops GROUP BY name),
+kn AS MATERIALIZED (SELECT name, klass, family, count(*) AS n FROM kernels GROUP BY name, klass, family)
 SELECT
-  (SELECT count(*) FROM cpu_ops WHERE name LIKE 'aten::\_foreach\_%' ESCAPE '\') AS foreach_ops,
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM ops WHERE name LIKE 'aten::\_foreach\_%' ESCAPE '\') AS foreach_ops,
   (SELECT count(*) FROM annotations
      WHERE name LIKE 'execute\_%' ESCAPE '\' OR name LIKE '%step[%') AS engine_steps,
-  (SELECT count(*) FROM kernels WHERE klass IN ('attention', 'attention_fallback')) AS attention_kernels,
-  (SELECT count(*) FROM cpu_ops WHERE regexp_matches(name,
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM kn WHERE klass IN ('attention', 'attention_fallback')) AS attention_kernels,
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM ops WHERE regexp_matches(name,
      '(?i)scaled_dot_product_attention|flash_attn|unified_attention|::attention|_attention_forward|paged_attention'))
      AS attention_ops,
-  (SELECT count(*) FROM cpu_ops WHERE regexp_matches(name, '(?i)embedding_bag|torchrec|split_embedding|fbgemm::'))
-   + (SELECT count(*) FROM kernels WHERE regexp_matches(name, '(?i)embedding_bag|split_embedding|batched_embedding'))
-     AS embedding_bag_ops,
-  (SELECT count(*) FROM cpu_ops WHERE regexp_matches(name, '(?i)^aten::(?:cudnn_|miopen_)?conv')) AS conv_ops,
-  (SELECT count(*) FROM kernels WHERE family IN
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM ops
+     WHERE regexp_matches(name, '(?i)embedding_bag|torchrec|split_embedding|fbgemm::'))
+   + (SELECT coalesce(sum(n), 0)::BIGINT FROM kn
+     WHERE regexp_matches(name, '(?i)embedding_bag|split_embedding|batched_embedding')) AS embedding_bag_ops,
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM ops WHERE regexp_matches(name, '(?i)^aten::(?:cudnn_|miopen_)?conv'))
+     AS conv_ops,
+  (SELECT coalesce(sum(n), 0)::BIGINT FROM kn WHERE family IN
      ('ck_moe', 'fused_moe_op', 'moe_routing', 'triton_fused_moe', 'trtllm_gen_moe')) AS moe_kernels
 """
 
