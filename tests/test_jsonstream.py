@@ -11,7 +11,7 @@ import pytest
 from conftest import KINETO_DATA, SAMPLES
 
 from tracediag.ingest import kineto as k
-from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
+from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray, map_file
 
 FILES = [*sorted(KINETO_DATA.glob("*.json.gz")), SAMPLES / "healthy_tp2" / "rank0.pt.trace.json.gz"]
 DECODER = msgspec.json.Decoder(list[k._Event])
@@ -22,13 +22,24 @@ def _stream(raw: bytes, chunk: int) -> tuple[list, bytes | None]:
     return [e for c in ac for e in c], ac.rest
 
 
+def _mapped(raw: bytes, chunk: int, tmp_path, decode=DECODER.decode) -> tuple[list, bytes | None]:
+    """The same through a private map of a plain file (how a plain trace is read)."""
+    f = tmp_path / "doc.json"
+    f.write_bytes(raw)
+    with open(f, "rb") as fh:
+        m = map_file(fh)
+        ac = ArrayChunks(m, decode, msgspec.DecodeError, chunk_bytes=chunk)
+        return [e for c in ac for e in c], ac.rest
+
+
+@pytest.mark.parametrize("source", ["stream", "mapped"])
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_chunks_hold_exactly_the_items_of_the_whole_decode(path):
+def test_chunks_hold_exactly_the_items_of_the_whole_decode(path, source, tmp_path):
     raw = gzip.decompress(path.read_bytes())
     whole = msgspec.json.decode(raw, type=k._TraceOrArray)
     events = whole if isinstance(whole, list) else whole.traceEvents
     for chunk in (4096, 1 << 20):
-        got, rest = _stream(raw, chunk)
+        got, rest = _stream(raw, chunk) if source == "stream" else _mapped(raw, chunk, tmp_path)
         assert got == events, chunk
         if isinstance(whole, list):
             assert rest is None
@@ -56,9 +67,53 @@ def test_one_item_larger_than_the_chunk():
     "raw",
     [b'{"traceEvents": [{"ph": "X"}, {"ph": "X"', b'{"other": 1}', b'"just a string"', b'{"traceEvents": [{"ph": '],
 )
-def test_broken_documents_fail_clearly(raw):
+def test_broken_documents_fail_clearly(raw, tmp_path):
     with pytest.raises(NotAnArray):
         _stream(raw, 8)
+    with pytest.raises(NotAnArray):
+        _mapped(raw, 8, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        gzip.decompress((SAMPLES / "healthy_tp2" / "rank0.pt.trace.json.gz").read_bytes()),
+        msgspec.json.encode([{"ph": "X", "name": "n" * 100_000}, {"ph": "X", "name": "b"}] * 3),
+        b'{"traceEvents": [' + b'{"ph": "X"}, ' * 30_000 + b'{"ph": "X"}], "x": "\x00"}',
+        b" " * 200 + b'{"a": "]", "traceEvents": [{"ph": "X", "name": "]}, {"}, {"ph": "X"}], "b": [1, "]"]}',
+        b'{"traceEvents": [{"ph": "X"}, ' + b"\x00" * 10 + b'{"ph": "X"}]}',
+    ],
+    ids=["trace", "huge-items", "escaped-nul", "brackets", "nul-bytes"],
+)
+@pytest.mark.parametrize("chunk", [64, 4096, 1 << 20])
+def test_the_mapped_file_is_cut_and_decoded_as_the_stream_is(raw, chunk, tmp_path):
+    # the same reads, so the same candidate cuts, decode calls, items, rest and errors
+    def recorder(calls):
+        def decode(b):
+            calls.append(bytes(b))
+            return DECODER.decode(b)
+
+        return decode
+
+    def run(fn):
+        calls = []
+        try:
+            return fn(recorder(calls)), calls
+        except NotAnArray as exc:
+            return ("NotAnArray", str(exc)), calls
+
+    def stream(decode):
+        ac = ArrayChunks(io.BytesIO(raw), decode, msgspec.DecodeError, chunk_bytes=chunk)
+        return [e for c in ac for e in c], ac.rest, ac.prefix, ac.items_bytes, ac.read_bytes
+
+    def mapped(decode):
+        f = tmp_path / "doc.json"
+        f.write_bytes(raw)
+        with open(f, "rb") as fh:
+            ac = ArrayChunks(map_file(fh), decode, msgspec.DecodeError, chunk_bytes=chunk)
+            return [e for c in ac for e in c], ac.rest, ac.prefix, ac.items_bytes, ac.read_bytes
+
+    assert run(mapped) == run(stream)
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

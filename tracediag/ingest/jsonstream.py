@@ -18,6 +18,9 @@ with the file.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import IO, Generic, TypeVar
@@ -36,6 +39,18 @@ MAX_ITEM_CHUNKS = 4
 MIN_MAX_ITEM = 64 << 20  # no trace event is near this (the largest real ones: a few hundred KiB of Input Dims)
 
 
+def map_file(f: IO[bytes]) -> mmap.mmap | None:
+    """A private writable map of a plain file for ArrayChunks (None when the file cannot be mapped: a stream, an
+    empty file): its pages are read from the page cache as they are decoded, and writes (the cut's brackets) stay
+    in this process."""
+    try:
+        if os.fstat(f.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both of the first two
+        return None
+
+
 class NotAnArray(ValueError):
     """The document has no array under the key (or is not a JSON object/array at all)."""
 
@@ -49,17 +64,26 @@ class ArrayChunks(Generic[T]):
     `prefix` is the document before the array's items, set before the first chunk is decoded.
     After iteration, `rest` is the document without the array's items (`{"key": [], ...}`), or None when the
     document was a bare array; `items_bytes` counts the bytes of the array's items.
+
+    `f` is a stream (a gzip stream, a file), read into a buffer of the chunks' size; or a private writable map of a
+    whole plain file (`mmap.ACCESS_COPY`, from `map_file`), decoded where it lies, with no copy into a buffer, and
+    the pages of every consumed chunk dropped from this process (MADV_DONTNEED: a private file map reads them from
+    the file again, should anything still point into them). Both walk the document in the same reads of the same
+    size, so they find the same cuts, chunks and errors.
     """
 
     def __init__(
         self,
-        f: IO[bytes],
+        f: IO[bytes] | mmap.mmap,
         decode: Callable[[bytes], T],
         errors: type[BaseException] | tuple[type[BaseException], ...],
         key: bytes = b"traceEvents",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> None:
-        self._f = f
+        self._map = f if isinstance(f, mmap.mmap) else None
+        self._f = None if self._map is not None else f
+        self._len = 0  # mapped: the bytes of the map read so far (the stream's buffer is map[:_len])
+        self._dropped = 0  # mapped: the pages below this offset are dropped (consumed)
         self._decode = decode
         self._errors = errors
         self._key = re.compile(rb'"' + re.escape(key) + rb'"\s*:\s*\[')
@@ -72,10 +96,21 @@ class ArrayChunks(Generic[T]):
         self.max_item_bytes = max(MIN_MAX_ITEM, MAX_ITEM_CHUNKS * self._chunk)
         self.read_bytes = 0  # of the document so far
 
-    def _read(self, buf: bytearray) -> bool:
+    def _read(self, buf: bytearray | mmap.mmap) -> bool:
         if self._eof:
             return False
         n = max(_MIN_READ, min(_READ, self._chunk // 4))
+        if self._map is not None:  # the next n bytes of the map count as read: no copy
+            lo = self._len
+            got = min(n, len(self._map) - lo)
+            if not got:
+                self._eof = True
+                return False
+            if self._map.find(b"\x00", lo, lo + got) >= 0:
+                raise NotAnArray(f"a NUL byte in the document, within its first {self.read_bytes + got} bytes")
+            self.read_bytes += got
+            self._len += got
+            return True
         if self._scratch is None or len(self._scratch) != n:
             self._scratch = bytearray(n)
         # read into one reused buffer: a fresh 16 MiB bytes object per read costs its page faults every time
@@ -94,24 +129,28 @@ class ArrayChunks(Generic[T]):
             self._buf = buf = self._buf + data
         return True
 
-    def _find_array(self, buf: bytearray) -> tuple[bytes, int]:
+    def _length(self, buf: bytearray | mmap.mmap) -> int:
+        """Bytes of the buffer read so far (mapped: of the map)."""
+        return self._len if self._map is not None else len(buf)
+
+    def _find_array(self, buf: bytearray | mmap.mmap) -> tuple[bytes, int]:
         """(prefix up to and including '[', offset of the first item)."""
         while True:
-            head = bytes(buf[:64]).lstrip(_WS)
+            n = self._length(buf)
+            head = bytes(buf[: min(64, n)]).lstrip(_WS)
             if head.startswith(b"["):
-                start = len(buf) - len(buf.lstrip(_WS)) + 1
-                return b"", start
+                return b"", _NON_WS.search(buf, 0, n).start() + 1
             if head and not head.startswith(b"{"):
                 raise NotAnArray("not a JSON object or array")
-            m = self._key.search(buf)
+            m = self._key.search(buf, 0, n)
             if m:
                 return bytes(buf[: m.end()]), m.end()
-            if len(buf) > self.max_item_bytes:
+            if n > self.max_item_bytes:
                 raise NotAnArray(f"no array under the key in the first {self.max_item_bytes >> 20} MiB")
             if not self._read(buf):
                 raise NotAnArray("no array under the key")
 
-    def _cuts(self, buf: bytearray, lo: int, hi: int) -> Iterator[tuple[int, int]]:
+    def _cuts(self, buf: bytearray | mmap.mmap, lo: int, hi: int) -> Iterator[tuple[int, int]]:
         """Candidate (end of an item, start of the next) pairs in buf[lo:hi], last first."""
         i = hi
         while True:
@@ -130,7 +169,7 @@ class ArrayChunks(Generic[T]):
             if i <= lo:
                 return
 
-    def _try_span(self, buf: bytearray, start: int, end: int) -> tuple[bool, T | None]:
+    def _try_span(self, buf: bytearray | mmap.mmap, start: int, end: int) -> tuple[bool, T | None]:
         """Decode buf[start:end] as an array without copying it: the separator bytes either side of the span
         (buf[start - 1], buf[end]: the array's '[' or whitespace or ',') are set to '[' and ']' for the decode
         and put back after it."""
@@ -144,13 +183,13 @@ class ArrayChunks(Generic[T]):
             buf[start - 1], buf[end] = before, after
 
     def __iter__(self) -> Iterator[T]:
-        self._buf = bytearray()
+        self._buf = self._map if self._map is not None else bytearray()
         self._read(self._buf)
         prefix, pos = self._find_array(self._buf)
         self.prefix = prefix
         start = pos  # buf[start:] is not consumed yet (buf[start - 1] is a separator or the '[')
         while True:
-            while len(self._buf) - start < self._chunk and self._read(self._buf):
+            while self._length(self._buf) - start < self._chunk and self._read(self._buf):
                 pass
             if self._eof:
                 break
@@ -159,23 +198,38 @@ class ArrayChunks(Generic[T]):
                 start = nxt
                 yield value
                 value = None  # the consumer is done with it: it must not pin the buffer
-                if start > len(self._buf) // 2:  # drop what is consumed, keeping the separator before `start`
+                if self._map is not None:
+                    self._drop(start - 1)
+                elif start > len(self._buf) // 2:  # drop what is consumed, keeping the separator before `start`
                     try:
                         del self._buf[: start - 1]
                     except BufferError:
                         self._buf = self._buf[start - 1 :]
                     start = 1
-            elif len(self._buf) - start > self.max_item_bytes:
+            elif self._length(self._buf) - start > self.max_item_bytes:
                 raise NotAnArray(f"no item of the array ends within {self.max_item_bytes >> 20} MiB")
             elif not self._read(self._buf):  # no cut decodes yet: an item runs on; read more and retry
                 break
-        body = bytearray(b"[") + memoryview(self._buf)[start:]  # the one copy of the last items
+        # the one copy of the last items
+        body = bytearray(b"[") + memoryview(self._buf)[start : self._length(self._buf)]
+        if self._map is not None:
+            self._drop(start)
         self._buf = bytearray()
         yield from self._tail(prefix, body)
 
-    def _first_chunk(self, buf: bytearray, start: int) -> tuple[T | None, int | None]:
+    def _drop(self, below: int) -> None:
+        """Hand back the map's pages below `below` (consumed): MADV_DONTNEED where the platform has it."""
+        page = mmap.PAGESIZE
+        hi = below // page * page
+        if hi > self._dropped and hasattr(mmap, "MADV_DONTNEED"):
+            with contextlib.suppress(OSError, ValueError):
+                self._map.madvise(mmap.MADV_DONTNEED, self._dropped, hi - self._dropped)
+            self._dropped = hi
+
+    def _first_chunk(self, buf: bytearray | mmap.mmap, start: int) -> tuple[T | None, int | None]:
         """Decode the longest run of whole items from `start` that ends at a candidate cut (None: none does)."""
-        hi = min(len(buf), start + self._chunk)
+        n = self._length(buf)
+        hi = min(n, start + self._chunk)
         for tries, (end, nxt) in enumerate(self._cuts(buf, start, hi)):
             if tries >= _MAX_TRIES:
                 break
@@ -183,8 +237,8 @@ class ArrayChunks(Generic[T]):
             if ok:
                 self.items_bytes += end - start
                 return value, nxt
-        if hi < len(buf):  # nothing decodes within one chunk: look in the whole buffer (a huge item)
-            for tries, (end, nxt) in enumerate(self._cuts(buf, start, len(buf))):
+        if hi < n:  # nothing decodes within one chunk: look in the whole buffer (a huge item)
+            for tries, (end, nxt) in enumerate(self._cuts(buf, start, n)):
                 if tries >= _MAX_TRIES:
                     break
                 ok, value = self._try_span(buf, start, end)

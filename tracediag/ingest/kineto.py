@@ -40,7 +40,7 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
-from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray
+from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray, map_file
 from tracediag.ingest.validate import BadRecords
 from tracediag.inputfile import open_stream, too_large
 from tracediag.memory import chunk_bytes, read_bytes_budget, spill_bytes
@@ -453,16 +453,17 @@ _EVENTS_TS_TEXT = msgspec.json.Decoder(list[_EventTsText])
 _TOP = msgspec.json.Decoder(_Trace)
 
 
-def _open_stream(p: Path, limit: int | None):
+def _open_stream(p: Path, limit: int | None) -> tuple[Any, mmap.mmap | None]:
+    """(the file's stream, a private map of it when it is plain JSON: ArrayChunks decodes the map where it lies)."""
     stream, gz = open_stream(p, "trace", limit)  # a gzip stream is bounded (a gzip bomb is an InputError)
     if not gz and os.fstat(stream.fileno()).st_size == 0:
         stream.close()
         raise InputError(p, "file is empty")
-    return stream, stream
+    return stream, None if gz else map_file(stream)
 
 
 def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Parsed:
-    stream, raw = _open_stream(p, opts.memory_limit)
+    stream, mapped = _open_stream(p, opts.memory_limit)
     b = _Builder(p, order, opts, exact=exact)
 
     def decode(chunk: memoryview) -> tuple[list[_Event], bool]:
@@ -483,7 +484,8 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
             return events, exact
 
     try:
-        chunks = ArrayChunks(stream, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
+        source = mapped if mapped is not None else stream
+        chunks = ArrayChunks(source, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
         for events, exact in chunks:
             if exact and not b.exact:
                 if b.chunks:
@@ -497,7 +499,9 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
         raise _ChunkFailed(" ".join(str(exc).split())[:200] or type(exc).__name__) from None
     finally:
         stream.close()
-        raw.close()
+        if mapped is not None:
+            with contextlib.suppress(BufferError):  # a value still points into it: closed when that is gone
+                mapped.close()
     if top is None:
         return b.finish({})
     return b.finish({"distributedInfo": top.distributedInfo, "deviceProperties": top.deviceProperties})
