@@ -275,8 +275,28 @@ def _escaped(s: str) -> bool:
 _NUMBER_TYPES = frozenset({float, int})
 
 
-def _floats(values: list[Any]) -> np.ndarray:
-    """Numbers -> float64 (NaN for anything else — text, lists, true — and for integers no float can hold)."""
+def _arrow_numbers(values: list[Any]) -> pa.Array | None:
+    """`values` as one Arrow int64, float64 or all-null array when they are numbers or None, converted in C (Arrow
+    refuses text, bools, structures and integers beyond int64); None when they are not."""
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None
+    return arr if arr.type in (pa.int64(), pa.float64(), pa.null()) else None
+
+
+def _floats(values: list[Any], none: float = math.nan) -> np.ndarray:
+    """Numbers -> float64 (`none` for None; NaN for anything else — text, lists, true — and for integers no float
+    can hold)."""
+    arr = _arrow_numbers(values)
+    if arr is not None and arr.type != pa.null():
+        try:  # an int64 column beyond 2**53 is not exact in float64: the cast refuses it (the path below rounds)
+            arr = arr.cast(pa.float64()) if arr.type == pa.int64() else arr
+            return arr.fill_null(none).to_numpy(zero_copy_only=False, writable=True)
+        except pa.ArrowInvalid:
+            pass
+    if none is not math.nan:
+        values = [none if v is None else v for v in values]
     if set(map(type, values)) <= _NUMBER_TYPES:  # numpy alone would also parse "12" and [1, 2] (and True)
         try:
             return np.array(values, dtype=np.float64)
@@ -310,7 +330,7 @@ def dur_us_to_ns(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Microsecond durations -> (int64 ns ≥ 0, ok mask). A missing duration is 0 (ok); a negative one is clamped to
     0 (`negative_duration` tells the ones that were at least 1 ns below it, a bad record); not a number, not finite
     or beyond DUR_NS_MAX is not ok."""
-    d = _floats([0 if v is None else v for v in values])
+    d = _floats(values, none=0.0)
     ok = np.isfinite(d) & (np.abs(d) <= DUR_NS_MAX / 1000)
     res = np.zeros(len(d), dtype=np.int64)
     res[ok] = np.maximum(np.rint(d[ok] * 1000), 0).astype(np.int64)
@@ -367,6 +387,15 @@ class Checker:
         half = _TYPE_RANGE[typ]
         lo = -half if lo is None else lo
         hi = half - 1 if hi is None else hi
+        arr = _arrow_numbers(values)  # integers (or None) all within [lo, hi]: converted in C, nothing to check
+        if arr is not None and arr.type != pa.float64():
+            if arr.type == pa.null():
+                return pa.nulls(len(values), typ)
+            import pyarrow.compute as pc  # here: a module that imports this one may never need Arrow compute
+
+            bounds = pc.min_max(arr)
+            if bounds["min"].as_py() >= lo and bounds["max"].as_py() <= hi:
+                return arr.cast(typ)
         return pa.array(self.int_values(name, values, lo, hi), typ)
 
     def str_values(self, name: str, values: list[Any]) -> list[str | None]:
