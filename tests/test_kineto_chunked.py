@@ -47,7 +47,7 @@ def _chunked(path, monkeypatch, chunk: int = TINY, fallback: bool = False, **kw)
         sizes.append(ac)
         return ac
 
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: chunk)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: chunk)
     monkeypatch.setattr(kineto, "ArrayChunks", spy)
     return kineto.parse_kineto(path, 0, IngestOptions(**kw)), sizes
 
@@ -112,7 +112,7 @@ def test_python_heap_is_bounded_by_the_chunk_not_the_file(tmp_path, monkeypatch)
     assert size > 10 << 20
     kineto.parse_kineto(SAMPLES / "healthy_tp2" / "rank0.pt.trace.json.gz")  # imports done before measuring
     whole = _python_peak(lambda: kineto._parse_whole(path, 0, IngestOptions()))
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 1 << 20)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: 1 << 20)
     chunked = _python_peak(lambda: kineto.parse_kineto(path, 0, IngestOptions()))
     # decoded events take several times their JSON: the whole file's worth vs one 1 MiB chunk's worth (plus
     # the text columns, which keep their bytes objects: part of the tables)
@@ -122,6 +122,9 @@ def test_python_heap_is_bounded_by_the_chunk_not_the_file(tmp_path, monkeypatch)
 
 def test_budget_sets_the_chunk_and_duckdb_limit():
     assert mem.chunk_bytes(512 << 20) == (512 << 20) // mem.CHUNK_FACTOR
+    # the trace decoder's chunk: the budget's, at most DECODE_CHUNK_MAX (a small chunk reuses warm memory)
+    assert mem.decode_chunk_bytes(512 << 20) == mem.DECODE_CHUNK_MAX == 8 << 20
+    assert mem.decode_chunk_bytes(64 << 20) == (64 << 20) // mem.CHUNK_FACTOR
     assert mem.parse_size("2GiB") == 2 << 30 and mem.parse_size("300m") == 300 << 20
     with pytest.raises(ValueError, match="minimum"):
         mem.parse_size("1k")

@@ -31,7 +31,7 @@ TABLES = ("kernels", "memops", "runtime", "cpu_ops", "annotations", "flows", "in
 @pytest.fixture
 def spill_every_chunk(monkeypatch):
     """Chunks of 256 KiB, and the tables written out after every chunk."""
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 256 << 10)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: 256 << 10)
     monkeypatch.setattr(kineto, "spill_bytes", lambda limit: 1)
 
 
@@ -54,7 +54,7 @@ def _store(files, parts_dir=None, jobs=1) -> tuple[dict, list]:
 def test_spilled_store_equals_held_store(path, tmp_path, monkeypatch):
     held, kinds = _store([path])
     assert set(kinds[0].values()) == {"Table"}
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 256 << 10)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: 256 << 10)
     monkeypatch.setattr(kineto, "spill_bytes", lambda limit: 1)
     with parts_folder() as parts:
         spilled, kinds = _store([path], parts)
@@ -101,7 +101,7 @@ def test_rank_given_after_the_events_relabels_the_parts(spill_every_chunk, tmp_p
 
 def test_spilled_analysis_gives_the_same_findings(tmp_path, monkeypatch):
     held = analyze([V100], db_path=tmp_path / "a.duckdb").to_dict()
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 256 << 10)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: 256 << 10)
     monkeypatch.setattr(kineto, "spill_bytes", lambda limit: 1)
     inserted = []
     real = ingest._insert_parts
@@ -117,7 +117,7 @@ def test_spilled_analysis_gives_the_same_findings(tmp_path, monkeypatch):
 
 def test_spilled_parquet_store_ingest(tmp_path, monkeypatch):
     held = ingest_store(PAIR, tmp_path / "held", jobs=1)
-    monkeypatch.setattr(kineto, "chunk_bytes", lambda limit: 256 << 10)
+    monkeypatch.setattr(kineto, "decode_chunk_bytes", lambda limit: 256 << 10)
     monkeypatch.setattr(kineto, "spill_bytes", lambda limit: 1)
     moved = []
     real = fleet._move_part

@@ -79,6 +79,7 @@ class ArrayChunks(Generic[T]):
         errors: type[BaseException] | tuple[type[BaseException], ...],
         key: bytes = b"traceEvents",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        max_item_bytes: int | None = None,
     ) -> None:
         self._map = f if isinstance(f, mmap.mmap) else None
         self._f = None if self._map is not None else f
@@ -93,7 +94,9 @@ class ArrayChunks(Generic[T]):
         self.items_bytes = 0
         self._eof = False
         self._scratch: bytearray | None = None
-        self.max_item_bytes = max(MIN_MAX_ITEM, MAX_ITEM_CHUNKS * self._chunk)
+        # the largest item (or document head) held whole: `max_item_bytes`, at least MIN_MAX_ITEM (default: at least
+        # MAX_ITEM_CHUNKS chunks)
+        self.max_item_bytes = max(MIN_MAX_ITEM, max_item_bytes or MAX_ITEM_CHUNKS * self._chunk)
         self.read_bytes = 0  # of the document so far
 
     def _read(self, buf: bytearray | mmap.mmap) -> bool:

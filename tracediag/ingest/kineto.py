@@ -40,10 +40,10 @@ from tracediag.catalog import classify_cpu_op, classify_kernel
 from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTable, long_names
-from tracediag.ingest.jsonstream import ArrayChunks, NotAnArray, map_file
+from tracediag.ingest.jsonstream import MAX_ITEM_CHUNKS, ArrayChunks, NotAnArray, map_file
 from tracediag.ingest.validate import BadRecords
 from tracediag.inputfile import open_stream, too_large
-from tracediag.memory import chunk_bytes, read_bytes_budget, spill_bytes
+from tracediag.memory import chunk_bytes, decode_chunk_bytes, read_bytes_budget, spill_bytes
 
 _EMPTY = msgspec.Raw(b"")
 
@@ -413,7 +413,7 @@ def _gc_paused():
 def parse_kineto(path: str | Path, order: int = 0, options: IngestOptions | None = None) -> Parsed:
     """Parse one Kineto trace file. Raises InputError naming the file on any problem.
 
-    The `traceEvents` array is decoded in chunks of `chunk_bytes(options.memory_limit)` bytes
+    The `traceEvents` array is decoded in chunks of `decode_chunk_bytes(options.memory_limit)` bytes
     (`tracediag.ingest.jsonstream`), each chunk turned into columns before the next is decoded, so memory
     stays within the budget plus the columnar tables whatever the file size. A file the chunker cannot
     split (malformed JSON, a value of the wrong type) is decoded whole, which names the problem exactly.
@@ -485,7 +485,14 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
 
     try:
         source = mapped if mapped is not None else stream
-        chunks = ArrayChunks(source, decode, msgspec.DecodeError, chunk_bytes=chunk_bytes(opts.memory_limit))
+        chunks = ArrayChunks(
+            source,
+            decode,
+            msgspec.DecodeError,
+            chunk_bytes=decode_chunk_bytes(opts.memory_limit),
+            # an item or head held whole: up to MAX_ITEM_CHUNKS of the budget's chunks, however small the decode's
+            max_item_bytes=MAX_ITEM_CHUNKS * chunk_bytes(opts.memory_limit),
+        )
         for events, exact in chunks:
             if exact and not b.exact:
                 if b.chunks:
