@@ -21,10 +21,11 @@ import duckdb
 
 from tracediag.derive import build_all
 from tracediag.errors import InputError, UsageError
-from tracediag.ingest import discover_inputs, load, parse_all, parts_folder
+from tracediag.ingest import TRACE_FORMATS, discover_inputs, load, parse_all, parts_folder
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
 from tracediag.memory import memory_limit as budget_bytes
-from tracediag.store import comment_columns, open_store
+from tracediag.memory import spill_bytes
+from tracediag.store import comment_columns, memory_limit_within, open_store
 
 Files = list[tuple[Path, str | None]]
 RELEASE_FROM_BYTES = 64 << 20  # inputs of this size or more hand the parse's freed memory back (build_store)
@@ -68,7 +69,11 @@ def _loaded(
     con = open_store(db_path, memory_limit)
     try:
         say("loading the store")
-        load(con, parsed)
+        if db_path is None:  # in memory: the store is what DuckDB holds, a lower limit would only spill it
+            load(con, parsed)
+        else:  # the parsed tables are held until the load ends (at most half the budget): DuckDB gets the rest
+            with memory_limit_within(con, spill_bytes(memory_limit)):
+                load(con, parsed)
     except BaseException:
         con.close()
         raise
@@ -123,7 +128,7 @@ def analysis_store(
     load, the derivations and the rules took ~40 % longer on the 2 × 222 MB pair) and written to `db_path` in the
     background while the rules run, the columns commented first (StoreFile: the caller waits for it before the
     file is used). Otherwise (a rank that spilled, inputs beyond the budget) it is a file store, as build_store
-    makes, and the StoreFile is None."""
+    makes, and the StoreFile is None (fits_in_memory says which)."""
     return _build(files, db_path, options, jobs, progress, in_memory_if_fits=db_path is not None)
 
 
@@ -165,10 +170,15 @@ def _build(
 
 
 def fits_in_memory(parsed: list[Parsed], limit: int | None) -> bool:
-    """No table was spilled, and the parsed tables together are within the budget (DuckDB's in-memory copy of them
-    is about their size; its memory_limit is a multiple of the budget: tracediag.memory)."""
+    """Every input is a profiler trace, none had a table spilled, and the parsed tables together are within the
+    budget (DuckDB's in-memory copy of them is about their size; its memory_limit is a multiple of the budget:
+    tracediag.memory). Serving telemetry stays in a file store: its rules read each series once, so memory, not
+    query speed, is what a long log costs (a 10^6-line log's stats held uncompressed beside SCH003's trend test:
+    ~700 MiB instead of ~530)."""
     held = 0
     for pt in parsed:
+        if pt.format not in TRACE_FORMATS:
+            return False
         for t in pt.tables.values():
             if isinstance(t, SpilledTable):
                 return False
