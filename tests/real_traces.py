@@ -73,6 +73,9 @@ class Inventory:
     correlation_gap_median: float | None = None  # runtime calls' consecutive correlation ids (>= 20 calls)
     kernels_after_last_slow_call: int | None = None  # kernels after the last >= 1 ms host call (not a sync or copy)
     # that starts before the last kernel
+    # the trace's span before its first kernel, or before the end of the last slow host call (as counted for
+    # kernels_after_last_slow_call) when that is later, as a share of the span: the start-up segment's upper bound
+    startup_share: float | None = None
     decoding_step_annotations: int = 0  # engine-step annotations with decoding requests
     # what the workload's domain rests on (tracediag/derive/domain.py), counted here from the file
     embedding_bag_events: int = 0  # CPU ops / kernels of TorchRec / FBGEMM embedding bags
@@ -135,6 +138,11 @@ def _kineto(path: Path) -> Inventory:
         external_id_gap_median=_gap_median(ids),
         correlation_gap_median=_gap_median(corr),
         kernels_after_last_slow_call=sum(1 for e in kernels if slow_end is None or e["ts"] >= slow_end),
+        startup_share=_startup_share(
+            [e["ts"] for e in kernels],
+            slow_end,
+            [(e["ts"], e["ts"] + e.get("dur", 0)) for e in xs if e.get("cat") in RECORDED],
+        ),
         decoding_step_annotations=sum(1 for e in ann if DECODING_STEP.search(str(e.get("name", "")))),
         embedding_bag_events=sum(1 for e in cat("cpu_op") + kernels if EMBEDDING_BAG.search(str(e.get("name", "")))),
         conv_ops=sum(1 for e in cat("cpu_op") if CONV.search(str(e.get("name", "")))),
@@ -234,6 +242,17 @@ def _nsys(path: Path) -> Inventory:
         )
     elif names:
         after = q(f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {int(slow_end or 0)}")
+    first_share = _startup_share(
+        [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL")] if names else [],
+        slow_end,
+        [
+            (a, b)
+            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", *copy_tables, "NVTX_EVENTS")
+            if t in tables
+            for a, b in con.execute(f'SELECT min(start), max(coalesce("end", start)) FROM {t}').fetchall()
+            if a is not None
+        ],
+    )
     con.close()
     return Inventory(
         slow_first_launches=slow_first,
@@ -244,6 +263,7 @@ def _nsys(path: Path) -> Inventory:
         external_id_gap_median=None,
         correlation_gap_median=_gap_median(corr) if gpu_pids <= 1 else None,
         kernels_after_last_slow_call=after,
+        startup_share=first_share,
         decoding_step_annotations=sum(1 for n in nvtx if DECODING_STEP.search(n)),
         embedding_bag_events=sum(1 for n in nvtx + names if EMBEDDING_BAG.search(n)),
         conv_ops=sum(1 for n in nvtx if CONV.search(n.split(",")[0])),
@@ -276,6 +296,18 @@ def _slow_launches(launches: list[tuple]) -> tuple[int, int]:
             first, repeat = (first, repeat + 1) if (pid, name) in seen else (first + 1, repeat)
         seen.add((pid, name))
     return first, repeat
+
+
+def _startup_share(
+    kernel_starts: list[float], slow_end: float | None, spans: list[tuple[float, float]]
+) -> float | None:
+    """(max(first kernel start, slow_end) - trace start) / trace span, the span from the first recorded event's start
+    to the last's end; None without kernels."""
+    if not kernel_starts or not spans:
+        return None
+    t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
+    end = max(min(kernel_starts), slow_end if slow_end is not None else t0)
+    return (end - t0) / (t1 - t0) if t1 > t0 else None
 
 
 def _gap_median(ids: list[int]) -> float | None:
@@ -311,6 +343,8 @@ def expected_window(i: Inventory) -> str:
         return "sampled"
     if i.kernels_after_last_slow_call == 0:
         return "startup_only"
+    if (i.startup_share or 0) >= 0.75:  # fitness.STARTUP_DOMINATES of an upper bound of the start-up segment
+        return "steady, clipped or startup_dominated"
     return "steady or clipped"
 
 
@@ -401,12 +435,14 @@ def render(checks_of=None, fitness_of=None) -> str:
         "and memsets, whether it is a GPU job (NCCL/RCCL backend, device properties or runtime calls), the median step",
         "between consecutive external ids of the CPU ops and correlation ids of the runtime calls (1 when nothing is",
         "left out; only with at least 20 ids, one GPU process), kernels after the last host call of ≥ 1 ms that is not",
-        "a synchronisation or copy and starts before the last kernel (0: start-up only). `tracediag` is the class",
-        "tracediag/derive/fitness.py gives the window; the test checks it against the class these counts call for.",
+        "a synchronisation or copy and starts before the last kernel (0: start-up only), and the span before the first",
+        "kernel or the end of that call, whichever is later, as a share of the trace (an upper bound of the start-up",
+        "segment: from 75 % the window may be mostly start-up). `tracediag` is the class tracediag/derive/fitness.py",
+        "gives the window; the test checks it against the class these counts call for.",
         "",
         "| trace | recorded events | GPU copies | GPU job | external-id gap | correlation-id gap | kernels after the "
-        "last start-up call | counts call for | tracediag |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "last start-up call | start-up share at most | counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     dom_rows = []
     for i, p in zip(invs, TRACES):
@@ -418,7 +454,8 @@ def render(checks_of=None, fitness_of=None) -> str:
         out.append(
             f"| `{i.trace}` | {i.recorded_events:,} | {i.gpu_copies:,} | {'yes' if i.gpu_backend else 'no'} | "
             f"{g(i.external_id_gap_median)} | {g(i.correlation_gap_median)} | {g(i.kernels_after_last_slow_call)} | "
-            f"{expected_window(i)} | {f.get('class', '—')} |"
+            f"{'—' if i.startup_share is None else f'{i.startup_share:.1%}'} | {expected_window(i)} | "
+            f"{f.get('class', '—')} |"
         )
         dom = f.get("domain") or {}
         dom_rows.append(

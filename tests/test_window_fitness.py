@@ -91,6 +91,24 @@ def test_two_kernel_program_is_start_up_only():
     assert len(launches) == 2 and {e["kernel"] for e in launches} == set(firsts)
 
 
+def test_a_window_mostly_start_up_is_inconclusive_and_its_steady_part_still_measured():
+    # HTA's A100 simple_add: 41.1 s of stream creation, frees and first launches, then 2.1 ms of kernels
+    r = _report(str(kineto_file("hta_a100_simple_add.json.gz")))
+    f = r.fitness
+    rank = f["ranks"][0]
+    assert f["class"] == "startup_dominated" and not f["fit"]
+    assert rank["startup_ns"] >= 0.75 * rank["trace_ns"] and rank["steady_kernels"] == 9
+    # before: the verdict was KRN010's "Cold window: start-up work takes 37.9 s = 91% of the profiled span" warning,
+    # a cost of the capture put at the head of a ticket as if the run paid it
+    assert r.verdict["status"] == "inconclusive" and r.verdict["window"] == "startup_dominated"
+    assert "schedule(skip_first=" in r.verdict["next_check"]
+    c = _check(r, "KRN010")
+    assert c.severity == "info" and c.title.startswith("The window is mostly start-up, too little steady work")
+    assert "KRN010" in [a["rule"] for a in r.verdict["also"]]
+    # the steady segment is still there to measure: a rule that needs a steady window runs on it
+    assert _check(r, "KRN006").status == "pass"
+
+
 def _launches(path) -> list[tuple[int, str, int, int]]:
     """(pid, kernel name, launch start, launch duration) of every kernel launch in an nsys export, read with sqlite3
     (not tracediag), in launch order."""

@@ -21,16 +21,19 @@ Classes, the first that applies (for the whole analysis: the worst of its ranks)
   step by a median of at least 2, or the runtime calls' correlation ids by a median of at least
   SAMPLED_CORRELATION_GAP (a whole trace: 1 and 1–11 in every unsampled trace here);
 * `startup_only` — no kernel starts after the start-up segment: the window holds start-up work only;
+* `startup_dominated` — the start-up segment takes at least STARTUP_DOMINATES of the trace span: what steady work
+  follows it is too little to speak for the run (HTA's A100 `simple_add`: 41.1 s of stream creation and frees,
+  then 2.1 ms of kernels). The rules still measure that steady segment; only the verdict cannot rest on it;
 * `clipped` — the window starts inside GPU work launched before it, or ends before launched work ran (GPU
   operations whose launch is older than every launch in the trace; launches newer than every GPU operation):
   fit, the edge steps may be partial;
 * `steady` — a steady segment with every event recorded;
 * `cpu_only` — no GPU activity and no GPU backend (a CPU trace): fit, no segments.
 
-The first four are unfit: rules that declare they need a complete window (RuleMeta.requires_window = "complete":
+The first five are unfit: a verdict that found no problem is `inconclusive` (tracediag/findings.py), with what to
+re-capture (RECAPTURE); rules that declare they need a complete window (RuleMeta.requires_window = "complete":
 every event of the window) or a steady one ("steady": complete, and steady work beyond start-up) report "not
-applicable" with the reason, and a verdict that found no problem is `inconclusive` (tracediag/findings.py),
-with what to re-capture (RECAPTURE).
+applicable" with the reason under the first four (BLOCKS).
 
 The summary also carries the workload's domain (derive/domain.py, table `workload_domain`): training or inference,
 LLM or another model kind — the report header shows it and rules fit their advice to it.
@@ -50,6 +53,7 @@ from tracediag.derive.graph_capture import statement as graph_capture_statement
 from tracediag.store import run_sql_file
 
 STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
+STARTUP_DOMINATES = 0.75  # a start-up segment this share of the trace span leaves too little steady work to judge
 TOO_FEW_EVENTS = 10  # a rank with fewer recorded events (kernels, copies, runtime calls, CPU ops, annotations)
 SAMPLED_EXTERNAL_GAP = 2  # median step of the CPU ops' external ids in a sampled trace (1 in a whole one)
 SAMPLED_CORRELATION_GAP = 25  # median step of the runtime calls' correlation ids (1–11 in whole traces)
@@ -59,10 +63,10 @@ GPU_BACKEND = re.compile(r"nccl|rccl|hccl|xccl|cuda|hip", re.I)
 # a slow launch whose kernels all ran before on the rank (derive/windows.py): nothing left to load or compile, so
 # not a start-up call but a host-blocking stall of the steady state
 REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a full launch queue)"
-UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only")
-ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "clipped", "steady", "cpu_only")
-# what each requirement of a rule cannot be met by
-BLOCKS = {"complete": ("too_short", "gpu_stripped", "sampled"), "steady": UNFIT}
+UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated")
+ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated", "clipped", "steady", "cpu_only")
+# what each requirement of a rule cannot be met by (a window mostly start-up still has a steady segment to measure)
+BLOCKS = {"complete": ("too_short", "gpu_stripped", "sampled"), "steady": UNFIT[:4]}
 NEEDS = {
     "complete": "this rule needs every event of the window",
     "steady": "this rule needs whole steady steps",
@@ -117,6 +121,7 @@ RECAPTURE = {
         "VLLM_TORCH_PROFILER_DIR; CUDA_MODULE_LOADING=EAGER for the measurement."
     ),
 }
+RECAPTURE["startup_dominated"] = RECAPTURE["startup_only"]
 
 
 def startup_end(g_first: int, cold: list[tuple[int, int, np.ndarray, np.ndarray]], g_last: int) -> int:
@@ -243,6 +248,10 @@ def _n(x: float | None) -> str:
     return "?" if x is None else f"{x:g}"
 
 
+def _duration(ns: float) -> str:
+    return f"{ns / 1e9:.3g} s" if ns >= 1e9 else f"{ns / 1e6:.3g} ms"
+
+
 def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
     """(class, why in words with its numbers) of one rank's window."""
     if row["events"] < TOO_FEW_EVENTS:
@@ -272,6 +281,14 @@ def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
             f"start-up only: no kernel starts after the start-up segment ({(row['startup_ns'] or 0) / 1e6:.3g} ms of "
             f"the {(row['trace_ns'] or 0) / 1e6:.3g} ms trace: first GPU work, allocations, module loading and cold "
             f"first launches); {row['kernels']} kernel{'s' if row['kernels'] != 1 else ''} in all"
+        )
+    startup, trace = row["startup_ns"] or 0, row["trace_ns"] or 0
+    if trace and startup >= STARTUP_DOMINATES * trace:
+        return "startup_dominated", (
+            f"mostly start-up: the start-up segment takes {_duration(startup)} = {startup / trace:.1%} of the "
+            f"{_duration(trace)} trace (first GPU work, allocations, module loading and cold first launches), then "
+            f"{_duration(row['steady_ns'] or 0)} of steady GPU work ({row['steady_kernels']:,} "
+            f"kernel{'s' if row['steady_kernels'] != 1 else ''}): too little to speak for the run"
         )
     if row["launched_before_window"] or row["launches_after_window"]:
         return "clipped", (

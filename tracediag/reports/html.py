@@ -208,6 +208,7 @@ FITNESS_LABEL = {
     "clipped": "steady, clipped at its edges",
     "cpu_only": "a CPU trace",
     "startup_only": "start-up only (unfit)",
+    "startup_dominated": "mostly start-up (unfit)",
     "sampled": "sampled (unfit)",
     "gpu_stripped": "GPU events stripped (unfit)",
     "too_short": "too short (unfit)",

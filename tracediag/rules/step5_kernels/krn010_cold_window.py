@@ -11,8 +11,9 @@ module load or a compile; a launch that blocks while the GPU is busy waits for r
 slow launch of a kernel that ran before has nothing left to load — host contention or a full launch queue, a
 host stall of the steady state, KRN006's — neither is counted), and device/host allocations and registrations;
 cold share = cold time / profiled host span (first to last event of the rank). Finding from 1 % (info), warning
-from 10 %. When the whole window is start-up (derive/fitness.py class startup_only) the finding says so and is
-info: the capture, not the run, is what to fix, and the verdict is inconclusive with what to re-capture.
+from 10 %. When the whole window is start-up, or most of it (derive/fitness.py classes startup_only and
+startup_dominated), the finding says so and is info: the capture, not the run, is what to fix, and the verdict is
+inconclusive with what to re-capture.
 
 Evidence: the largest start-up calls with their kind, duration and, for a launch, the kernel it launched first.
 
@@ -117,12 +118,20 @@ def _first_launched(ctx: Context, c: dict) -> dict:
     return {"kernel": name, "first_launch_of_kernel": True} if name else {}
 
 
-def _startup_only(ctx: Context) -> str | None:
-    """The fitness's words when the whole window is start-up (derive/fitness.py class startup_only), else None."""
+# the fitness classes of a window that is start-up, wholly or mostly (derive/fitness.py): the title's opening
+_STARTUP_WINDOW = {
+    "startup_only": ("start-up only: ", "The window is start-up only, nothing steady to measure"),
+    "startup_dominated": ("mostly start-up: ", "The window is mostly start-up, too little steady work to judge"),
+}
+
+
+def _startup_window(ctx: Context) -> tuple[str, str] | None:
+    """(the title's opening, the fitness's words) when the window is start-up, wholly or mostly, else None."""
     fit = ctx.fitness()
-    if not fit or fit.get("class") != "startup_only":
+    if not fit or fit.get("class") not in _STARTUP_WINDOW:
         return None
-    return fit["why"].removeprefix("start-up only: ")
+    prefix, opening = _STARTUP_WINDOW[fit["class"]]
+    return opening, fit["why"].removeprefix(prefix)
 
 
 @dataclass(frozen=True)
@@ -185,8 +194,9 @@ def check(ctx: Context) -> Check:
         for c in top
     ]
     common = {"formula": formula, "substituted": substituted, "values": values, "evidence": evidence}
-    whole = _startup_only(ctx)
-    if whole and share >= INFO_SHARE:
+    startup_window = _startup_window(ctx)
+    if startup_window and share >= INFO_SHARE:
+        opening, whole = startup_window
         values["window"] = whole
         return finding(
             RULE,
@@ -195,10 +205,7 @@ def check(ctx: Context) -> Check:
             confidence="high",
             impact=min(1.0, share),
             cost_ns=int(cold),
-            title=(
-                f"The window is start-up only, nothing steady to measure: {whole}; start-up calls take {ms(cold)} = "
-                f"{share:.0%} of the profiled span ({parts})"
-            ),
+            title=f"{opening}: {whole}; start-up calls take {ms(cold)} = {share:.0%} of the profiled span ({parts})",
             next_check=(
                 "Re-capture after warm-up: start the profiler after a few steps (torch.profiler "
                 "schedule(skip_first=…, wait=…, warmup=1, active=…)), CUDA_MODULE_LOADING=EAGER for the measurement."
