@@ -6,20 +6,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import orjson
 from markupsafe import Markup
 
 from tracediag.reports import svg, units
 from tracediag.reports.html import fmt
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("tracediag.reports", "templates"),
-    autoescape=True,  # kernel names, paths and titles are untrusted text
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
+from tracediag.reports.templating import environment
 
 
 def diff_json(d: dict[str, Any]) -> bytes:
@@ -262,7 +254,8 @@ def render_diff_html(d: dict[str, Any]) -> str:
     ]
     for _, t in tables:
         t["rows"] = [[c if isinstance(c, dict) else {"text": str(c), "cls": ""} for c in row] for row in t["rows"]]
-    return _ENV.get_template("diff.html").render(
+    template = environment().get_template("diff.html")
+    return template.render(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         tool=d["tool"],
         before=d["before"],

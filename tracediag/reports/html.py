@@ -14,11 +14,11 @@ import statistics
 from datetime import UTC, datetime
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 
 from tracediag.findings import WALK_STEPS, fold
 from tracediag.reports import units
+from tracediag.reports.templating import environment
 from tracediag.reports.units import cell, ellipsize, ellipsize_path, label, value_text
 
 # The method and rule reference of the project (docs/ in the repository); the report is read away from any
@@ -29,14 +29,6 @@ SECTION_ROWS = 24  # rows of a detail table shown in the page; the rest are in f
 CHECK_ROWS = 12  # rows of a finding's per-rank/per-step table shown
 TITLE_CHARS = 400  # a finding title longer than this is cut (full on hover and in findings.json)
 TIME_KEYS = ("step_ns", "dur_ns", "host_dur_ns", "median_step_ns", "time_ns", "total_ns", "collective_ns")
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("tracediag.reports", "templates"),
-    autoescape=True,  # kernel names, annotation names and paths are untrusted text
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
 
 
 def fmt(v: Any) -> str:
@@ -338,7 +330,7 @@ def report_view(report) -> dict[str, Any]:
 
 
 def render_html(report) -> str:
-    return _ENV.get_template("report.html").render(**report_view(report))
+    return environment().get_template("report.html").render(**report_view(report))
 
 
 def fragment_view(d: dict[str, Any]) -> dict[str, Any]:
@@ -364,4 +356,4 @@ def fragment_view(d: dict[str, Any]) -> dict[str, Any]:
 def render_fragment(report_or_doc) -> str:
     """The verdict and the ranked findings as an HTML fragment with scoped styles (Jupyter `_repr_html_`)."""
     d = report_or_doc if isinstance(report_or_doc, dict) else report_or_doc.to_dict()
-    return _ENV.get_template("fragment.html").render(**fragment_view(d))
+    return environment().get_template("fragment.html").render(**fragment_view(d))
