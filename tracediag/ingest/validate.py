@@ -290,11 +290,17 @@ def _floats(values: list[Any], none: float = math.nan) -> np.ndarray:
     can hold)."""
     arr = _arrow_numbers(values)
     if arr is not None and arr.type != pa.null():
+        inferred_double = arr.type == pa.float64()
         try:  # an int64 column beyond 2**53 is not exact in float64: the cast refuses it (the path below rounds)
-            arr = arr.cast(pa.float64()) if arr.type == pa.int64() else arr
-            return arr.fill_null(none).to_numpy(zero_copy_only=False, writable=True)
+            out = arr.cast(pa.float64()).fill_null(none).to_numpy(zero_copy_only=False, writable=True)
         except pa.ArrowInvalid:
             pass
+        else:
+            if inferred_double:  # Arrow reads true/false after a float as 1.0/0.0: not numbers here (NaN, as below)
+                for i in np.flatnonzero((out == 0.0) | (out == 1.0)).tolist():
+                    if type(values[i]) is bool:
+                        out[i] = math.nan
+            return out
     if none is not math.nan:
         values = [none if v is None else v for v in values]
     if set(map(type, values)) <= _NUMBER_TYPES:  # numpy alone would also parse "12" and [1, 2] (and True)
