@@ -22,7 +22,7 @@ from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import without_pandas
 from tracediag.ingest.base import IngestOptions
 from tracediag.model import ModelConfig, load_model_config
-from tracediag.pipeline import analysis_store, input_files
+from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import Section, build_sections
 from tracediag.rules import RULE_MODULES
 from tracediag.store import comment_columns, query_dicts
@@ -184,7 +184,6 @@ def analyze(
     if scheduler is not None and store is None:
         raise UsageError("--scheduler runs the rules over a Parquet store: give --store (made by `tracediag ingest`)")
     model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
-    store_file = None  # the store, built in memory, being written to db_path (pipeline.StoreFile)
     if store is not None:
         if paths or extra_inputs:
             raise UsageError("--store replaces the inputs: give either traces or --store, not both")
@@ -195,7 +194,7 @@ def analyze(
     else:
         files = input_files(paths, extra_inputs)
         options = IngestOptions(keep_python=keep_python, memory_limit=memory_limit)
-        con, store_file = analysis_store(files, db_path, options=options, jobs=jobs, progress=say)
+        con = build_store(files, db_path=db_path, options=options, jobs=jobs, progress=say)
     try:
         report = evaluate(
             con,
@@ -212,15 +211,10 @@ def analyze(
             memory_limit=memory_limit,
             rules=rules,
         )
-        if store_file is not None:
-            store_file.wait()
-            store_file = None
-        elif db_path is not None and store is None:
+        if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
         return report
     finally:
-        if store_file is not None:  # the analysis failed: the file is not needed
-            store_file.cancel()
         con.close()
 
 
