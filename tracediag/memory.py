@@ -6,7 +6,8 @@ tables it builds: the chunk of JSON text it decodes and the decoded events of th
 CHUNK_FACTOR times the chunk's bytes (msgspec structs, the strings they point to, the per-chunk columns).
 A parser allowed to spill (IngestOptions.spill_dir) also writes its columnar tables out as Parquet parts
 whenever they exceed `spill_bytes` (half the budget), so a file of any size is parsed within about 1.5× it.
-DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it.
+DuckDB gets DUCKDB_FACTOR times that number as its `memory_limit`, and spills to a temporary folder beyond it;
+while a file store is loaded it gets half the budget (the parsed tables it copies hold at most the other half).
 
 The budget is a value, never a setting of the process: the CLI parses --memory-limit (parse_size) and passes the
 bytes to the library (`tracediag.analyze(memory_limit=)`, `tracediag.fleet.ingest_store(memory_limit=)`), which
