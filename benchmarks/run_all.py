@@ -276,6 +276,7 @@ def make_data(args) -> None:
 
 
 def make_pair(args) -> None:
+    """The generated pair of benchmarks/README.md (needs the torch extra), when it is not there."""
     data = Path(args.data)
     if any((data / "json").glob("rank*.pt.trace.json")):
         return

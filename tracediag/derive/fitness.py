@@ -66,7 +66,10 @@ REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a f
 UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated")
 ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated", "clipped", "steady", "cpu_only")
 # what each requirement of a rule cannot be met by (a window mostly start-up still has a steady segment to measure)
-BLOCKS = {"complete": ("too_short", "gpu_stripped", "sampled"), "steady": UNFIT[:4]}
+BLOCKS = {
+    "complete": ("too_short", "gpu_stripped", "sampled"),
+    "steady": ("too_short", "gpu_stripped", "sampled", "startup_only"),
+}
 NEEDS = {
     "complete": "this rule needs every event of the window",
     "steady": "this rule needs whole steady steps",

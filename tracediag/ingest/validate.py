@@ -301,7 +301,7 @@ def _floats(values: list[Any], none: float = math.nan) -> np.ndarray:
                     if type(values[i]) is bool:
                         out[i] = math.nan
             return out
-    if none is not math.nan:
+    if not math.isnan(none):
         values = [none if v is None else v for v in values]
     if set(map(type, values)) <= _NUMBER_TYPES:  # numpy alone would also parse "12" and [1, 2] (and True)
         try:

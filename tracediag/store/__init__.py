@@ -68,7 +68,7 @@ def open_store(path: str | Path | None = None, memory_limit: int | None = None) 
 
 @contextlib.contextmanager
 def memory_limit_within(con: duckdb.DuckDBPyConnection, limit_bytes: int) -> Iterator[None]:
-    """DuckDB's memory_limit at most `limit_bytes` inside the block, as it was after it. DuckDB keeps what it wrote
+    """DuckDB's memory_limit set to `limit_bytes` inside the block, as it was after it. DuckDB keeps what it wrote
     in its buffer pool up to its limit: a file store loading a 10^6-line log held ~190 MiB beside the parsed
     tables under the default limit, ~80 MiB under half the budget, in the same time."""
     before = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
