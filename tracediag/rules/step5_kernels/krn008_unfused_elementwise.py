@@ -119,8 +119,8 @@ def check(ctx: Context) -> Check:
         "total_ns": total,
         "time_basis": basis,
         "unfused_share": round(share, 4),
-        "by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
-        "fused_families_ns": dict(sorted(fused.items(), key=lambda kv: -kv[1])),
+        "by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "fused_families_ns": dict(sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))),
         "thresholds": {"info": INFO_SHARE, "warning": WARNING_SHARE},
     }
     formula = "unfused share = Σ eager elementwise / norm / cast time in steps / " + (
@@ -128,7 +128,8 @@ def check(ctx: Context) -> Check:
     )
     parts = ", ".join(f"{k} {ms(v)}" for k, v in values["by_kind_ns"].items()) or "none"
     substituted = f"{ms(unfused)} ({parts}) / {ms(total)} = {share:.3f}"
-    top = sorted(eager, key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
+    # ties in time broken by rank, start and name: the same order on every run (the query's order is not fixed)
+    top = sorted(eager, key=lambda r: (-r["time_ns"], r["rank"], r["ts_ns"], r["name"]))[: ctx.settings.max_evidence]
     evidence = [
         {
             "rank": r["rank"],
