@@ -30,7 +30,10 @@ def inputs() -> dict[str, tuple[list[Path], Path | None, list[tuple[Path, str]]]
     for d in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
         cfg = d / "config.json"
         cases[f"sample-{d.name}"] = ([d], cfg if cfg.exists() else None, [])
-    for f in sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted((EXTERNAL / "nsys").glob("*.sqlite")):
+    kineto = sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted(
+        (EXTERNAL / "kineto" / "capture").glob("*.json.gz")
+    )
+    for f in kineto + sorted((EXTERNAL / "nsys").glob("*.sqlite")):
         cases[f"external-{f.name}"] = ([f], None, [])
     for engine in ("vllm", "sglang"):
         for folder, kind in SERVING.items():

@@ -19,10 +19,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 EXTERNAL = REPO / "tests" / "data" / "external"
-TRACES = sorted((EXTERNAL / "kineto").glob("*.json.gz")) + sorted((EXTERNAL / "nsys").glob("*.sqlite"))
+TRACES = (
+    sorted((EXTERNAL / "kineto").glob("*.json.gz"))
+    + sorted((EXTERNAL / "kineto" / "capture").glob("*.json.gz"))  # a graph capture, analysed on its own too
+    + sorted((EXTERNAL / "nsys").glob("*.sqlite"))
+)
 
 # independent name tests (not the catalog): what a reader would grep for
 ATTENTION = re.compile(r"attn|attention|fmha|flash|paged|mha", re.I)
+# vLLM's KV-cache write (`reshape_and_cache_flash_kernel`, op `_C_cache_ops::reshape_and_cache_flash`): named after the
+# cache layout, not attention
+KV_CACHE_WRITE = re.compile(r"reshape_and_cache", re.I)
+
+
+def _attention(name: str) -> bool:
+    return bool(ATTENTION.search(name)) and not KV_CACHE_WRITE.search(name)
+
+
 COLLECTIVE = re.compile(r"^(?:void )?nccl|rccl|cross_device_reduce|all_?reduce|allgather|reducescatter", re.I)
 ENGINE_STEP = re.compile(r"^(?:execute_\d|execute_context_|execute_new_|step\[|\[Executor\] _forward_step)")
 STEP_LIKE = re.compile(r"^(?:execute_|(?:draft )?step\[|ProfilerStep#|\[Executor\]|_forward_step)")
@@ -78,11 +91,16 @@ class Inventory:
     startup_share: float | None = None
     decoding_step_annotations: int = 0  # engine-step annotations with decoding requests
     # what the workload's domain rests on (tracediag/derive/domain.py), counted here from the file
+    attention_ops: int = 0  # attention-named CPU ops (vLLM's unified_attention, SDPA), KV-cache writes left out
     embedding_bag_events: int = 0  # CPU ops / kernels of TorchRec / FBGEMM embedding bags
     conv_ops: int = 0  # aten::convolution-family CPU ops
     # kernel launches of >= 1 ms: the first launch of their kernel (by name, in the process), or a repeat
     slow_first_launches: int = 0
     slow_repeat_launches: int = 0
+    # stream captures (a BeginCapture call and the next EndCapture call on its thread) and the share of the span from
+    # the first kernel's start to the last kernel's end their union covers
+    graph_captures: int = 0
+    graph_capture_share: float | None = None
 
 
 def _kineto(path: Path) -> Inventory:
@@ -125,7 +143,13 @@ def _kineto(path: Path) -> Inventory:
             if (c := (e.get("args") or {}).get("correlation")) and c in by_corr
         ]
     )
+    captures, capture_share = _captures(
+        [(e.get("tid"), e["ts"], e["ts"] + e.get("dur", 0), str(e.get("name", ""))) for e in runtime],
+        [(e["ts"], e["ts"] + e.get("dur", 0)) for e in kernels],
+    )
     return Inventory(
+        graph_captures=captures,
+        graph_capture_share=capture_share,
         slow_first_launches=slow_first,
         slow_repeat_launches=slow_repeat,
         recorded_events=sum(1 for e in xs if e.get("cat") in RECORDED),
@@ -160,7 +184,8 @@ def _kineto(path: Path) -> Inventory:
         runtime_calls=len(runtime),
         graph_launches=sum(1 for e in runtime if "GraphLaunch" in str(e.get("name", ""))),
         collective_kernels=sum(1 for n in names if COLLECTIVE.search(n)),
-        attention_kernels=sum(1 for n in names if ATTENTION.search(n)),
+        attention_kernels=sum(1 for n in names if _attention(n)),
+        attention_ops=sum(1 for e in cat("cpu_op") if _attention(str(e.get("name", "")))),
         backward_or_optimizer_events=sum(1 for n in host if BACKWARD.search(n)),
         gemm_ops_with_shapes=sum(
             1
@@ -214,11 +239,16 @@ def _nsys(path: Path) -> Inventory:
     copy_tables = ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
     copies = sum(q(f"SELECT count(*) FROM {t}") for t in copy_tables if t in tables)
     corr, slow_end, after = [], None, None
+    captures, capture_share = 0, None
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         rows = con.execute(
-            "SELECT r.correlationId, r.start, r.end, (SELECT value FROM StringIds WHERE id = r.nameId) "
+            "SELECT r.correlationId, r.start, r.end, (SELECT value FROM StringIds WHERE id = r.nameId), r.globalTid "
             "FROM CUPTI_ACTIVITY_KIND_RUNTIME r"
         ).fetchall()
+        captures, capture_share = _captures(
+            [(r[4], r[1], r[2], r[3] or "") for r in rows],
+            con.execute('SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchall() if names else [],
+        )
         # one id per GPU process (a two-GPU export numbers each process's calls apart): the median over processes
         corr = sorted({r[0] for r in rows} - {None, 0})
         last_kernel = q("SELECT max(start) FROM CUPTI_ACTIVITY_KIND_KERNEL", None) if names else None
@@ -255,6 +285,8 @@ def _nsys(path: Path) -> Inventory:
     )
     con.close()
     return Inventory(
+        graph_captures=captures,
+        graph_capture_share=capture_share,
         slow_first_launches=slow_first,
         slow_repeat_launches=slow_repeat,
         recorded_events=len(names) + copies + len(rt_names) + len(nvtx),
@@ -281,7 +313,7 @@ def _nsys(path: Path) -> Inventory:
         runtime_calls=len(rt_names),
         graph_launches=sum(1 for n in rt_names if "GraphLaunch" in n),
         collective_kernels=sum(1 for n in names if COLLECTIVE.search(n)),
-        attention_kernels=sum(1 for n in names if ATTENTION.search(n)),
+        attention_kernels=sum(1 for n in names if _attention(n)),
         backward_or_optimizer_events=sum(1 for n in nvtx if BACKWARD.search(n)),
         # PyTorch emit_nvtx ranges: "aten::mm, seq = 12, sizes = [[8, 16], [16, 4]]"
         gemm_ops_with_shapes=sum(1 for n in nvtx if n.split(",")[0] in GEMM_OPS and "sizes = [[" in n),
@@ -308,6 +340,25 @@ def _startup_share(
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
     end = max(min(kernel_starts), slow_end if slow_end is not None else t0)
     return (end - t0) / (t1 - t0) if t1 > t0 else None
+
+
+def _captures(calls: list[tuple], kernel_spans: list[tuple[float, float]]) -> tuple[int, float | None]:
+    """(captures, share of the kernels' span their union covers) from (thread, start, end, name) runtime calls."""
+    spans, open_ = [], {}
+    for tid, a, b, name in sorted(calls, key=lambda c: c[1]):
+        if "StreamBeginCapture" in name:
+            open_[tid] = a
+        elif "StreamEndCapture" in name and tid in open_:
+            spans.append((open_.pop(tid), b))
+    if not spans or not kernel_spans:
+        return len(spans), None
+    k0, k1 = min(a for a, _ in kernel_spans), max(b for _, b in kernel_spans)
+    covered, reach = 0.0, k0
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, k1)
+        if b > a:
+            covered, reach = covered + (b - a), b
+    return len(spans), covered / (k1 - k0) if k1 > k0 else None
 
 
 def _gap_median(ids: list[int]) -> float | None:
@@ -345,16 +396,18 @@ def expected_window(i: Inventory) -> str:
         return "startup_only"
     if (i.startup_share or 0) >= 0.75:  # fitness.STARTUP_DOMINATES of an upper bound of the start-up segment
         return "steady, clipped or startup_dominated"
+    if (i.graph_capture_share or 0) >= 0.5:  # fitness.CAPTURE_DOMINATES, of the kernels' span here
+        return "graph_capture"
     return "steady or clipped"
 
 
 def expected_domain(i: Inventory) -> str:
     """The workload label these counts call for (tracediag/derive/domain.py's order), without tracediag: embedding
-    bags → recommender, attention-named kernels or engine steps → LLM, convolutions → vision; training when a
+    bags → recommender, attention-named kernels or ops or engine steps → LLM, convolutions → vision; training when a
     backward pass or optimizer step was recorded, inference with engine steps or LLM attention."""
     if i.embedding_bag_events:
         work = "recommender"
-    elif i.attention_kernels or i.engine_step_annotations:
+    elif i.attention_kernels or i.attention_ops or i.engine_step_annotations:
         work = "LLM"
     elif i.conv_ops:
         work = "vision"
@@ -437,12 +490,14 @@ def render(checks_of=None, fitness_of=None) -> str:
         "left out; only with at least 20 ids, one GPU process), kernels after the last host call of ≥ 1 ms that is not",
         "a synchronisation or copy and starts before the last kernel (0: start-up only), and the span before the first",
         "kernel or the end of that call, whichever is later, as a share of the trace (an upper bound of the start-up",
-        "segment: from 75 % the window may be mostly start-up). `tracediag` is the class tracediag/derive/fitness.py",
-        "gives the window; the test checks it against the class these counts call for.",
+        "segment: from 75 % the window may be mostly start-up), and the stream captures (a `…StreamBeginCapture` call",
+        "and the next `…StreamEndCapture` on its thread) with the share of the kernels' span they cover (from 50 %",
+        "the window is a graph capture). `tracediag` is the class tracediag/derive/fitness.py gives the window; the",
+        "test checks it against the class these counts call for.",
         "",
         "| trace | recorded events | GPU copies | GPU job | external-id gap | correlation-id gap | kernels after the "
-        "last start-up call | start-up share at most | counts call for | tracediag |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "last start-up call | start-up share at most | stream captures (share) | counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dom_rows = []
     for i, p in zip(invs, TRACES):
@@ -454,26 +509,29 @@ def render(checks_of=None, fitness_of=None) -> str:
         out.append(
             f"| `{i.trace}` | {i.recorded_events:,} | {i.gpu_copies:,} | {'yes' if i.gpu_backend else 'no'} | "
             f"{g(i.external_id_gap_median)} | {g(i.correlation_gap_median)} | {g(i.kernels_after_last_slow_call)} | "
-            f"{'—' if i.startup_share is None else f'{i.startup_share:.1%}'} | {expected_window(i)} | "
+            f"{'—' if i.startup_share is None else f'{i.startup_share:.1%}'} | {i.graph_captures}"
+            f"{'' if i.graph_capture_share is None else f' ({i.graph_capture_share:.0%})'} | {expected_window(i)} | "
             f"{f.get('class', '—')} |"
         )
         dom = f.get("domain") or {}
         dom_rows.append(
             f"| `{i.trace}` | {i.backward_or_optimizer_events} | {i.engine_step_annotations} | {i.attention_kernels} "
-            f"| {i.embedding_bag_events} | {i.conv_ops} | {expected_domain(i)} | {dom.get('label', '—')} |"
+            f"| {i.attention_ops} | {i.embedding_bag_events} | {i.conv_ops} | {expected_domain(i)} "
+            f"| {dom.get('label', '—')} |"
         )
     out += [
         "",
         "## What the workload is (domain)",
         "",
         "Counted by this script: backward/optimizer events, engine-step annotations and attention-named kernels (as",
-        "above), embedding-bag CPU ops and kernels (TorchRec / FBGEMM), convolution CPU ops. `tracediag` is the label",
+        "above), attention-named CPU ops (Kineto), embedding-bag CPU ops and kernels (TorchRec / FBGEMM), convolution",
+        "CPU ops; vLLM's KV-cache writes (`reshape_and_cache…`) are not attention. `tracediag` is the label",
         "tracediag/derive/domain.py gives the workload (it counts catalogued attention kernels and attention ops);",
         "the test checks it against the label these counts call for.",
         "",
-        "| trace | backward/optimizer events | engine steps | attention-named kernels | embedding-bag events | "
-        "convolution ops | counts call for | tracediag |",
-        "|---|---|---|---|---|---|---|---|",
+        "| trace | backward/optimizer events | engine steps | attention-named kernels | attention-named ops | "
+        "embedding-bag events | convolution ops | counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|---|",
         *dom_rows,
     ]
     out += ["", "## Verdicts", "", "pass · **W** warning / **I** info / **E** error finding · n/a not applicable", ""]

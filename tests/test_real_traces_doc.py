@@ -70,6 +70,7 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "window unfit: GPU events stripped": expected == "gpu_stripped",
         "window unfit: sampled": expected == "sampled",
         "window unfit: start-up only": expected == "startup_only",
+        "window unfit: a graph capture": expected == "graph_capture",
         "missing decoding requests": inv.engine_step_annotations > 0 and inv.decoding_step_annotations == 0,
         "missing GPU memory copies": inv.gpu_copies == 0,
         "missing collective calls: none in the trace": inv.collective_kernels == 0,

@@ -252,3 +252,46 @@ def test_no_tf32_advice_on_volta(name):
 def test_tf32_advice_on_ampere():
     c = _check(_report(str(kineto_file("hta_a100_simple_add.json.gz"))), "KRN009")
     assert c.values["tf32_available"] is True and "allow TF32 (torch.set_float32_matmul_precision" in c.next_check
+
+
+CAPTURE = "tracelens_mi300x_vllm_gptoss_piecewise_graph_capture_rank0.pt.trace.json.gz"
+
+
+def _capture_spans(path) -> list[tuple[float, float]]:
+    """(begin start, end end) µs of each stream capture, paired per thread from the file (gzip + json)."""
+    import gzip
+    import json
+
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    calls = sorted((e for e in events if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"])
+    spans, open_ = [], {}
+    for e in calls:
+        if e["name"] == "hipStreamBeginCapture":
+            open_[e["tid"]] = e["ts"]
+        elif e["name"] == "hipStreamEndCapture":
+            spans.append((open_.pop(e["tid"]), e["ts"] + e["dur"]))
+    return spans
+
+
+def test_a_graph_capture_trace_is_inconclusive_and_says_to_profile_the_replay():
+    # vLLM's piecewise HIP-graph capture of gpt-oss on an MI300X (TraceLens): before, its verdict was KRN006's
+    # "GPU idle 98% of step time … launch-bound", the capture's own idle (launches inside a capture do not run)
+    path = kineto_file("capture/" + CAPTURE)
+    r = _report(str(path))
+    f = r.fitness
+    (rank,) = f["ranks"]
+    spans = _capture_spans(path)
+    assert len(spans) == 25 and rank["graph_captures"] == 25
+    assert f["class"] == "graph_capture" and not f["fit"]
+    # the covered time is the captures' union inside the steady segment: at most their whole span, at least half
+    whole_ns = (max(b for _, b in spans) - min(a for a, _ in spans)) * 1000
+    assert 0.5 * rank["steady_ns"] <= rank["graph_capture_ns"] <= min(whole_ns, rank["steady_ns"])
+    assert "25 stream captures (hipStreamBeginCapture … hipStreamEndCapture)" in f["why"]
+    assert r.verdict["status"] == "inconclusive" and r.verdict["window"] == "graph_capture"
+    assert "--graph-capture" in r.verdict["next_check"] and "/start_profile" in r.verdict["next_check"]
+    krn006 = _check(r, "KRN006")
+    assert krn006.status == "not_applicable" and "a graph capture" in krn006.reason
+    # the replay of the same run holds no capture: its window stays steady and its rules run
+    replay = _report(str(kineto_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")))
+    assert replay.fitness["class"] == "steady" and replay.fitness["ranks"][0]["graph_captures"] == 0

@@ -24,16 +24,21 @@ Classes, the first that applies (for the whole analysis: the worst of its ranks)
 * `startup_dominated` — the start-up segment takes at least STARTUP_DOMINATES of the trace span: what steady work
   follows it is too little to speak for the run (HTA's A100 `simple_add`: 41.1 s of stream creation and frees,
   then 2.1 ms of kernels). The rules still measure that steady segment; only the verdict cannot rest on it;
+* `graph_capture` — CUDA/HIP stream captures (`cudaStreamBeginCapture` … `cudaStreamEndCapture` on one thread) cover
+  at least CAPTURE_DOMINATES of the steady segment: the window records a graph capture (vLLM's and SGLang's warm-up,
+  the companion trace `--graph-capture` reads), not serving. A launch inside a capture is recorded into the graph and
+  does not run, so the GPU idles while the host captures: idle, launch and step times describe the capture. Rules that
+  need a steady window report not applicable (BLOCKS);
 * `clipped` — the window starts inside GPU work launched before it, or ends before launched work ran (GPU
   operations whose launch is older than every launch in the trace; launches newer than every GPU operation):
   fit, the edge steps may be partial;
 * `steady` — a steady segment with every event recorded;
 * `cpu_only` — no GPU activity and no GPU backend (a CPU trace): fit, no segments.
 
-The first five are unfit: a verdict that found no problem is `inconclusive` (tracediag/findings.py), with what to
+The first six are unfit: a verdict that found no problem is `inconclusive` (tracediag/findings.py), with what to
 re-capture (RECAPTURE); rules that declare they need a complete window (RuleMeta.requires_window = "complete":
-every event of the window) or a steady one ("steady": complete, and steady work beyond start-up) report "not
-applicable" with the reason under the first four (BLOCKS).
+every event of the window) or a steady one ("steady": complete, and steady work beyond start-up that is not a graph
+capture) report "not applicable" with the reason under the classes BLOCKS names.
 
 The summary also carries the workload's domain (derive/domain.py, table `workload_domain`): training or inference,
 LLM or another model kind — the report header shows it and rules fit their advice to it.
@@ -54,6 +59,7 @@ from tracediag.store import run_sql_file
 
 STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
 STARTUP_DOMINATES = 0.75  # a start-up segment this share of the trace span leaves too little steady work to judge
+CAPTURE_DOMINATES = 0.5  # stream captures covering this share of the steady segment: the window is a graph capture
 TOO_FEW_EVENTS = 10  # a rank with fewer recorded events (kernels, copies, runtime calls, CPU ops, annotations)
 SAMPLED_EXTERNAL_GAP = 2  # median step of the CPU ops' external ids in a sampled trace (1 in a whole one)
 SAMPLED_CORRELATION_GAP = 25  # median step of the runtime calls' correlation ids (1–11 in whole traces)
@@ -63,12 +69,13 @@ GPU_BACKEND = re.compile(r"nccl|rccl|hccl|xccl|cuda|hip", re.I)
 # a slow launch whose kernels all ran before on the rank (derive/windows.py): nothing left to load or compile, so
 # not a start-up call but a host-blocking stall of the steady state
 REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a full launch queue)"
-UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated")
-ORDER = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated", "clipped", "steady", "cpu_only")
-# what each requirement of a rule cannot be met by (a window mostly start-up still has a steady segment to measure)
+UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated", "graph_capture")
+ORDER = (*UNFIT, "clipped", "steady", "cpu_only")
+# what each requirement of a rule cannot be met by (a window mostly start-up still has a steady segment to measure;
+# a capture's steady segment is the capture)
 BLOCKS = {
     "complete": ("too_short", "gpu_stripped", "sampled"),
-    "steady": ("too_short", "gpu_stripped", "sampled", "startup_only"),
+    "steady": ("too_short", "gpu_stripped", "sampled", "startup_only", "graph_capture"),
 }
 NEEDS = {
     "complete": "this rule needs every event of the window",
@@ -95,6 +102,8 @@ COLUMNS = (
     "external_id_gap_p90",
     "launched_before_window",
     "launches_after_window",
+    "graph_captures",
+    "graph_capture_ns",
     "fitness_class",
     "why",
 )  # fmt: skip  (the columns of window_fitness.sql, in order)
@@ -125,6 +134,12 @@ RECAPTURE = {
     ),
 }
 RECAPTURE["startup_dominated"] = RECAPTURE["startup_only"]
+RECAPTURE["graph_capture"] = (
+    "The replay, not the capture: once the server serves, POST /start_profile, send a few requests, then "
+    "/stop_profile (vLLM started with --profiler-config or VLLM_TORCH_PROFILER_DIR, SGLang with "
+    "SGLANG_TORCH_PROFILER_DIR; or `tracediag capture`), and analyse that trace with this one beside it as "
+    "--graph-capture: the replayed kernels then get the ops that captured them."
+)
 
 
 def startup_end(g_first: int, cold: list[tuple[int, int, np.ndarray, np.ndarray]], g_last: int) -> int:
@@ -193,6 +208,34 @@ FROM (SELECT DISTINCT rank FROM gpu) r
 """
 
 
+# each stream capture: a begin call and the next end call on its thread (a capture left open at the window's end is
+# not counted: where it ends is not recorded)
+_CAPTURES_SQL = """
+WITH ev AS (SELECT rank, tid, ts_ns, ts_ns + dur_ns AS te, name,
+                   regexp_matches(name, '^(cuda|hip)StreamBeginCapture') AS is_begin
+            FROM runtime WHERE regexp_matches(name, '^(cuda|hip)Stream(Begin|End)Capture')),
+o AS (SELECT *, lead(is_begin) OVER w AS next_is_begin, lead(te) OVER w AS next_te FROM ev
+      WINDOW w AS (PARTITION BY rank, tid ORDER BY ts_ns, is_begin DESC))
+SELECT rank, ts_ns, next_te, name FROM o WHERE is_begin AND next_is_begin = false ORDER BY rank, ts_ns
+"""
+
+
+def _capture_cover(con: duckdb.DuckDBPyConnection, timeline: dict) -> dict[int, tuple[int, int, str]]:
+    """Per rank: (stream captures, ns of the steady segment they cover, the begin call's name)."""
+    by_rank: dict[int, list[tuple[int, int, str]]] = {}
+    for rank, s, e, name in con.execute(_CAPTURES_SQL).fetchall():
+        by_rank.setdefault(rank, []).append((s, e, name))
+    out = {}
+    for rank, caps in by_rank.items():
+        s0, s1, _, _ = timeline.get(rank, (None, None, None, None))
+        ns = 0
+        if s0 is not None and s1 is not None:
+            cs, ce = iv.merge_intervals(np.array([c[0] for c in caps]), np.array([c[1] for c in caps]))
+            ns = iv.total(*iv.clip(cs, ce, s0, s1))
+        out[rank] = (len(caps), ns, re.sub(r"_v\d+$", "", caps[0][2]))  # nsys: cudaStreamBeginCapture_v10000
+    return out
+
+
 def build(con: duckdb.DuckDBPyConnection) -> None:
     cur = con.execute(_RANK_SQL)
     cols = [d[0] for d in cur.description]
@@ -206,6 +249,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             "SELECT rank, startup_end_ns, stop_ts_ns, steady_span_ns, steady_kernels FROM gpu_timeline"
         ).fetchall()
     }
+    captures = _capture_cover(con, timeline)
     rows = []
     for r in ranks:
         rank, t0, t1 = r["rank"], r["t0"], r["t1"]
@@ -213,6 +257,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         e_med, e_p90, e_n = ext.get(rank, (None, None, 0))
         before, after = clipped.get(rank, (0, 0))
         s0, s1, steady, steady_kernels = timeline.get(rank, (None, None, None, None))
+        n_captures, capture_ns, capture_call = captures.get(rank, (0, 0, None))
         row = {
             "rank": rank,
             "format": r["format"],
@@ -233,8 +278,10 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             "external_id_gap_p90": e_p90 if e_n >= MIN_IDS else None,
             "launched_before_window": before,
             "launches_after_window": after,
+            "graph_captures": n_captures,
+            "graph_capture_ns": capture_ns,
         }
-        row["fitness_class"], row["why"] = classify(row, gpu_job=_gpu_job(r))
+        row["fitness_class"], row["why"] = classify(row, gpu_job=_gpu_job(r), capture_call=capture_call)
         rows.append(row)
     run_sql_file(con, "tracediag.derive", "window_fitness.sql")
     domain.build(con)
@@ -255,8 +302,9 @@ def _duration(ns: float) -> str:
     return f"{ns / 1e9:.3g} s" if ns >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
-def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
-    """(class, why in words with its numbers) of one rank's window."""
+def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None) -> tuple[str, str]:
+    """(class, why in words with its numbers) of one rank's window; `capture_call` names the rank's stream-capture
+    begin call (cudaStreamBeginCapture, hipStreamBeginCapture) when it has one."""
     if row["events"] < TOO_FEW_EVENTS:
         return "too_short", (
             f"too short: {row['events']} recorded event{'s' if row['events'] != 1 else ''} (kernels, copies, runtime "
@@ -292,6 +340,16 @@ def classify(row: dict[str, Any], gpu_job: bool) -> tuple[str, str]:
             f"{_duration(trace)} trace (first GPU work, allocations, module loading and cold first launches), then "
             f"{_duration(row['steady_ns'] or 0)} of steady GPU work ({row['steady_kernels']:,} "
             f"kernel{'s' if row['steady_kernels'] != 1 else ''}): too little to speak for the run"
+        )
+    steady, cap = row["steady_ns"] or 0, row.get("graph_capture_ns") or 0
+    if steady and cap >= CAPTURE_DOMINATES * steady:
+        n = row["graph_captures"]
+        begin = capture_call or "StreamBeginCapture"
+        end = begin.replace("Begin", "End")
+        return "graph_capture", (
+            f"a graph capture: {n:,} stream capture{'s' if n != 1 else ''} ({begin} … {end}) cover {_duration(cap)} = "
+            f"{cap / steady:.0%} of the {_duration(steady)} steady segment; a launch inside a capture is recorded "
+            "into the graph, not run, so the idle, launch and step times here are the capture's, not serving's"
         )
     if row["launched_before_window"] or row["launches_after_window"]:
         return "clipped", (

@@ -20,6 +20,9 @@ CREATE OR REPLACE TABLE window_fitness (
     external_id_gap_p90 DOUBLE,      -- its 90th percentile
     launched_before_window BIGINT,   -- GPU operations whose launch is older than every launch in the trace
     launches_after_window BIGINT,    -- launches newer than every GPU operation in the trace, their work not in it
-    fitness_class VARCHAR,           -- too_short, gpu_stripped, sampled, startup_only, startup_dominated, clipped, steady, cpu_only
+    graph_captures BIGINT,           -- CUDA/HIP stream captures (a begin call and the next end call on its thread)
+    graph_capture_ns BIGINT,         -- ns of the steady segment the captures cover (their union)
+    fitness_class VARCHAR,           -- too_short, gpu_stripped, sampled, startup_only, startup_dominated, graph_capture,
+                                     -- clipped, steady, cpu_only
     why VARCHAR                      -- the class in words, with the numbers it rests on
 );

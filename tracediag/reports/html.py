@@ -201,6 +201,7 @@ FITNESS_LABEL = {
     "cpu_only": "a CPU trace",
     "startup_only": "start-up only (unfit)",
     "startup_dominated": "mostly start-up (unfit)",
+    "graph_capture": "a graph capture (unfit)",
     "sampled": "sampled (unfit)",
     "gpu_stripped": "GPU events stripped (unfit)",
     "too_short": "too short (unfit)",
