@@ -3,6 +3,7 @@
 
     .venv/bin/python benchmarks/bench_logs.py --old-root /path/to/old/checkout --repeats 3 \
         --json benchmarks/results/<date>-logs.json
+    .venv/bin/python benchmarks/bench_logs.py --skip-analyze      # this checkout alone (run_all.py's `logparse`)
 
 The logs are SYNTHETIC, in the engines' own layouts: the V1 stats lines of bench_sch003.write_log (10^6 lines,
 one a second) and SGLang decode batch lines (log_tables_dump._sglang_lines: two TP ranks, with and without the
@@ -74,14 +75,16 @@ def _run(args: list[str], root: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old-root", type=Path, required=True, help="checkout of the version to compare with")
+    ap.add_argument("--old-root", type=Path, help="checkout of the version to compare with (default: none)")
     ap.add_argument("--new-root", type=Path, default=REPO)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-analyze", action="store_true")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    roots = {"old": a.old_root.resolve(), "new": a.new_root.resolve()}
+    roots = {"new": a.new_root.resolve()}
+    if a.old_root is not None:
+        roots = {"old": a.old_root.resolve(), **roots}
     results: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory() as d:
         vllm, sglang = Path(d) / "vllm.log", Path(d) / "sglang.log"
@@ -96,7 +99,7 @@ def main() -> None:
             jobs["analyze_vllm"] = [sys.executable, "-c", "from tracediag.cli import main; main()", "analyze",
                                     "--log", str(vllm), "-o", str(Path(d) / "out"), "-q"]  # fmt: skip
         for rep in range(a.repeats):
-            order = ["old", "new"] if rep % 2 == 0 else ["new", "old"]
+            order = list(roots) if rep % 2 == 0 else list(roots)[::-1]
             for job, args in jobs.items():
                 for version in order:
                     r = _run(args, roots[version])

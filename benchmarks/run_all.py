@@ -17,6 +17,7 @@ repository on PYTHONPATH) and collects their results:
   peak RSS with the default --memory-limit.
 * `store` -- bench_fleet_store.py on the pair: `analyze --store` over a full `analyze`.
 * `log`   -- bench_sch003.py: `analyze --log` of a synthetic 10^6-line vLLM log.
+* `logparse` -- bench_logs.py: the parse of 10^6-line vLLM and SGLang logs alone, CPU µs a line.
 * `fleet` -- bench_fleet.py: ingest + `analyze --store` on a local Dask cluster, 8..64 replicated ranks (1024:
   `--fleet-ranks 64,256,1024`), one straggler injected: linear time, the coordinator's peak RSS, the straggler named.
 
@@ -41,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 V100 = REPO / "tests/data/external/kineto/hta_v100_ns_resolution.pt.trace.json.gz"
-ALL = ("pair", "real", "big", "store", "log", "fleet")
+ALL = ("pair", "real", "big", "store", "log", "logparse", "fleet")
 
 # Targets: issue 27's (docs: benchmarks/README.md). (label, key, comparison, bound)
 MB = 1e6 / 2**20  # the issue's MB in MiB (peak RSS is read in MiB)
@@ -65,6 +66,10 @@ TARGETS = {
     "log": [
         ("analyze --log, wall s (10^6 lines)", "wall_s", "<=", 10.0),
         ("peak tree RSS MiB (500 MB)", "peak_tree_rss_mib", "<=", 500 * MB),
+    ],
+    "logparse": [
+        ("vLLM log parse, CPU µs a line", "vllm_cpu_us_per_line", "<=", 5.0),
+        ("SGLang log parse, CPU µs a line", "sglang_cpu_us_per_line", "<=", 5.0),
     ],
     "fleet": [
         ("total time linear in ranks, R^2", "r2", ">=", 0.95),
@@ -244,6 +249,21 @@ def bench_log(args) -> dict:
     }
 
 
+def bench_logparse(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="run-all-") as tmp:
+        out = Path(tmp) / "logs.json"
+        _run([sys.executable, BENCH / "bench_logs.py", "--skip-analyze", "--lines", args.log_lines, "--repeats",
+              args.repeats, "--json", out], args.timeout)  # fmt: skip
+        doc = json.loads(out.read_text())
+    med = doc["median"]
+    return {
+        "vllm_cpu_us_per_line": med["parse_vllm"]["new"]["cpu_us_per_line"],
+        "sglang_cpu_us_per_line": med["parse_sglang"]["new"]["cpu_us_per_line"],
+        "lines": doc["lines"],
+        "runs": f"median of {args.repeats}",
+    }
+
+
 def bench_fleet(args) -> dict:
     if not _importable(sys.executable, "distributed"):
         raise Skip("dask.distributed not installed (the `fleet` extra)")
@@ -351,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.make_data:
         make_data(args)
     benches = {"pair": bench_pair, "real": bench_real, "big": bench_big, "store": bench_store, "log": bench_log,
-               "fleet": bench_fleet}  # fmt: skip
+               "logparse": bench_logparse, "fleet": bench_fleet}  # fmt: skip
     results: dict[str, dict] = {}
     for name in chosen:
         try:
