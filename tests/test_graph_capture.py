@@ -101,3 +101,17 @@ def test_a_capture_that_is_no_trace_is_a_one_line_error():
     with pytest.raises(InputError, match="graph-capture trace is not valid JSON") as e:
         analyze([kineto_file(REPLAY)], settings=Settings(graph_capture=str(bad)))
     assert str(bad) in str(e.value)
+
+
+def test_the_capture_is_matched_once_per_analysis(monkeypatch):
+    """The GEMM overlay and the window summary both read the match: it is made once per connection and capture file
+    (it was made three times, 0.2 s each, on this pair), and a second analysis makes its own."""
+    from tracediag.derive import graph_capture
+
+    calls = []
+    real = graph_capture._attribute
+    monkeypatch.setattr(graph_capture, "_attribute", lambda con, path: calls.append(path) or real(con, path))
+    first = analyze([kineto_file(REPLAY)], settings=Settings(graph_capture=str(CAPTURE)))
+    assert len(calls) == 1 and first.fitness["graph_replay"]["kernels_attributed"] == 361
+    second = analyze([kineto_file(REPLAY)], settings=Settings(graph_capture=str(CAPTURE)))
+    assert len(calls) == 2 and second.fitness["graph_replay"] == first.fitness["graph_replay"]

@@ -263,6 +263,7 @@ def evaluate(
                 plan.why = plan.why or {r: "every rank" for r in plan.present}
                 say("building the report")
                 sections = build_sections(ctx, extra=extra_sections)
+                fitness = ctx.fitness()  # the rules' summary, not a second one
         else:
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
@@ -280,10 +281,10 @@ def evaluate(
             by_group = {r: g.name for g in plan.groups for r in g.ranks}
             with restricted(con, plan.present, plan.deep), rank_groups(con, by_group):
                 sections = build_sections(ctx, extra=extra_sections)
+            fitness = ctx.fitness()
         if plan.present:
             sections.append(ranks_section(plan))
         inputs = _input_rows(con)
-        fitness = ctx.fitness()
     finally:
         if overlaid:
             drop_gemm_overlay(con)
