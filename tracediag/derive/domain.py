@@ -4,8 +4,9 @@ Table `workload_domain` (workload_domain.sql: one row for the analysis), built b
 (derive/fitness.py), which reports it (findings.json `fitness.domain`, the report header):
 
 * **mode** — `training` when the trace holds an autograd backward pass or optimizer work (`training_evidence`,
-  which derive/layout.py's `workload` shares: `autograd::engine::evaluate_function…`, `*Backward*` ops, FSDP's
-  post-backward hook, `Optimizer.step#…` / `Optimizer.zero_grad#…`, DDP's annotations; `aten::_foreach_*` ops
+  which derive/layout.py's `workload` shares: `autograd::engine::evaluate_function…`, `*Backward*` ops, FSDP2's
+  post-backward hook (applied in a forward pass only while autograd records for a backward one: a window of forward
+  passes alone is still training), `Optimizer.step#…` / `Optimizer.zero_grad#…`, DDP's annotations; `aten::_foreach_*` ops
   are counted but alone prove nothing: inference engines run them too); `inference` when it holds
   inference-engine step annotations (vLLM `execute_…`, SGLang `step[…]`), or no backward pass at all beside LLM
   attention; else `unknown`;
@@ -75,7 +76,10 @@ def training_evidence(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
              (SELECT coalesce(sum(n), 0)::BIGINT FROM (SELECT name, count(*) AS n FROM cpu_ops GROUP BY name)
                  WHERE name LIKE 'autograd::engine::evaluate_function%'
                  OR regexp_matches(name, '^[A-Za-z0-9_]+Backward[0-9]*$')
-                 -- FSDP's post-backward hook (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
+                 -- FSDP2's post-backward hook, applied in the forward pass only while autograd records for a
+                 -- backward one (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
+                 -- _register_post_backward_hook returns early when torch.is_grad_enabled() is false or no input
+                 -- requires grad): inference under no_grad / inference_mode never records it
                  OR name = 'RegisterPostBackwardFunction') AS backward,
              (SELECT count(*) FROM annotations WHERE name LIKE 'Optimizer.step#%' OR name LIKE 'Optimizer.zero_grad#%'
                  OR name IN ('## backward ##', '## optimizer ##') OR name LIKE 'DistributedDataParallel.%') AS marks,
