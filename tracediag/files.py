@@ -117,7 +117,7 @@ _HEAD_MARKERS = (
 _TAIL_MARKERS = (b'"tracediag": {"tool":{"name":"tracediag"', b'"tool":{"name":"tracediag"')
 _PEEK = 64 * 1024
 _DUCKDB_MAGIC = b"DUCK"  # at offset 8 of a DuckDB database file
-_TRACEDIAG_TABLES = {"inputs", "kernels", "cpu_ops", "runtime"}  # tracediag/store/schema.sql
+STORE_TABLES = frozenset({"inputs", "kernels", "cpu_ops", "runtime"})  # tracediag/store/schema.sql
 
 
 def is_tracediag_output(path: str | Path) -> bool:
@@ -151,20 +151,28 @@ def is_tracediag_output(path: str | Path) -> bool:
     return False
 
 
-def _is_tracediag_database(path: Path) -> bool:
-    try:
-        import duckdb
+def database_tables(path: Path) -> set[str]:
+    """The table names of the DuckDB database at `path`, opened read-only; duckdb.Error when it cannot be opened."""
+    import duckdb
 
-        con = duckdb.connect(str(path), read_only=True)
-    except Exception:  # locked, another version's format, not a database after all: not provably ours
-        return False
+    con = duckdb.connect(str(path), read_only=True)
     try:
-        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    except Exception:
-        return False
+        return {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     finally:
         con.close()
-    return names >= _TRACEDIAG_TABLES
+
+
+def missing_store_tables(names: set[str]) -> list[str]:
+    """The tables every tracediag store holds (tracediag/store/schema.sql) that `names` lacks."""
+    return sorted(STORE_TABLES - names)
+
+
+def _is_tracediag_database(path: Path) -> bool:
+    try:
+        names = database_tables(path)
+    except Exception:  # locked, another version's format, not a database after all: not provably ours
+        return False
+    return not missing_store_tables(names)
 
 
 # --- the guard --------------------------------------------------------------------------------------------

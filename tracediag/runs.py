@@ -126,7 +126,7 @@ def check_database(db: Path) -> None:
     """A trace.duckdb read back beside its findings.json: a DuckDB database with tracediag's tables."""
     import duckdb
 
-    from tracediag.files import require_regular_file
+    from tracediag.files import database_tables, missing_store_tables, require_regular_file
 
     require_regular_file(db)
     try:
@@ -137,14 +137,10 @@ def check_database(db: Path) -> None:
     if head[8:12] != b"DUCK":
         raise InputError(db, "not a DuckDB database; remove it to compare findings.json alone, or rerun analyze")
     try:
-        con = duckdb.connect(str(db), read_only=True)
+        names = database_tables(db)
     except duckdb.Error as exc:
         raise InputError(db, f"cannot be opened as a DuckDB database ({str(exc).splitlines()[0][:200]})") from None
-    try:
-        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    finally:
-        con.close()
-    missing = sorted({"inputs", "kernels", "steps"} - names)
+    missing = missing_store_tables(names) + (["steps"] if "steps" not in names else [])  # steps: derived
     if missing:
         raise InputError(db, f"not a tracediag store: no {', '.join(missing)} table(s); rerun tracediag analyze")
 

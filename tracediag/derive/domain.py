@@ -6,8 +6,8 @@ Table `workload_domain` (workload_domain.sql: one row for the analysis), built b
 * **mode** — `training` when the trace holds an autograd backward pass or optimizer work (`training_evidence`,
   which derive/layout.py's `workload` shares: `autograd::engine::evaluate_function…`, `*Backward*` ops, FSDP2's
   post-backward hook (applied in a forward pass only while autograd records for a backward one: a window of forward
-  passes alone is still training), `Optimizer.step#…` / `Optimizer.zero_grad#…`, DDP's annotations; `aten::_foreach_*` ops
-  are counted but alone prove nothing: inference engines run them too); `inference` when it holds
+  passes alone is still training), `Optimizer.step#…` / `Optimizer.zero_grad#…`, DDP's annotations;
+  `aten::_foreach_*` ops are counted but alone prove nothing: inference engines run them too); `inference` when it holds
   inference-engine step annotations (vLLM `execute_…`, SGLang `step[…]`), or no backward pass at all beside LLM
   attention; else `unknown`;
 * **workload** — `llm` when attention kernels of a catalogued family or attention ops ran, or engine steps;
