@@ -159,6 +159,34 @@ def test_extra_allreduce_against_healthy_baseline_regresses_calls_per_step(tmp_m
     assert by_id["COL001"]["vs_baseline"] == "new"
 
 
+def test_a_baseline_of_another_deployment_is_not_compared(tmp_module):
+    """A baseline whose fingerprint fails diff's comparability test (another TP degree, another model) neither hides
+    a finding as known nor passes measures as no worse: the check is inconclusive and says why (it used to compare
+    them as if the same deployment)."""
+    _, _, tp4_out = checked("kv_replicated_tp4", tmp_module)
+    d, cfg = sample("healthy_tp2")
+    out = Path(tmp_module) / "healthy_vs_tp4"
+    r = cli("check", d, "-m", cfg, "--baseline", tp4_out, "--out", out, "--fail-on", "error")
+    assert r.exit_code == 4, r.stdout + r.stderr
+    assert "the baseline cannot be compared with this run (not comparable: " in r.stdout
+    doc = json.loads((out / "check.json").read_text())
+    comp = doc["baseline"]["comparability"]
+    assert comp["comparable"] is False and any(x["what"] == "TP 4 → 2" for x in comp["differences"])
+    assert not [o for o in doc["outcomes"] if o["id"].startswith("BASELINE")] and doc["measure_changes"] == []
+    assert doc["outcome"] == "inconclusive" and doc["inconclusive"][0].startswith("the baseline cannot be compared")
+
+    # the fp32 run against its own findings.json, the model's hidden size H edited: its COL002 is no longer "known"
+    _, _, fp32_out = checked("fault_fp32_comm_tp2", tmp_module)
+    older = json.loads((fp32_out / "findings.json").read_text())
+    older["model"]["H"] *= 2
+    base = Path(tmp_module) / "other_model_findings.json"
+    base.write_text(json.dumps(older))
+    d, cfg = sample("fault_fp32_comm_tp2")
+    r = cli("check", d, "-m", cfg, "--baseline", base, "-q")
+    assert r.exit_code == 1, r.stdout + r.stderr
+    assert r.stdout.startswith("FAILED: 1 new at or above warning: COL002; the baseline cannot be compared with this run")
+
+
 def test_worsened_finding_fails_known_one_passes(tmp_module):
     # Baselines from an older run: the fp32 run's own findings.json with COL002 edited to a lower
     # severity / lower impact (no older real run exists to compare with).

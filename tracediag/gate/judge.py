@@ -2,9 +2,15 @@
 check unless the baseline already had it (same identity, no worse); then expectations and baseline measures.
 
 A check has three outcomes: **passed** (exit 0), **failed** (exit 1: something new at or above `fail_on`) and
-**inconclusive** (exit 4: nothing failed, but the check could not say: a required rule could not run, or the
-run cannot be diagnosed — no selected rule could run, or the verdict says the trace is unfit). A failure wins
-over inconclusive: a new finding is a result whatever else could not be checked.
+**inconclusive** (exit 4: nothing failed, but the check could not say: a required rule could not run, the
+run cannot be diagnosed — no selected rule could run, or the verdict says the trace is unfit — or the baseline
+cannot be compared with the run). A failure wins over inconclusive: a new finding is a result whatever else could
+not be checked.
+
+The baseline is compared only when it can be: the two runs' fingerprints (model, layout, GPU, engine, step shapes,
+workload, window fitness) must pass diff's comparability test (tracediag/diff/comparability.py). A baseline of
+another model, layout or load would call a finding "known" or a measure "no worse" on the strength of a different
+deployment: then every finding is judged as new, no measure is compared, and the check says why.
 """
 
 from __future__ import annotations
@@ -111,6 +117,13 @@ class CheckResult:
     changes: list[MeasureChange] = field(default_factory=list)
     elapsed_s: float = 0.0
     required: list[str] = field(default_factory=list)  # rules that must run (config `require`, --require)
+    comparability: dict[str, Any] | None = None  # the baseline's against this run (diff's test); None: no baseline
+
+    @property
+    def baseline_not_comparable(self) -> str | None:
+        """The comparability verdict when a baseline was given and cannot be compared with the run, else None."""
+        comp = self.comparability
+        return comp["verdict"] if comp is not None and not comp["comparable"] else None
 
     @property
     def failed(self) -> list[Outcome]:
@@ -133,7 +146,8 @@ class CheckResult:
         could not run or the run cannot be diagnosed), else 'passed'."""
         if self.failed:
             return "failed"
-        return "inconclusive" if self.not_run_required or self.undiagnosable else "passed"
+        inconclusive = self.not_run_required or self.undiagnosable or self.baseline_not_comparable
+        return "inconclusive" if inconclusive else "passed"
 
     @property
     def exit_code(self) -> int:
@@ -157,6 +171,12 @@ class CheckResult:
         ]
         if self.undiagnosable:
             out.append(f"the run cannot be diagnosed: {self.undiagnosable}")
+        if self.baseline_not_comparable:
+            out.append(
+                f"the baseline cannot be compared with this run ({self.baseline_not_comparable}): every finding was "
+                "judged as new and no measure was compared; `tracediag diff` shows the differences — update the "
+                "baseline when the deployment changed on purpose"
+            )
         return out
 
     def findings(self) -> list[dict[str, Any]]:
@@ -174,7 +194,11 @@ class CheckResult:
             "rules_selected": self.rules_selected,
             "rules_required": self.required,
             "coverage": self.coverage,
-            "baseline": {"path": self.baseline.label, "kind": self.baseline.kind} if self.baseline else None,
+            "baseline": (
+                {"path": self.baseline.label, "kind": self.baseline.kind, "comparability": self.comparability}
+                if self.baseline
+                else None
+            ),
             "counts": {
                 s: sum(1 for o in self.outcomes if o.status == s) for s in ("pass", "fail", "finding", "skipped")
             },
@@ -200,14 +224,22 @@ def judge(
     if level not in FAIL_ON_LEVELS:
         raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{level}'")
     cfg = dataclasses.replace(cfg, fail_on=level)
+    comp = None
+    if baseline is not None:
+        from tracediag.diff.comparability import comparability
+        from tracediag.diff.fingerprint import fingerprint
+
+        this_run = RunData(label="this run", kind="inputs", doc=doc, db_path=db_path, measures=measures)
+        comp = comparability(fingerprint(baseline), fingerprint(this_run))
+    usable = baseline if comp is not None and comp["comparable"] else None
     outcomes = judge_rules(
-        doc["checks"], level, baseline.doc if baseline else None, cfg.tolerances, required=set(required or ())
+        doc["checks"], level, usable.doc if usable else None, cfg.tolerances, required=set(required or ())
     )
     outcomes += judge_expectations(cfg.all_expectations(), doc, measures, level)
     changes: list[MeasureChange] = []
-    if baseline is not None:
-        changes = compare_measures(baseline.measures, measures, cfg.tolerances)
-        outcomes += judge_baseline(changes, cfg, baseline.label, db_path)
+    if usable is not None:
+        changes = compare_measures(usable.measures, measures, cfg.tolerances)
+        outcomes += judge_baseline(changes, cfg, usable.label, db_path)
     return CheckResult(
         config=cfg,
         fail_on=level,
@@ -218,4 +250,5 @@ def judge(
         measures=measures,
         baseline=baseline,
         changes=changes,
+        comparability=comp,
     )

@@ -32,6 +32,12 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
             sev = f" {o.severity}" if o.severity and o.status in ("fail", "finding") else ""
             print(f"  {_MARK[o.status]:<5} {o.id}{sev}{vs}: {clip(o.message)}", file=file)
         measured = [o for o in result.outcomes if o.suite == "baseline"]
+        if result.baseline_not_comparable:
+            print(
+                f"  baseline: not compared, {clip(result.baseline_not_comparable)}; every finding is judged as new "
+                "(tracediag diff shows the differences)",
+                file=file,
+            )
         if measured:
             ok = sum(1 for o in measured if o.status == "pass")
             print(f"  baseline: {ok} of {len(measured)} key measures within tolerance", file=file)
@@ -61,4 +67,6 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
             parts.append(f"{len(blocked)} required rule(s) could not run: {', '.join(o.id for o in blocked)}")
         if result.undiagnosable:
             parts.append(f"the run cannot be diagnosed: {clip(result.undiagnosable)}")
+        if result.baseline_not_comparable:
+            parts.append(f"the baseline cannot be compared with this run ({clip(result.baseline_not_comparable)})")
         print(f"{result.outcome.upper()}: {'; '.join(parts)} — {ran}", file=file)
