@@ -43,6 +43,15 @@ sys.path.insert(0, str(REPO / "tests"))
 
 def _worker_peak_mib(client) -> float:
     def peak() -> float:
+        # VmHWM: the peak of this process's own memory. ru_maxrss is kept across execve (getrusage(2)), so a worker
+        # started from the coordinator would report the coordinator's peak at the fork if it used less
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024  # kB
+        except OSError:
+            pass
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
