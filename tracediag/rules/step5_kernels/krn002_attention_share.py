@@ -47,12 +47,18 @@ def check(ctx: Context) -> Check:
     rows = [r for r in rows if r["step_ns"]]
     if not any(r["attention_ns"] for r in rows):
         return not_applicable(RULE, "missing attention: no attention kernel or op of a catalogued family inside steps")
+    # a training job's steps have no prefill/decode phase: they are training steps, not steps of an unknown phase
+    training = ctx.layout is not None and ctx.layout.workload == "training"
+
+    def label(phase: str | None) -> str:
+        return "training" if training and phase is None else phase_name(phase)
+
     table = []
     for r in sorted(rows, key=lambda r: phase_order(r["phase"])):
         f = r["attention_ns"] / r["step_ns"]
         table.append(
             {
-                "phase": phase_name(r["phase"]),
+                "phase": label(r["phase"]),
                 "steps": r["steps"],
                 "attention_ns": r["attention_ns"],
                 "step_ns": r["step_ns"],
@@ -80,7 +86,7 @@ def check(ctx: Context) -> Check:
            ORDER BY time_ns DESC LIMIT ?""",
         [ctx.settings.max_evidence],
     )
-    evidence = [phase_evidence(e, "step_id") for e in ex]
+    evidence = [phase_evidence(e, "step_id") | {"phase": label(e["phase"])} for e in ex]
     top = max(table, key=lambda t: t["f"])
     summary = "; ".join(f"{t['phase']} f = {t['f']:.1%} → ≤ {t['speedup_bound_s2']:.2f}×" for t in table)
     if top["f"] >= SHARE_FINDING:
@@ -100,7 +106,8 @@ def check(ctx: Context) -> Check:
             evidence=evidence,
             next_check=(
                 f"Attention is a real lever in {top['phase']}: compare fused backends on this shape (KRN001 shows "
-                "which one ran), and keep the other phases' bounds in mind — they do not move with it."
+                "which one ran)"
+                + (", and keep the other phases' bounds in mind — they do not move with it." if len(table) > 1 else ".")
             ),
         )
     return passed(
