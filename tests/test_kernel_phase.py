@@ -79,6 +79,11 @@ def test_training_forward_is_not_prefill_and_krn006_says_training(tmp_path):
     r, steps, inferred = _steps(str(NSYS / "nsysai_2xh100_after.sqlite"), str(tmp_path / "h100.duckdb"))
     assert inferred == [] and all(s[1] is None for s in steps)
     assert "(training step time 597 ms with it, 587 ms without)" in _check(r, "KRN006").title
+    # KRN002 names the same steps alike (before: "Attention is 41% of unknown phase step time")
+    krn002 = _check(r, "KRN002")
+    assert krn002.title.startswith("Attention is 41% of training step time") and "unknown" not in krn002.title
+    assert list(krn002.values["f"]) == ["training"] and {e["phase"] for e in krn002.evidence} == {"training"}
+    assert "other phases" not in krn002.next_check  # a training window has one kind of step
 
 
 def test_trace_without_attention_is_not_called_unknown_phase():
