@@ -155,7 +155,8 @@ def check(ctx: Context) -> Check:
             ),
         )
     queue = (
-        f"; {worst['max_waiting']} requests were waiting in the same window — with the queue held fixed the "
+        f"; {worst['max_waiting']} {'request was' if worst['max_waiting'] == 1 else 'requests were'} waiting in "
+        "the same window — with the queue held fixed the "
         "cache only removes prefill time; whether it lowers queueing must be measured (SCH003)"
         if worst["max_waiting"]
         else ""
