@@ -137,7 +137,7 @@ RECAPTURE["startup_dominated"] = RECAPTURE["startup_only"]
 RECAPTURE["graph_capture"] = (
     "The replay, not the capture: once the server serves, POST /start_profile, send a few requests, then "
     "/stop_profile (vLLM started with --profiler-config or VLLM_TORCH_PROFILER_DIR, SGLang with "
-    "SGLANG_TORCH_PROFILER_DIR; or `tracediag capture`), and analyse that trace with this one beside it as "
+    "SGLANG_TORCH_PROFILER_DIR; or tracediag capture), and analyse that trace with this one beside it as "
     "--graph-capture: the replayed kernels then get the ops that captured them."
 )
 
