@@ -295,3 +295,29 @@ def test_a_graph_capture_trace_is_inconclusive_and_says_to_profile_the_replay():
     # the replay of the same run holds no capture: its window stays steady and its rules run
     replay = _report(str(kineto_file("tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")))
     assert replay.fitness["class"] == "steady" and replay.fitness["ranks"][0]["graph_captures"] == 0
+
+
+def test_stream_captures_pair_per_thread_and_leave_open_or_broken_ones_out():
+    """The capture spans (fitness._capture_cover): a begin call and the next end call on its thread; a capture left
+    open, an end with no begin and a call without a duration count nothing; the union is clipped to the steady
+    segment. Rows of the runtime table, ns."""
+    from tracediag.derive import fitness
+    from tracediag.store import open_store
+
+    con = open_store()
+    rows = [
+        # thread 1: two whole captures, the second one running past the steady segment's end
+        (0, "cudaStreamBeginCapture_v10000", 100, 5, "1"), (0, "cudaStreamEndCapture_v10000", 300, 10, "1"),
+        (0, "cudaStreamBeginCapture_v10000", 800, 5, "1"), (0, "cudaStreamEndCapture_v10000", 1500, 10, "1"),
+        # thread 2: overlaps thread 1's first capture (the union counts it once), then a capture left open
+        (0, "cudaStreamBeginCapture_v10000", 200, 5, "2"), (0, "cudaStreamEndCapture_v10000", 400, 0, "2"),
+        (0, "cudaStreamBeginCapture_v10000", 600, 5, "2"),
+        # thread 3: an end with no begin, and a begin whose end has no duration
+        (0, "cudaStreamEndCapture_v10000", 50, 5, "3"),
+        (0, "cudaStreamBeginCapture_v10000", 700, 5, "3"), (0, "cudaStreamEndCapture_v10000", 750, None, "3"),
+    ]  # fmt: skip
+    con.executemany("INSERT INTO runtime (rank, name, ts_ns, dur_ns, tid) VALUES (?, ?, ?, ?, ?)", rows)
+    cover = fitness._capture_cover(con, {0: (150, 1000, 850, 10)})
+    # captures: [100, 310), [800, 1510), [200, 400): their union inside [150, 1000) is [150, 400) + [800, 1000)
+    assert cover == {0: (3, 250 + 200, "cudaStreamBeginCapture")}
+    con.close()

@@ -216,7 +216,8 @@ WITH ev AS (SELECT rank, tid, ts_ns, ts_ns + dur_ns AS te, name,
             FROM runtime WHERE regexp_matches(name, '^(cuda|hip)Stream(Begin|End)Capture')),
 o AS (SELECT *, lead(is_begin) OVER w AS next_is_begin, lead(te) OVER w AS next_te FROM ev
       WINDOW w AS (PARTITION BY rank, tid ORDER BY ts_ns, is_begin DESC))
-SELECT rank, ts_ns, next_te, name FROM o WHERE is_begin AND next_is_begin = false ORDER BY rank, ts_ns
+SELECT rank, ts_ns, next_te, name FROM o
+WHERE is_begin AND next_is_begin = false AND ts_ns IS NOT NULL AND next_te IS NOT NULL ORDER BY rank, ts_ns
 """
 
 
