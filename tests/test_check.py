@@ -184,7 +184,9 @@ def test_a_baseline_of_another_deployment_is_not_compared(tmp_module):
     d, cfg = sample("fault_fp32_comm_tp2")
     r = cli("check", d, "-m", cfg, "--baseline", base, "-q")
     assert r.exit_code == 1, r.stdout + r.stderr
-    assert r.stdout.startswith("FAILED: 1 new at or above warning: COL002; the baseline cannot be compared with this run")
+    assert r.stdout.startswith(
+        "FAILED: 1 new at or above warning: COL002; the baseline cannot be compared with this run"
+    )
 
 
 def test_worsened_finding_fails_known_one_passes(tmp_module):
