@@ -208,3 +208,25 @@ def test_kernels_section_on_a_cpu_trace_labels_op_time():
     assert "CPU op time" in sec.notes[0]
     decode = [r for r in sec.tables["families per phase"] if r["phase"] == "decode"]
     assert "math fallback (bmm + softmax, SDPA MATH backend)" in {r["family"] for r in decode}
+
+
+def test_krn009_without_the_gpu_model_is_not_applicable(tmp_path):
+    """HTA's GP100 trace (compute capability 6.0: no tensor cores) with its deviceProperties removed: its fp32 SIMT
+    GEMMs (maxwell/pascal sgemm names, no tensor-core name) are 71 % of GEMM time, and nothing says whether the GPU
+    has tensor cores. KRN009 says so as not applicable (it passed with low confidence: a guess); with the
+    properties it passes, on a GPU without tensor cores."""
+    import gzip
+    import json
+
+    src = kineto_file("hta_gp100_gpu_user_annotation.json.gz")
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    assert doc.pop("deviceProperties")[0]["computeMajor"] == 6
+    stripped = tmp_path / "gp100_no_device_properties.json"
+    stripped.write_text(json.dumps(doc))
+    c = {c.rule: c for c in analyze([stripped]).checks}["KRN009"]
+    assert c.status == "not_applicable"
+    assert c.reason.startswith("missing the GPU model: whether it has tensor cores is not in the trace")
+    assert "fp32 SIMT GEMMs are 71.4% of GEMM time" in c.reason
+    c = {c.rule: c for c in analyze([src]).checks}["KRN009"]
+    assert c.status == "pass" and "on a GPU without tensor cores (Quadro GP100, compute capability 6.0" in c.title

@@ -10,7 +10,9 @@ time is the cost. The GPU has tensor cores when its compute capability is ≥ 7.
 its kernels name a tensor-core architecture (volta/turing/ampere/sm80+ GEMMs, tensorop / xmma / nvjet / hgemm /
 bf16 names), or on AMD Instinct (MFMA, gfx90a/gfx94x). Finding when the fp32 SIMT share of GEMM time is
 ≥ 10 % on a tensor-core GPU: warning when it costs ≥ 10 % of the GPU busy time, else info. TF32 GEMMs
-(fp32 storage on tensor cores) are reported, not flagged.
+(fp32 storage on tensor cores) are reported, not flagged. When the share is ≥ 10 % and nothing in the trace says
+whether the GPU has tensor cores (no device properties, no tensor-core GEMM name), the rule is not applicable:
+the waste cannot be told from the GPU's limit.
 
 Evidence: the fp32 GEMM kernels with calls and time, the launching ops, the device and why it has tensor cores.
 
@@ -167,13 +169,17 @@ def check(ctx: Context) -> Check:
         for r in top
     ]  # fmt: skip
     common = {"formula": formula, "substituted": substituted, "values": values, "evidence": evidence}
+    if share >= SHARE_FINDING and has_tc is None:  # the share is measured; whether it is a waste is not known
+        return not_applicable(
+            RULE,
+            f"missing the GPU model: whether it has tensor cores is not in the trace ({why}); fp32 SIMT GEMMs are "
+            f"{share:.1%} of GEMM time ({ms(by['fp32'])})",
+        )
     if share < SHARE_FINDING or not has_tc:
         reason = f"fp32 SIMT GEMMs are {share:.1%} of GEMM time" + (
             f" on a GPU without tensor cores ({why})" if has_tc is False else ""
         )
-        if has_tc is None and share >= SHARE_FINDING:
-            reason += f" — whether the GPU has tensor cores is unknown ({why})"
-        return passed(RULE, **common, confidence="high" if has_tc is not None else "low", title=reason)
+        return passed(RULE, **common, confidence="high", title=reason)
     return finding(
         RULE,
         **common,
