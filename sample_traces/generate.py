@@ -102,8 +102,10 @@ class RunSpec:
     # Fault: decode-step attention forced onto the MATH SDPA backend (prefill keeps the flash CPU kernel).
     decode_attn_math: bool = False
     # 4-bit weight-only checkpoint: None (bf16 checkpoint), "dense" (config says AWQ W4 but the projections
-    # run dense bf16 full-size weights: quantization not applied) or "int4mm" (projections run
-    # aten::_weight_int4pack_mm_for_cpu on weights packed at load time).
+    # run dense bf16 full-size weights: quantization not applied), "int4mm" (projections run
+    # aten::_weight_int4pack_mm_for_cpu on weights packed at load time) or "awq" (vLLM's AWQ path: steps of at
+    # least AWQ_DEQUANT_TOKENS tokens dequantize each weight with _C::awq_dequantize, then a dense matmul;
+    # smaller ones run the fused _C::awq_gemm; both ops registered here under vLLM's names and schemas).
     w4: str | None = None
     w4_group_size: int = 32
     # Fault: this rank sleeps ``delay_ms`` before each decoder-layer all-reduce of every decode step.
@@ -188,6 +190,22 @@ SCENARIOS: dict[str, RunSpec] = {
         expected_findings=(
             ("SHP003", "pass", "4-bit config and the projections run the int4 packed mm"),
             ("KRN003", "pass", "fused W4A16 (int4 packed mm) kernel, no separate dequantize before a dense GEMM"),
+        ),
+    ),
+    "w4_awq_tp2": RunSpec(
+        name="w4_awq_tp2",
+        tp=2,
+        shape=ModelShape(),
+        w4="awq",
+        prompt_len=128,  # 2 x 128 = 256 prefill tokens: vLLM's AWQ dequantizes at >= 256 tokens
+        description="config.json declares a 4-bit AWQ checkpoint (group size 32), run as vLLM's AWQ linear method "
+        "(vllm/model_executor/layers/quantization/awq.py): the 256-token prefill steps dequantize every "
+        "projection weight (_C::awq_dequantize) and multiply it dense (aten::matmul); the 2-token decode steps run "
+        "the fused _C::awq_gemm. The two ops are registered on the CPU with vLLM's schemas "
+        "(csrc/torch_bindings.cpp); lm_head stays bf16.",
+        expected_findings=(
+            ("SHP003", "pass", "4-bit config and the projections run AWQ ops"),
+            ("KRN003", "finding", "separate dequantize before dense GEMMs in prefill steps only; decode fused"),
         ),
     ),
     "delayed_rank_tp2": RunSpec(
@@ -325,7 +343,7 @@ def validate(spec: RunSpec) -> None:
         raise ValueError("prompt_len + decode_steps exceeds max_position_embeddings")
     if s.torch_dtype not in DTYPES:
         raise ValueError(f"unsupported dtype {s.torch_dtype}")
-    if spec.w4 not in (None, "dense", "int4mm"):
+    if spec.w4 not in (None, "dense", "int4mm", "awq"):
         raise ValueError(f"unknown w4 mode {spec.w4!r}")
     if spec.w4 is not None:
         for k in (s.hidden_size, (s.num_attention_heads // p) * s.head_dim, s.intermediate_size // p):
@@ -412,7 +430,12 @@ def _extra_step_facts(spec: RunSpec, phase: str, t: int = 0) -> dict:
         out["sdpa_flash_cpu_calls"] = 0 if math else layers
         int4 = spec.w4 == "int4mm"
         out["int4pack_mm_calls"] = 4 * layers if int4 else 0  # qkv, o, gate_up, down per layer
-        out["linear_calls"] = 1 if int4 else 4 * layers + 1  # + lm_head (never quantized)
+        if spec.w4 == "awq":
+            dequant = t >= AWQ_DEQUANT_TOKENS
+            out["awq_dequantize_calls"] = 4 * layers if dequant else 0
+            out["awq_gemm_calls"] = 0 if dequant else 4 * layers
+        quantized = spec.w4 in ("int4mm", "awq")
+        out["linear_calls"] = 1 if quantized else 4 * layers + 1  # + lm_head (never quantized)
     if spec.mlp_allreduce_pad_multiple:
         width = s.hidden_size + (-s.hidden_size % spec.mlp_allreduce_pad_multiple)
         out["all_reduce_padded_calls"] = layers  # the MLP's; the attention block's stay at H
@@ -492,6 +515,16 @@ def _extra_record(spec: RunSpec) -> dict:
         if spec.w4 == "dense":
             record["applied"] = False
             record["what_runs"] = "aten::linear -> aten::mm on bf16 weights of the full per-rank size"
+        elif spec.w4 == "awq":
+            record["applied"] = True
+            record["what_runs"] = (
+                f"steps of >= {AWQ_DEQUANT_TOKENS} tokens: _C::awq_dequantize(qweight, scales, qzeros, 0, 0, 0) -> "
+                "bf16 [K, N], then aten::matmul(x, w); smaller steps: _C::awq_gemm(x, qweight, scales, qzeros, 8)"
+            )
+            record["dequant_convention"] = "w = (q - z) * scale, per group of group_size along K; 8 nibbles an int32"
+            record["qweight"] = {name: [k, n // 8] for name, (n, k) in shards.items()}
+            record["scales"] = {name: [k // g, n] for name, (n, k) in shards.items()}
+            record["qzeros"] = {name: [k // g, n // 8] for name, (n, k) in shards.items()}
         else:
             record["applied"] = True
             record["what_runs"] = (
@@ -544,6 +577,8 @@ class LayerWeights:
     down_bias_share: torch.Tensor | None = None  # [H] = bias / p (extra_allreduce fault only)
     # w4 == "int4mm": projection name -> (packed uint8 [N, K/2], scales_and_zeros [K/G, N, 2]); packed at load
     int4: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # w4 == "awq": projection name -> (qweight int32 [K, N/8], scales [K/G, N], qzeros int32 [K/G, N/8])
+    awq: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
 
 @dataclass
@@ -583,6 +618,74 @@ def quantize_int4_packed(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor
     scales_and_zeros = torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous().to(w.dtype)  # [K/G, N, 2]
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 8)
     return packed, scales_and_zeros
+
+
+AWQ_DEQUANT_TOKENS = 256  # vLLM awq.py: FP16_MATMUL_HEURISTIC_CONDITION = x.shape[:-1].numel() >= 256
+AWQ_PACK = 8  # 4-bit values an int32 holds (vLLM's pack_factor, passed to awq_gemm as split_k_iters)
+
+
+def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    """int32 [R, N] in 0..15 -> int32 [R, N/8], value j of each run of 8 in bits 4j..4j+3."""
+    r, n = q.shape
+    q = q.view(r, n // AWQ_PACK, AWQ_PACK)
+    out = torch.zeros(r, n // AWQ_PACK, dtype=torch.int32)
+    for j in range(AWQ_PACK):
+        out |= q[:, :, j] << (4 * j)
+    return out
+
+
+def _unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    shifts = torch.arange(0, 4 * AWQ_PACK, 4, dtype=torch.int32)
+    return ((packed[:, :, None] >> shifts) & 0xF).reshape(packed.shape[0], -1)
+
+
+def awq_pack(w: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit per-group quantization of ``w`` [N, K] (F.linear layout) into AWQ's tensors: qweight int32
+    [K, N/8], scales [K/G, N] in w's dtype, qzeros int32 [K/G, N/8]; w = (q - z) * scale."""
+    n, k = w.shape
+    wg = w.to(torch.float32).t().contiguous().view(k // group_size, group_size, n)
+    lo, hi = wg.amin(dim=1, keepdim=True), wg.amax(dim=1, keepdim=True)
+    scale = ((hi - lo) / 15).clamp(min=1e-6)
+    zero = (-lo / scale).round().clamp(0, 15)
+    q = (wg / scale + zero).round().clamp(0, 15).to(torch.int32).view(k, n)
+    return _pack_nibbles(q), scale.view(k // group_size, n).to(w.dtype), _pack_nibbles(zero.view(-1, n).to(torch.int32))
+
+
+def _awq_dequantize(qweight, scales, zeros, split_k_iters, thx, thy) -> torch.Tensor:
+    k, n = qweight.shape[0], scales.shape[1]
+    g = k // scales.shape[0]
+    q = _unpack_nibbles(qweight).view(k // g, g, n)
+    z = _unpack_nibbles(zeros)[:, None, :]
+    return ((q - z).to(scales.dtype) * scales[:, None, :]).view(k, n)
+
+
+def _awq_gemm(x, qweight, scales, zeros, split_k_iters) -> torch.Tensor:
+    # a broadcast multiply and a sum, not a GEMM op: vLLM's fused kernel runs no dense GEMM under it either (a
+    # decode step's x is a few rows)
+    w = _awq_dequantize(qweight, scales, zeros, 0, 0, 0)
+    return (x[:, :, None] * w[None, :, :]).sum(dim=1)
+
+
+_AWQ_LIBRARY: list = []  # the registration, kept alive for the process
+
+
+def register_awq_ops() -> None:
+    """vLLM's AWQ ops under their names and schemas (csrc/torch_bindings.cpp), with CPU implementations: the
+    profiler records `_C::awq_dequantize` and `_C::awq_gemm` as vLLM's CUDA build does."""
+    if _AWQ_LIBRARY:
+        return
+    lib = torch.library.Library("_C", "FRAGMENT")
+    lib.define(
+        "awq_gemm(Tensor _in_feats, Tensor _kernel, Tensor _scaling_factors, Tensor _zeros, SymInt split_k_iters) "
+        "-> Tensor"
+    )
+    lib.define(
+        "awq_dequantize(Tensor _kernel, Tensor _scaling_factors, Tensor _zeros, SymInt split_k_iters, int thx, "
+        "int thy) -> Tensor"
+    )
+    lib.impl("awq_gemm", _awq_gemm, "CPU")
+    lib.impl("awq_dequantize", _awq_dequantize, "CPU")
+    _AWQ_LIBRARY.append(lib)
 
 
 def build_rank_model(spec: RunSpec, rank: int) -> RankModel:
@@ -625,6 +728,9 @@ def build_rank_model(spec: RunSpec, rank: int) -> RankModel:
                 down_bias_share=cast(bias / p) if spec.extra_allreduce else None,
             )
         )
+    if spec.w4 == "awq":
+        for lw in layers:  # the checkpoint's AWQ tensors (load time, outside the profiled window)
+            lw.awq = {name: awq_pack(getattr(lw, name), spec.w4_group_size) for name in ("qkv", "o", "gate_up", "down")}
     if spec.w4 == "int4mm":
         # Load time (outside the profiled window), as engines repack checkpoint weights once.
         for lw in layers:
@@ -691,7 +797,13 @@ def layer_all_reduce(model: RankModel, x: torch.Tensor, decode: bool) -> torch.T
 
 
 def project(x: torch.Tensor, lw: LayerWeights, name: str, group_size: int) -> torch.Tensor:
-    """A projection GEMM: dense ``F.linear`` on the bf16 shard, or the int4 packed mm when packed at load."""
+    """A projection GEMM: dense ``F.linear`` on the bf16 shard, the int4 packed mm when packed at load, or vLLM's
+    AWQ apply (awq.py): dequantize + matmul for a step of >= AWQ_DEQUANT_TOKENS tokens, else the fused gemm."""
+    if lw.awq is not None:
+        qweight, scales, qzeros = lw.awq[name]
+        if x.shape[:-1].numel() >= AWQ_DEQUANT_TOKENS:
+            return torch.matmul(x, torch.ops._C.awq_dequantize(qweight, scales, qzeros, 0, 0, 0))
+        return torch.ops._C.awq_gemm(x, qweight, scales, qzeros, AWQ_PACK)
     if lw.int4 is not None:
         packed, scales_and_zeros = lw.int4[name]
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group_size, scales_and_zeros)
@@ -859,6 +971,8 @@ def _worker(rank: int, spec: RunSpec, port: int, out_dir: str) -> None:
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=spec.tp)
+    if spec.w4 == "awq":
+        register_awq_ops()
     try:
         model = build_rank_model(spec, rank)
         # Engine warm-up (vLLM's dummy run): a short prefill + decode, not profiled.
@@ -995,7 +1109,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, help="intra-op threads per rank (default 1)")
     ap.add_argument("--no-gzip", action="store_true", help="write plain .json traces")
     ap.add_argument("--decode-attn-math", action="store_true", help="force decode attention onto SDPA MATH")
-    ap.add_argument("--w4", choices=["none", "dense", "int4mm"], help="4-bit AWQ config: not applied / int4 mm")
+    ap.add_argument(
+        "--w4", choices=["none", "dense", "int4mm", "awq"], help="4-bit AWQ config: not applied / int4 mm / vLLM AWQ"
+    )
     ap.add_argument("--w4-group-size", type=int, help="AWQ group size (32/64/128; must divide per-rank K)")
     ap.add_argument("--delay-rank", type=int, help="rank that sleeps before each decode layer all-reduce")
     ap.add_argument("--delay-ms", type=float, help="that rank's delay in ms")

@@ -230,3 +230,39 @@ def test_krn009_without_the_gpu_model_is_not_applicable(tmp_path):
     assert "fp32 SIMT GEMMs are 71.4% of GEMM time" in c.reason
     c = {c.rule: c for c in analyze([src]).checks}["KRN009"]
     assert c.status == "pass" and "on a GPU without tensor cores (Quadro GP100, compute capability 6.0" in c.title
+
+
+def test_awq_dequantize_path_is_applied_quantization_and_its_prefill_cost_is_measured():
+    """w4_awq_tp2 runs vLLM's AWQ linear method: 256-token prefill steps dequantize each projection weight
+    (`_C::awq_dequantize`) and multiply it dense (`aten::matmul` on the full-size [K, N] weight), 2-token decode
+    steps run the fused `_C::awq_gemm`. The dense matmuls are the dequantize path, not quantization left unapplied
+    (SHP003 said "not applied", error, before); KRN003 measures Δ in the prefill steps and does not judge it
+    against the bandwidth budget of decode."""
+    import gzip
+    import json
+
+    d = SAMPLES / "w4_awq_tp2"
+    r = analyze([d], model=d / "config.json")
+    checks = {c.rule: c for c in r.checks}
+    shp = checks["SHP003"]
+    assert shp.status == "pass"
+    groups = {g["group"]: g for g in shp.values["groups"]}
+    # per group: 2 ranks x 4 layers x 2 projections (qkv, o / gate_up, down) in the one prefill step
+    assert {g: (v["verdict"], v["dense_projection_calls"], v["dequantized_projection_calls"]) for g, v in
+            groups.items()} == {"attention": ("applied", 0, 16), "dense_mlp": ("applied", 0, 16)}  # fmt: skip
+    krn = checks["KRN003"]
+    assert krn.status == "finding" and krn.severity == "info"
+    assert list(krn.values["delta_ns_per_step"]) == ["prefill"] and krn.values["budget"].startswith("not applied")
+    assert krn.title.endswith("; decode steps run the fused low-bit kernel")
+    # Δ from the files: the dequantize ops' time inside the prefill annotations, per (rank, prefill step)
+    total, steps = 0.0, 0
+    for path in sorted(d.glob("rank*.pt.trace.json.gz")):
+        with gzip.open(path, "rt") as f:
+            xs = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        for st in (e for e in xs if e["name"].startswith("execute_context_") and "_generation_0(" in e["name"]):
+            inside = [
+                e for e in xs if e["name"] == "_C::awq_dequantize" and st["ts"] <= e["ts"] <= st["ts"] + st["dur"]
+            ]
+            assert len(inside) == 16  # 4 projections x 4 layers
+            total, steps = total + sum(e["dur"] for e in inside) * 1000, steps + 1
+    assert steps == 2 and krn.values["delta_ns_per_step"]["prefill"] == pytest.approx(total / steps, abs=2000)

@@ -29,10 +29,13 @@ SCENARIOS = {
     "math_decode_tp2": (2, None),
     "w4_dense_tp2": (2, None),
     "w4_int4mm_tp2": (2, None),
+    "w4_awq_tp2": (2, None),
     "delayed_rank_tp2": (2, None),
 }
 # Later scenarios whose scenario.json steps carry per-step op counts (sdpa_*_calls, int4pack_mm_calls, ...).
-OP_COUNT_SCENARIOS = ["math_decode_tp2", "w4_dense_tp2", "w4_int4mm_tp2", "delayed_rank_tp2", "healthy_tp1"]
+OP_COUNT_SCENARIOS = [
+    "math_decode_tp2", "w4_dense_tp2", "w4_int4mm_tp2", "w4_awq_tp2", "delayed_rank_tp2", "healthy_tp1"
+]  # fmt: skip
 SDPA_MATH = "aten::_scaled_dot_product_attention_math"
 SDPA_FLASH_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 INT4_MM = "aten::_weight_int4pack_mm_for_cpu"
@@ -171,6 +174,9 @@ def test_op_counts_per_step_match_scenario(name: str) -> None:
             assert _count(events, SDPA_FLASH_CPU) == plan["sdpa_flash_cpu_calls"]
             assert _count(events, INT4_MM) == plan["int4pack_mm_calls"]
             assert _count(events, "aten::linear") == plan["linear_calls"]
+            # vLLM's AWQ ops (w4_awq_tp2 only; 0 everywhere else)
+            assert _count(events, "_C::awq_dequantize") == plan.get("awq_dequantize_calls", 0)
+            assert _count(events, "_C::awq_gemm") == plan.get("awq_gemm_calls", 0)
         # packing is load time: never inside the profiled window
         assert not any(e.get("name") == INT4_PACK for e in trace["traceEvents"])
 

@@ -403,6 +403,27 @@ def role_group(role: str) -> str | None:
     return ROLE_GROUP.get(base)
 
 
+def _mark_dequantized(ctx: Context, dense: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Mark `dequantized` the dense projection GEMMs that run on a weight a dequantize op wrote: per (rank, step),
+    as many of the step's dense projection GEMMs, in time order, as dequantize calls ran in it (vLLM's AWQ at
+    ≥ 256 tokens: `_C::awq_dequantize` then a dense matmul on its output, one pair per projection)."""
+    if not dense:
+        return dense
+    left = {
+        (r["rank"], r["step_id"]): r["calls"]
+        for r in ctx.rows(
+            "SELECT rank, step_id, sum(calls) AS calls FROM kernel_steps WHERE klass = 'dequant' "
+            "AND step_id IS NOT NULL GROUP BY ALL"
+        )
+    }
+    for d in dense:
+        key = (d["rank"], d["step_id"])
+        d["dequantized"] = left.get(key, 0) > 0
+        if d["dequantized"]:
+            left[key] -= 1
+    return dense
+
+
 def dense_projection_gemms(ctx: Context, p: int) -> list[dict[str, Any]] | None:
     """Dense GEMM ops whose (K, N) is a projection of the config at TP degree p (lm_head excluded): the
     weight is full-size 16-bit. Each carries its role and module group. None when no GEMM shapes were recorded."""
@@ -441,6 +462,7 @@ class GroupVerdict:
     kernels: list[dict[str, Any]] = field(default_factory=list)  # kernels serving the group (format rows)
     dense_calls: int = 0  # dense projection GEMM calls with this group's full-size (K, N)
     dense_roles: dict[str, int] = field(default_factory=dict)
+    dequantized_calls: int = 0  # of them, on a weight a dequantize op of the same step wrote (not counted above)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -450,6 +472,7 @@ class GroupVerdict:
             "why": self.why,
             "kernels": ", ".join(sorted({f"{k['name'][:60]} [{k['scheme']}]" for k in self.kernels})) or None,
             "dense_projection_calls": self.dense_calls,
+            "dequantized_projection_calls": self.dequantized_calls,
         }
 
 
@@ -462,7 +485,7 @@ def group_dispatch(
     Returns (verdicts, GEMM rows with formats, shape-matched dense projection GEMMs or None)."""
     m = ctx.model
     gemms = gemm_dispatch(ctx)
-    dense = dense_projection_gemms(ctx, p)
+    dense = _mark_dequantized(ctx, dense_projection_gemms(ctx, p))
     moe_k = [r for r in gemms if r["fmt"].moe]
     flat_k = [r for r in gemms if not r["fmt"].moe]
     out = []
@@ -473,12 +496,20 @@ def group_dispatch(
         wrong = [r for r in pool if r["fmt"].lowbit and r["fmt"].matches_bits(bits) is False]
         wide = [r for r in pool if r["fmt"].weight == "16-bit"]
         unknown = [r for r in pool if r["fmt"].weight == "?"]
-        shaped = [d for d in dense or [] if d["group"] == gq.group]
+        mine = [d for d in dense or [] if d["group"] == gq.group]
+        shaped = [d for d in mine if not d["dequantized"]]
+        dequantized = len(mine) - len(shaped)
         roles: dict[str, int] = {}
         for d in shaped:
             roles[d["role"]] = roles.get(d["role"], 0) + 1
         fr = [format_row(r) for r in ok + wrong + unknown]
-        v = GroupVerdict(gq.group, fmt, "", "", fr, len(shaped), roles)
+        v = GroupVerdict(gq.group, fmt, "", "", fr, len(shaped), roles, dequantized)
+        path = (
+            f"; {dequantized} dense GEMM call{'s' if dequantized != 1 else ''} on weights a dequantize op of the "
+            "same step wrote (the engine's dequantize path: KRN003 weighs it)"
+            if dequantized
+            else ""
+        )
         if gq.group == "experts":
             if ok and not wide and not wrong:
                 v.verdict, v.why = "applied", f"expert GEMMs read {fmt.name} weights"
@@ -505,7 +536,10 @@ def group_dispatch(
                     "low-bit kernels ran, but some of this group's GEMMs ran dense on full-size weights",
                 )
             elif ok:
-                v.verdict, v.why = "applied", f"low-bit GEMMs ({', '.join(sorted({r['fmt'].weight for r in ok}))}) ran"
+                weights = ", ".join(sorted({r["fmt"].weight for r in ok}))
+                v.verdict, v.why = "applied", f"low-bit GEMMs ({weights}) ran{path}"
+            elif dequantized and not wrong:
+                v.verdict, v.why = "applied", f"the weights are dequantized before each GEMM{path}"
             elif wrong:
                 v.verdict, v.why = "not_applied", f"GEMMs read {wrong[0]['fmt'].weight} weights, not {fmt.name}"
             elif unknown:

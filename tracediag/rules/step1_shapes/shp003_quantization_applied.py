@@ -11,8 +11,11 @@ Formula: per quantized module group (tracediag.model.quant: attention, dense MLP
 lm_head), the GEMM kernels that serve it must read weights of its declared width: MoE experts are judged on
 the expert GEMMs (grouped / batched MoE kernels: matmul_ogs, trtllm-gen bmm, Marlin MoE, CUTLASS / CK MoE,
 fused_moe), the other groups on the dense GEMMs. A dense GEMM op whose (K, N) is the group's full-size
-projection at TP degree p (the SHP002 role table) proves the group ran 16-bit; on GPU traces without
-recorded shapes, a quantized dense group with no low-bit GEMM kernel at all is the evidence.
+projection at TP degree p (the SHP002 role table) proves the group ran 16-bit — unless a dequantize op of the
+same step wrote that weight (as many of the step's dense projection GEMMs, in order, as it ran dequantize ops):
+that is the engine's dequantize path (vLLM's AWQ at ≥ 256 tokens), quantized weights expanded per step, which
+KRN003 weighs; on GPU traces without recorded shapes, a quantized dense group with no low-bit GEMM kernel at all
+is the evidence.
 
 Evidence: the per-group table (declared format and scheme, verdict, kernels with the format read from their
 names), dense projection GEMMs with their shapes (role, K, N) and example calls.
@@ -65,7 +68,11 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, "missing GEMMs: no GEMM kernel or op in the trace")
     lowbit = [r for r in gemms if r["fmt"].lowbit]
     failed = [v for v in verdicts if v.verdict in ("not_applied", "partly")]
-    dense_rows = [d for d in dense or [] if d["group"] in {v.group for v in verdicts}]
+    quantized = {v.group for v in verdicts}
+    # a dense GEMM on a weight a dequantize op of its step wrote is the engine's dequantize path (KRN003), not
+    # quantization left unapplied
+    dense_rows = [d for d in dense or [] if d["group"] in quantized and not d["dequantized"]]
+    dequantized = [d for d in dense or [] if d["group"] in quantized and d["dequantized"]]
     values = {
         "declared": declared_formats(m),
         "quantization_source": m.quantization_source,
@@ -76,6 +83,7 @@ def check(ctx: Context) -> Check:
         "lowbit_calls": sum(r["calls"] for r in lowbit),
         "lowbit_kernels": {r["name"]: r["calls"] for r in lowbit},
         "dense_projection_calls": len(dense_rows),
+        "dequantized_projection_calls": len(dequantized),
         "dense_counted_as": (
             f"dense GEMM ops with a quantized group's full-size (K, N) at p = {p}"
             if dense is not None
@@ -86,7 +94,8 @@ def check(ctx: Context) -> Check:
     }
     formula = (
         "per quantized group: GEMM kernels serving it read weights of its declared width (experts: the MoE GEMMs); "
-        "dense GEMMs with the group's full-size (K, N) = not applied"
+        "dense GEMMs with the group's full-size (K, N) = not applied, unless a dequantize op of the same step wrote "
+        "their weight"
     )
     substituted = "; ".join(f"{v.group} {v.declared.name}: {v.verdict} ({v.why})" for v in verdicts)
     table = [v.row() for v in verdicts]
