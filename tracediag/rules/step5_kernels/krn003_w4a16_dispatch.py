@@ -59,6 +59,11 @@ RULE = RuleMeta(
 UNBUDGETED = ("prefill", "mixed")
 
 
+def _units(ctx: Context) -> str:
+    """What the dequantize steps are in this trace: GPU kernels, or CPU ops (a CPU trace)."""
+    return "kernels" if source_of(ctx) == "gpu_kernel" else "ops"
+
+
 def _mean_step_ns(ctx: Context) -> dict[str, float]:
     """Mean step time per phase name (step_activity: the step's GPU window, or its host span on a CPU trace)."""
     rows = ctx.rows("SELECT phase, avg(step_ns) AS step_ns FROM step_activity WHERE step_ns > 0 GROUP BY phase")
@@ -91,7 +96,7 @@ def _prefill_only(
         confidence="medium",
         impact=min(1.0, share or 0.0),
         title=(
-            f"Separate dequantize kernels before dense GEMMs in {', '.join(delta)} steps only: Δ = "
+            f"Separate dequantize {_units(ctx)} before dense GEMMs in {', '.join(delta)} steps only: Δ = "
             f"{delta[worst] / 1e6:.3g} ms per {worst} step"
             + (f" ({share:.1%} of it)" if share is not None else "")
             + ("; decode steps run the fused low-bit kernel" if fused_decode else "")
@@ -251,7 +256,8 @@ def check(ctx: Context) -> Check:
         impact=min(1.0, delta[worst_ph] / budget_ns) if budget_ns else min(1.0, share or 0.0),
         undetermined=decide,
         title=(
-            f"Separate dequantize kernels before dense GEMMs in {', '.join(delta)}: Δ = {delta[worst_ph] / 1e6:.3g} ms "
+            f"Separate dequantize {_units(ctx)} before dense GEMMs in {', '.join(delta)}: Δ = "
+            f"{delta[worst_ph] / 1e6:.3g} ms "
             f"per {worst_ph} step"
             + (
                 f" {'>' if over else '≤'} budget (W16 − Wq)/BW = {budget_ns / 1e6:.3g} ms"
