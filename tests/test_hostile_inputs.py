@@ -107,6 +107,29 @@ def test_bad_events_in_a_later_chunk_are_counted_once(tmp_path):
     assert parsed.tables["kernels"].num_rows == parse_kineto(NCCL_TRACE).tables["kernels"].num_rows
 
 
+@pytest.mark.parametrize("memory_limit", [None, 8 * MIB], ids=["whole", "chunked"])
+@pytest.mark.parametrize("edit", ["nested", "utf8"])
+def test_an_item_nested_too_deep_or_with_invalid_utf8_after_a_non_event_is_an_input_error(tmp_path, edit, memory_limit):
+    """A long fuzz run found both as tracebacks: after an item that is not an event (a number here) the events are
+    decoded one by one, inside the error handler of the first decode, and an item nested past the interpreter's
+    recursion limit or with an invalid UTF-8 byte in a string raised from there, where no clause caught it."""
+    from tracediag.ingest.kineto import parse_kineto
+
+    doc = kineto_doc()
+    doc["traceEvents"].insert(3, 7)
+    doc["traceEvents"][10]["name"] = "MARKER"
+    data = json.dumps(doc).encode()
+    if edit == "nested":  # an array 20,000 levels deep as the event's name
+        data = data.replace(b'"MARKER"', b"[" * 20_000 + b"]" * 20_000)
+    else:  # a byte that is not UTF-8 inside the event's name
+        data = data.replace(b'"MARKER"', b'"bad ' + bytes([0xFF]) + b' byte"')
+    f = tmp_path / "rank0.json"
+    f.write_bytes(data)
+    want = "JSON nested too deep to be a trace" if edit == "nested" else "not valid JSON (Invalid UTF-8"
+    with pytest.raises(InputError, match=want.replace("(", r"\(")):
+        parse_kineto(f, 0, IngestOptions(memory_limit=memory_limit))
+
+
 def test_a_negative_kernel_duration_is_counted(tmp_path):
     from tracediag.ingest.kineto import parse_kineto
 

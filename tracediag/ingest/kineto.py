@@ -252,31 +252,40 @@ def _decode(
             raise InputError(path, f"a number too large for any float ({msg})") from None
         try:  # an item that is not an event: the file's events one by one
             loose = msgspec.json.decode(data, type=_TraceItems | list[msgspec.Raw])
+            items = loose if isinstance(loose, list) else loose.traceEvents
+            if items is None:
+                raise InputError(path, "JSON, but not a Chrome/Kineto trace: no 'traceEvents' array") from None
+            events, kept = _events_one_by_one(items, bad)
         except msgspec.ValidationError:
             raise InputError(path, f"JSON, but not a Chrome/Kineto trace: {msg}") from None
-        items = loose if isinstance(loose, list) else loose.traceEvents
-        if items is None:
-            raise InputError(path, "JSON, but not a Chrome/Kineto trace: no 'traceEvents' array") from None
-        events, kept = _events_one_by_one(items, bad)
+        except (msgspec.DecodeError, RecursionError) as inner:
+            # raised in this handler, the clauses below do not see it (an item nested too deep, or with invalid
+            # UTF-8 that only its own decode checks): the same error as a whole-file decode gives
+            raise _not_json(path, data, inner) from None
         top = {} if isinstance(loose, list) else {"distributedInfo": loose.distributedInfo,
                                                   "deviceProperties": loose.deviceProperties}  # fmt: skip
         return events, top, kept
-    except msgspec.DecodeError as exc:
-        msg = str(exc)
-        if "truncated" in msg.lower() and not _ends_whole(data):
-            raise InputError(path, f"truncated JSON ({msg}); was the profiler stopped mid-write?") from None
-        if "truncated" in msg.lower():
-            msg = "an invalid string escape, such as a lone \\ud800 surrogate"
-        hint = "; NaN and Infinity are not JSON numbers" if "invalid character" in msg else ""
-        raise InputError(path, f"not valid JSON ({msg}{hint})") from None
-    except RecursionError:
-        # msgspec stops at the interpreter's recursion limit (not raised here): no trace nests like this
-        raise InputError(path, "JSON nested too deep to be a trace (hundreds of levels of [ or {)") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _not_json(path, data, exc) from None
     if isinstance(doc, list):
         return doc, {}, None
     if doc.traceEvents is None:
         raise InputError(path, "JSON, but not a Chrome/Kineto trace: no 'traceEvents' array")
     return doc.traceEvents, {"distributedInfo": doc.distributedInfo, "deviceProperties": doc.deviceProperties}, None
+
+
+def _not_json(path: Path, data: bytes | mmap.mmap, exc: Exception) -> InputError:
+    """The input error of a decode that failed on the JSON itself: truncated, an invalid escape or byte, or nested
+    deeper than the interpreter's recursion limit (msgspec stops there: no trace nests like this)."""
+    if isinstance(exc, RecursionError):
+        return InputError(path, "JSON nested too deep to be a trace (hundreds of levels of [ or {)")
+    msg = str(exc)
+    if "truncated" in msg.lower() and not _ends_whole(data):
+        return InputError(path, f"truncated JSON ({msg}); was the profiler stopped mid-write?")
+    if "truncated" in msg.lower():
+        msg = "an invalid string escape, such as a lone \\ud800 surrogate"
+    hint = "; NaN and Infinity are not JSON numbers" if "invalid character" in msg else ""
+    return InputError(path, f"not valid JSON ({msg}{hint})")
 
 
 def _exact_ts_ns(raw: msgspec.Raw) -> int | None:
