@@ -321,3 +321,22 @@ def test_stream_captures_pair_per_thread_and_leave_open_or_broken_ones_out():
     # captures: [100, 310), [800, 1510), [200, 400): their union inside [150, 1000) is [150, 400) + [800, 1000)
     assert cover == {0: (3, 250 + 200, "cudaStreamBeginCapture")}
     con.close()
+
+
+def test_a_trace_with_copies_and_no_kernel_is_judged_not_crashed_on(tmp_path):
+    """A long fuzz run made this from a real trace: GPU copies and runtime calls, no kernel, so no GPU timeline and
+    no steady segment; the window summary failed formatting the missing steady kernel count (a traceback)."""
+    import gzip
+    import json
+
+    with gzip.open(kineto_file("tracelens_h100_hf_qwen1.5-0.5b.json.gz"), "rt") as f:
+        doc = json.load(f)
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") != "kernel"]
+    copies = sum(1 for e in doc["traceEvents"] if e.get("cat") in ("gpu_memcpy", "gpu_memset"))
+    assert copies == 242
+    path = tmp_path / "copies_only.json"
+    path.write_text(json.dumps(doc))
+    r = _report(str(path))
+    assert r.fitness["class"] == "startup_only" and not r.fitness["fit"]
+    assert r.fitness["why"].startswith("start-up only: no kernel in the trace (242 GPU copies or memsets, ")
+    assert r.verdict["status"] == "inconclusive"

@@ -35,7 +35,11 @@ def _files(*globs: tuple[Path, str]) -> list[Path]:
 def seed_files(kind: str) -> tuple[Path, ...]:
     """The seed files of one kind (never empty: a kind without seeds is a broken checkout)."""
     found = {
-        "kineto": lambda: _files((EXTERNAL / "kineto", "*.json.gz"), (SAMPLES, "*/rank*.json.gz")),
+        "kineto": lambda: _files(
+            (EXTERNAL / "kineto", "*.json.gz"),
+            (EXTERNAL / "kineto" / "capture", "*.json.gz"),
+            (SAMPLES, "*/rank*.json.gz"),
+        ),
         "nsys": lambda: _files((EXTERNAL / "nsys", "*.sqlite")),
         "nccl-tests": lambda: _files((EXTERNAL / "nccl-tests", "*.txt")),
         "topology": lambda: _files((TESTS / "data" / "topology", "*.json")),

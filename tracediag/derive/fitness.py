@@ -328,7 +328,12 @@ def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None
             f"1 when every op is recorded) and the runtime calls' correlation ids by a median of {_n(c_med)} "
             f"(p90 {_n(row['correlation_gap_p90'])}): {keep}"
         )
-    if row["steady_kernels"] == 0:
+    if not row["kernels"]:  # GPU copies and no kernel at all: no GPU timeline, nothing steady to measure
+        return "startup_only", (
+            f"start-up only: no kernel in the trace ({row['gpu_events']:,} GPU copies or memsets, "
+            f"{row['runtime_calls']:,} runtime calls): nothing steady to measure"
+        )
+    if not row["steady_kernels"]:
         return "startup_only", (
             f"start-up only: no kernel starts after the start-up segment ({(row['startup_ns'] or 0) / 1e6:.3g} ms of "
             f"the {(row['trace_ns'] or 0) / 1e6:.3g} ms trace: first GPU work, allocations, module loading and cold "
@@ -339,7 +344,7 @@ def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None
         return "startup_dominated", (
             f"mostly start-up: the start-up segment takes {_duration(startup)} = {startup / trace:.1%} of the "
             f"{_duration(trace)} trace (first GPU work, allocations, module loading and cold first launches), then "
-            f"{_duration(row['steady_ns'] or 0)} of steady GPU work ({row['steady_kernels']:,} "
+            f"{_duration(row['steady_ns'] or 0)} of steady GPU work ({row['steady_kernels'] or 0:,} "
             f"kernel{'s' if row['steady_kernels'] != 1 else ''}): too little to speak for the run"
         )
     steady, cap = row["steady_ns"] or 0, row.get("graph_capture_ns") or 0
@@ -358,7 +363,8 @@ def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None
             f"{row['launches_after_window']:,} launches at the end ran after it; the edge steps may be partial"
         )
     return "steady", (
-        f"steady: {(row['steady_ns'] or 0) / 1e6:.3g} ms of steady GPU work ({row['steady_kernels']:,} kernels) after "
+        f"steady: {(row['steady_ns'] or 0) / 1e6:.3g} ms of steady GPU work ({row['steady_kernels'] or 0:,} kernels) "
+        "after "
         f"{(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, every event recorded"
     )
 
