@@ -590,3 +590,16 @@ def test_an_nsys_export_with_one_device_per_kernel_analyses_in_seconds(tmp_path)
     report = analyze([f])
     assert time.monotonic() - t0 < 15
     assert len(report.inputs[0]["ranks"]) >= 4010
+
+
+def test_a_denormal_throughput_in_a_log_is_charted(tmp_path):
+    """A stats line whose generation throughput reads 4.9e-324 (a denormal; from a long fuzz run) made the serving
+    chart take log10(0) for its axis: a traceback. The analysis now runs to its report."""
+    text = VLLM_LOG.read_text()
+    first = text.index("Avg generation throughput: ") + len("Avg generation throughput: ")
+    value = text[first : text.index(" tokens/s", first)]
+    f = tmp_path / "server.log"
+    f.write_text(text[:first] + "4.9e-324" + text[first + len(value) :])
+    r = cli("analyze", "--log", f, "-o", tmp_path / "out", "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out" / "report.html").stat().st_size > 0

@@ -24,3 +24,16 @@ def test_histogram_bars():
 
 def test_empty_inputs_render_nothing():
     assert scatter("t", "x", "y", {}) == "" and histogram("t", "x", []) == ""
+
+
+def test_axes_of_a_span_that_underflows_or_overflows_a_float():
+    """A vLLM log whose generation throughput read 4.9e-324 tokens/s (a denormal, from a long fuzz run) made the
+    serving chart's axis take log10(0): a traceback. Such a span gets its two ends as bounds, no round steps."""
+    from tracediag.reports.svg import nice_bounds, nice_ticks
+
+    tiny = 4.9e-324
+    assert nice_bounds(0.0, tiny * 1.04) == (0.0, tiny * 1.04)
+    assert nice_ticks(0.0, tiny) == [0.0, tiny]
+    huge = 1.7e308
+    assert nice_bounds(-huge, huge) == (-huge, huge) and nice_ticks(-huge, huge) == [-huge, huge]
+    assert nice_bounds(0.0, 10.0) == (0.0, 10.0) and nice_ticks(0.0, 10.0) == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]

@@ -36,6 +36,8 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     if hi <= lo:
         return [lo]
     raw = (hi - lo) / max(n, 1)
+    if not 0 < raw < math.inf:  # a span that under- or overflows a float: the two ends, no round steps
+        return [lo, hi]
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step + 1e-9) * step
@@ -53,6 +55,8 @@ def nice_bounds(lo: float, hi: float, n: int = 5) -> tuple[float, float]:
     if hi <= lo:
         return (lo - 1, hi + 1) if lo == hi else (hi, lo)
     raw = (hi - lo) / max(n, 1)
+    if not 0 < raw < math.inf:  # a span that under- or overflows a float (values near 1e-320 or 1e308)
+        return lo, hi
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     return math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
