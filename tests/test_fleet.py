@@ -323,3 +323,39 @@ def test_injected_straggler_among_64_ranks_is_named(tmp_path):
     assert "TP group 5" in col005.title and "Rank 43 is the straggler" in col005.title
     statuses = {g["group"]: g["status"] for g in col005.values["tp_groups"]}
     assert statuses.pop("TP group 5") == "finding" and set(statuses.values()) == {"pass"}
+
+
+@pytest.mark.parametrize("failed", [None, 5, [{"path": 1}], ["x"]])
+def test_a_manifest_whose_failed_list_is_not_one_is_refused(tmp_path, failed):
+    """A long fuzz run edited `failed` to null: analyze --store, check --store and diff died iterating it (TypeError,
+    exit 3). The manifest's `failed` is a list of {path, error} texts, or the manifest is not ours."""
+    store = tmp_path / "s"
+    ingest_store([HEALTHY], store)
+    doc = json.loads((store / MANIFEST).read_text())
+    doc["failed"] = failed
+    (store / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=r"not the manifest tracediag writes \(.*\$\.failed"):
+        read_manifest(store)
+
+
+def test_a_damaged_parquet_file_of_a_store_is_one_line_naming_it(tmp_path):
+    """Bytes of a store's Parquet file cut or flipped after ingest: DuckDB fails inside some query (Thrift, a
+    footer, 'Out of buffer'); the CLI says which file (or store) is damaged, exit 2, not an internal error."""
+    import subprocess
+    import sys
+
+    store = tmp_path / "s"
+    ingest_store([HEALTHY], store)
+    part = sorted((store / "tables" / "steps").rglob("*.parquet"))[0]
+    data = bytearray(part.read_bytes())
+    data[4:204] = bytes(200)  # the first page header zeroed: the file still opens and ends in its PAR1 footer
+    part.write_bytes(bytes(data))
+    r = subprocess.run(
+        [sys.executable, "-m", "tracediag", "analyze", "--store", str(store), "-o", str(tmp_path / "out"), "-q"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("tracediag: error: ") and str(store) in lines[0]
+    assert "a Parquet file of the store is damaged or unreadable (" in lines[0] and "ingest" in lines[0]
+    assert not (tmp_path / "out").exists()

@@ -201,11 +201,17 @@ class _TableEntry(msgspec.Struct):
     kind: str | None = None
 
 
+class _Failed(msgspec.Struct):
+    path: str
+    error: str
+
+
 class _Manifest(msgspec.Struct):
     schema: str
     tables: dict[str, _TableEntry]
     inputs: list[dict[str, Any]] = []
     views: dict[str, str] = {}
+    failed: list[_Failed] = []  # inputs the ingest could not read (--keep-going): the report lists them
 
 
 def _tool_version(doc: dict[str, Any]) -> Any:
