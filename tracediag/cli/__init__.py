@@ -139,7 +139,7 @@ def _guard(fn, debug: bool, stores: tuple = ()):
         if _interrupted_query(exc):
             typer.echo("tracediag: interrupted; no output written", err=True)
             raise typer.Exit(130) from None
-        damaged = _damaged_parquet(exc, stores)
+        damaged = _damaged_parquet(exc, stores) or _damaged_store_file(stores)
         if damaged is not None and not debug:
             typer.echo(one_line(f"tracediag: error: {damaged}"), err=True)
             raise typer.Exit(EXIT_USAGE) from None
@@ -194,6 +194,19 @@ def _damaged_parquet(exc: BaseException, stores: tuple = ()) -> str | None:
         f"{where}: a Parquet file of the store is damaged or unreadable ({first}); ingest the traces again "
         "(tracediag ingest … --store)"
     )
+
+
+def _damaged_store_file(stores: tuple) -> str | None:
+    """After a failure that names no damaged file: the first file of the stores whose footer or columns are not
+    what their manifest says (tracediag.store.parquet.damaged_file), as the error line; None when all are sound."""
+    from tracediag.store.parquet import damaged_file
+
+    for store in stores:
+        if store:
+            err = damaged_file(Path(store))
+            if err is not None:
+                return one_line(err)
+    return None
 
 
 def _interrupted_query(exc: BaseException) -> bool:

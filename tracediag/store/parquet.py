@@ -265,6 +265,39 @@ def verify_parquet_files(store: Path) -> None:
             )
 
 
+def damaged_file(store: Path) -> InputError | None:
+    """After a query over the store failed: the first Parquet file whose schema cannot be read or whose columns
+    are not the ones the manifest gives its table (a flipped byte can rename a column: the query then fails in its
+    binder, like a bug of ours). Reads every file's footer, so only on the failure path; None when every file reads
+    as the manifest says."""
+    try:
+        doc = json.loads((Path(store) / MANIFEST).read_text(encoding="utf-8"))
+        tables = {t: {c for c, _ in e["columns"]} - {RANK} for t, e in doc["tables"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # read_manifest names a manifest it cannot read
+    con = duckdb.connect()
+    try:
+        for table, want in tables.items():
+            for f in sorted(_table_dir(Path(store), table).rglob("*.parquet")):
+                try:
+                    have = {r[0] for r in con.execute("SELECT name FROM parquet_schema(?)", [str(f)]).fetchall()}
+                    con.execute("SELECT count(*) FROM read_parquet(?)", [str(f)]).fetchall()
+                except duckdb.Error as exc:
+                    first = str(exc).splitlines()[0][:200]
+                    why = f"damaged Parquet file of the store {store} ({first}); ingest the traces again"
+                    return InputError(f, why)
+                missing = sorted(want - have)
+                if missing:
+                    return InputError(
+                        f,
+                        f"damaged Parquet file of the store {store}: its columns lack {', '.join(missing[:3])} of "
+                        "the manifest's; ingest the traces again",
+                    )
+    finally:
+        con.close()
+    return None
+
+
 def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
     """One view per stored table, with the columns and types it had when written (empty tables included).
     `ranks`: only these ranks' partitions of the rank-partitioned tables are read (one TP group's task)."""
