@@ -361,10 +361,11 @@ def test_a_damaged_parquet_file_of_a_store_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_parquet_file_whose_column_name_was_damaged_is_found_on_failure(tmp_path):
+def test_a_parquet_file_whose_column_name_was_damaged_is_found(tmp_path):
     """A flipped byte in a file's footer renamed a column ('family' -> 'famjly'); with other bytes flipped too (a
-    long fuzz run) the store's view failed in DuckDB's binder, which reads like a bug of ours. After such a failure
-    the CLI reads every file's columns against the manifest (store.parquet.damaged_file) and names the file."""
+    long fuzz run) the store's view failed in DuckDB's binder, which reads like a bug of ours; alone, it failed
+    nothing and that file's column read as NULL. Opening the store checks its files' columns against the manifest
+    (store.parquet.verify_columns), and damaged_file names the file (also after any failed query, in the CLI)."""
     from tracediag.store.parquet import damaged_file
 
     store = tmp_path / "s"
@@ -379,3 +380,8 @@ def test_a_parquet_file_whose_column_name_was_damaged_is_found_on_failure(tmp_pa
         err.problem == f"damaged Parquet file of the store {store}: its columns lack family of the manifest's; "
         "ingest the traces again"
     )
+    # alone, the rename fails no query (the files are read by name: that file's `family` would be NULL, silently);
+    # the store's files are checked against its manifest when it is opened
+    with pytest.raises(InputError) as raised:
+        analyze([], store=store)
+    assert raised.value.path == str(part) and raised.value.problem == err.problem

@@ -356,10 +356,17 @@ def open_store_views(
     store: str | Path, db_path: str | Path | None = None, ranks: Sequence[int] | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection (file `db_path` or in memory) with one view per table of the store; `ranks`: only
-    those ranks' partitions (a TP group's task reads its own files, not every rank's)."""
+    those ranks' partitions (a TP group's task reads its own files, not every rank's). The whole store's files are
+    checked against the manifest's columns when it is opened whole (a group's task opens what was checked)."""
     manifest = pq.read_manifest(Path(store))
     check_derivations(Path(store), manifest)
     con = duckdb.connect(str(db_path) if db_path else ":memory:")
+    if ranks is None:
+        try:
+            pq.verify_columns(con, manifest)
+        except BaseException:
+            con.close()
+            raise
     pq.attach_views(con, manifest, ranks)
     for _name, sql in manifest.doc.get("views", {}).items():
         con.execute(sql)

