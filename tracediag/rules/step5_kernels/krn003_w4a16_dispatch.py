@@ -70,6 +70,17 @@ def _mean_step_ns(ctx: Context) -> dict[str, float]:
     return {phase_name(r["phase"]): r["step_ns"] for r in rows}
 
 
+def _dequant_fields(ctx: Context, formula: str, substituted: str, values: dict, table: list, dq: list) -> dict:
+    """The numbers and events a finding about separate dequantize kernels shows."""
+    return {
+        "formula": formula,
+        "substituted": substituted,
+        "values": values,
+        "table": table,
+        "evidence": [phase_evidence(r) for r in dq][: ctx.settings.max_evidence],
+    }
+
+
 def _prefill_only(
     ctx: Context,
     delta: dict[str, float],
@@ -101,11 +112,7 @@ def _prefill_only(
             + (f" ({share:.1%} of it)" if share is not None else "")
             + ("; decode steps run the fused low-bit kernel" if fused_decode else "")
         ),
-        formula=formula,
-        substituted=per,
-        values=values,
-        table=table,
-        evidence=[phase_evidence(r) for r in dq][: ctx.settings.max_evidence],
+        **_dequant_fields(ctx, formula, per, values, table, dq),
         next_check=(
             "The dequantize-then-GEMM path runs where the engine expects it to be compute-bound (vLLM AWQ: ≥ 256 "
             "tokens); the decode budget (W16 − Wq)/BW does not judge it — compare prefill time (TTFT) with a "
@@ -266,11 +273,7 @@ def check(ctx: Context) -> Check:
                 else " (budget needs --hbm-bandwidth)"
             )
         ),
-        formula=formula,
-        substituted=substituted,
-        values=values,
-        table=table,
-        evidence=[phase_evidence(r) for r in dq][: ctx.settings.max_evidence],
+        **_dequant_fields(ctx, formula, substituted, values, table, dq),
         next_check=(
             "Check which batch sizes take the dequantize path (e.g. vLLM AWQ for ≥ 256 tokens) and whether a "
             "Marlin/Machete kernel exists for this method and GPU (awq_marlin, gptq_marlin)."
