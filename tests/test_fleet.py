@@ -359,6 +359,9 @@ def test_a_damaged_parquet_file_of_a_store_is_one_line_naming_it(tmp_path):
     assert lines[0].startswith("tracediag: error: ") and str(store) in lines[0]
     assert "a Parquet file of the store is damaged or unreadable (" in lines[0] and "ingest" in lines[0]
     assert not (tmp_path / "out").exists()
+    # the library says the same: an input error naming the store, not DuckDB's own error
+    with pytest.raises(InputError, match="a Parquet file of the store is damaged or unreadable"):
+        analyze([], store=store)
 
 
 def test_a_parquet_file_whose_column_name_was_damaged_is_found(tmp_path):

@@ -214,6 +214,15 @@ def analyze(
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
         return report
+    except duckdb.Error as exc:  # a store's file damaged after ingest: the input's fault, named, not a bug
+        err = None
+        if store is not None:
+            from tracediag.store.parquet import read_error
+
+            err = read_error(exc, (Path(store),))
+        if err is None:
+            raise
+        raise err from None
     finally:
         con.close()
 

@@ -6,7 +6,6 @@ One module per command (`analyze.py`, `check.py`, `diff.py`, `env.py`, `scrape.p
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 from pathlib import Path
@@ -139,9 +138,9 @@ def _guard(fn, debug: bool, stores: tuple = ()):
         if _interrupted_query(exc):
             typer.echo("tracediag: interrupted; no output written", err=True)
             raise typer.Exit(130) from None
-        damaged = _damaged_parquet(exc, stores) or _damaged_store_file(stores)
+        damaged = _damaged_store(exc, stores)
         if damaged is not None and not debug:
-            typer.echo(one_line(f"tracediag: error: {damaged}"), err=True)
+            typer.echo(f"tracediag: error: {damaged}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         if debug:
             raise
@@ -159,54 +158,13 @@ def _guard(fn, debug: bool, stores: tuple = ()):
         raise
 
 
-# DuckDB's words for a Parquet file it cannot decode: a damaged page or footer (Thrift), a column chunk of a type it
-# cannot read, a file it cannot open, that ends early or whose magic bytes are gone (all seen on flipped, cut or
-# zeroed bytes of a store's files)
-_PARQUET_DAMAGE = re.compile(
-    r"TProtocolException|invalid TType|TTransport|don't know what type|No magic bytes found|Failed to read file|"
-    r"Could not read enough bytes|Footer length error|Invalid Parquet|Corrupt|corrupt|Parquet"
-)
-# the file, or the table's glob (DuckDB cuts a long query line with "..." before its closing quote)
-_PARQUET_FILE = re.compile(r"""file "([^"]+\.parquet)"|file '([^']+\.parquet)'|read_parquet\('(.+?)(?:'|\.\.\.)""")
+def _damaged_store(exc: BaseException, stores: tuple) -> str | None:
+    """The one error line when `exc` is DuckDB failing on a damaged file of one of `stores`
+    (tracediag.store.parquet.read_error), else None."""
+    from tracediag.store.parquet import read_error
 
-
-def _damaged_parquet(exc: BaseException, stores: tuple = ()) -> str | None:
-    """'<file or store glob>: a Parquet file … is damaged …' when `exc` is DuckDB failing to decode a store's Parquet
-    file (bytes flipped, cut or zeroed after ingest), else None: the input's fault, not a bug, so one line and
-    exit 2."""
-    import duckdb
-
-    text = str(exc)
-    if not isinstance(exc, duckdb.Error):
-        return None
-    # a decoder's own error (Thrift, snappy: "Out of buffer") comes as DuckDB's bare Error or an IO error, never as
-    # one of the classes a query of ours gets wrong (Binder, Catalog, Conversion, ...)
-    undecodable = type(exc) is duckdb.Error or isinstance(exc, duckdb.IOException)
-    if not (_PARQUET_DAMAGE.search(text) or (stores and undecodable)):
-        return None
-    m = _PARQUET_FILE.search(text)
-    named = [str(x) for x in stores if x]
-    if m is None and not named:
-        return None
-    where = next(g for g in m.groups() if g) if m else " or ".join(named)
-    first = text.splitlines()[0][:300]
-    return (
-        f"{where}: a Parquet file of the store is damaged or unreadable ({first}); ingest the traces again "
-        "(tracediag ingest … --store)"
-    )
-
-
-def _damaged_store_file(stores: tuple) -> str | None:
-    """After a failure that names no damaged file: the first file of the stores whose footer or columns are not
-    what their manifest says (tracediag.store.parquet.damaged_file), as the error line; None when all are sound."""
-    from tracediag.store.parquet import damaged_file
-
-    for store in stores:
-        if store:
-            err = damaged_file(Path(store))
-            if err is not None:
-                return one_line(err)
-    return None
+    err = read_error(exc, tuple(Path(s) for s in stores if s))
+    return one_line(err) if err is not None else None
 
 
 def _interrupted_query(exc: BaseException) -> bool:

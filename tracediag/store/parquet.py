@@ -265,6 +265,43 @@ def verify_parquet_files(store: Path) -> None:
             )
 
 
+# DuckDB's words for a Parquet file it cannot decode: a damaged page or footer (Thrift), a column chunk of a type it
+# cannot read, a file it cannot open, that ends early or whose magic bytes are gone (all seen on flipped, cut or
+# zeroed bytes of a store's files)
+_PARQUET_DAMAGE = re.compile(
+    r"TProtocolException|invalid TType|TTransport|don't know what type|No magic bytes found|Failed to read file|"
+    r"Could not read enough bytes|Footer length error|Invalid Parquet|Corrupt|corrupt|Parquet"
+)
+# the file, or the table's glob (DuckDB cuts a long query line with "..." before its closing quote)
+_PARQUET_FILE = re.compile(r"""file "([^"]+\.parquet)"|file '([^']+\.parquet)'|read_parquet\('(.+?)(?:'|\.\.\.)""")
+
+
+def read_error(exc: BaseException, stores: tuple[Path, ...] = ()) -> InputError | None:
+    """The input error when `exc` is DuckDB failing on a damaged file of a store (bytes flipped, cut or zeroed
+    after ingest): the file (or the table's files, or the store) DuckDB names, else the first file of `stores`
+    that does not read as its manifest says (damaged_file); None when it is not that (a bug of ours stays one)."""
+    if not isinstance(exc, duckdb.Error):
+        return None
+    text = str(exc)
+    # a decoder's own error (Thrift, snappy: "Out of buffer") comes as DuckDB's bare Error or an IO error, never as
+    # one of the classes a query of ours gets wrong (Binder, Catalog, Conversion, ...)
+    undecodable = type(exc) is duckdb.Error or isinstance(exc, duckdb.IOException)
+    m = _PARQUET_FILE.search(text)
+    if (_PARQUET_DAMAGE.search(text) or (stores and undecodable)) and (m or stores):
+        where = next(g for g in m.groups() if g) if m else " or ".join(map(str, stores))
+        first = text.splitlines()[0][:300]
+        return InputError(
+            where,
+            f"a Parquet file of the store is damaged or unreadable ({first}); ingest the traces again "
+            "(tracediag ingest … --store)",
+        )
+    for store in stores:  # a damage DuckDB's error does not show (a renamed column fails in the binder)
+        err = damaged_file(store)
+        if err is not None:
+            return err
+    return None
+
+
 def damaged_file(store: Path) -> InputError | None:
     """After a query over the store failed: the first Parquet file whose schema cannot be read or whose columns
     are not the ones the manifest gives its table (a flipped byte can rename a column: the query then fails in its
