@@ -116,9 +116,7 @@ def memory_budget(text: str | None) -> int | None:
         raise UsageError(f"--memory-limit: {exc}") from None
 
 
-def _guard(fn, debug: bool, stores: tuple = ()):
-    """Run the command: its errors as one line (exit 2), a bug as one line (exit 3). `stores`: the Parquet stores
-    it reads, named when DuckDB's error about a damaged file of one names no file."""
+def _guard(fn, debug: bool):
     try:
         return fn()
     except TracediagError as exc:
@@ -138,10 +136,6 @@ def _guard(fn, debug: bool, stores: tuple = ()):
         if _interrupted_query(exc):
             typer.echo("tracediag: interrupted; no output written", err=True)
             raise typer.Exit(130) from None
-        damaged = _damaged_store(exc, stores)
-        if damaged is not None and not debug:
-            typer.echo(f"tracediag: error: {damaged}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
         if debug:
             raise
         typer.echo(
@@ -156,15 +150,6 @@ def _guard(fn, debug: bool, stores: tuple = ()):
     except Terminated:
         typer.echo("tracediag: terminated; no output written", err=True)
         raise
-
-
-def _damaged_store(exc: BaseException, stores: tuple) -> str | None:
-    """The one error line when `exc` is DuckDB failing on a damaged file of one of `stores`
-    (tracediag.store.parquet.read_error), else None."""
-    from tracediag.store.parquet import read_error
-
-    err = read_error(exc, tuple(Path(s) for s in stores if s))
-    return one_line(err) if err is not None else None
 
 
 def _interrupted_query(exc: BaseException) -> bool:

@@ -118,7 +118,7 @@ def analyze(
             say("writing report.html and findings.json")
             return report
 
-    report = _guard(run, debug, (store,) if store else ())
+    report = _guard(run, debug)
     if not quiet:
         from tracediag.reports.terminal import print_summary  # rich: only for the summary
 

@@ -145,7 +145,7 @@ def check(
                 memory_limit=budget,
             )
 
-    result, warnings = _guard(run, debug, (store,) if store else ())
+    result, warnings = _guard(run, debug)
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
     from tracediag.gate.text import print_result

@@ -94,7 +94,7 @@ def diff(
                 force_compare=force_compare,
             )
 
-    d = _guard(run, debug, tuple(p for p in (before, after) if (Path(p) / "manifest.json").is_file()))
+    d = _guard(run, debug)
     if not quiet:  # typer.echo never wraps: one line per headline in CI logs
         typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
         comp = d["comparability"]
