@@ -74,11 +74,7 @@ def read_capture(path: str | Path) -> list[list[dict[str, Any]]]:
     """The captures of a Kineto capture trace, in order: per capture its launches (kernel name, the capturing op
     and its input dims). Read once per file version (a capture serves every analysis of its replay)."""
     p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        st = None
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size) if st else None
+    key = _file_version(p)
     if key is not None and key in _CACHE:
         return _CACHE[key]
     captures = _read_capture(p)
@@ -89,6 +85,15 @@ def read_capture(path: str | Path) -> list[list[dict[str, Any]]]:
 
 
 _CACHE: dict[tuple[str, int, int], list[list[dict[str, Any]]]] = {}
+
+
+def _file_version(p: Path) -> tuple[str, int, int] | None:
+    """(resolved path, mtime ns, size) of the capture file: what its reading and its matching are cached by."""
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return (str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
 def _read_capture(p: Path) -> list[list[dict[str, Any]]]:
@@ -138,7 +143,7 @@ def _json(v: Any) -> str | None:
 
 # the summary attribute() made on a connection, by capture path: the GEMM overlay and the fitness statement of one
 # analysis both need it; the temporary table it wrote lives as long as the connection
-_ATTRIBUTED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, dict[str, Any]]] = (
+_ATTRIBUTED: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[tuple[str, int, int], dict[str, Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -147,12 +152,7 @@ def attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, Any
     """Match the replayed graphs to the captures (module docstring), write the temporary table `graph_kernel_ops` (rank,
     correlation, kernel ts_ns, kernel, capture index, position, op, op_id (its External id in the capture),
     op_input_dims, op_input_types) and return the summary; once per connection and capture file version."""
-    p = Path(path)
-    try:
-        st = p.stat()
-        key = f"{p.resolve()}:{st.st_mtime_ns}:{st.st_size}"
-    except OSError:
-        key = None
+    key = _file_version(Path(path))
     done = _ATTRIBUTED.get(con, {})
     if key is not None and key in done and _has_ops_table(con):
         return done[key]
@@ -204,10 +204,10 @@ def _attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, An
                 out.append((rank, k["correlation"], k["ts_ns"], k["name"], i, pos, c["op"], op_id, *dims))
     import pyarrow as pa
 
-    rows = pa.table(
+    table = pa.table(
         {name: pa.array([r[i] for r in out], type=t) for i, (name, t) in enumerate(_ops_schema())}
     )  # one insert of all rows (executemany took 0.2 s for 361)
-    con.register("_graph_kernel_ops_in", rows)
+    con.register("_graph_kernel_ops_in", table)
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE graph_kernel_ops AS SELECT * FROM _graph_kernel_ops_in")
     finally:
