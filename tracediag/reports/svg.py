@@ -29,17 +29,25 @@ def _attr(s: str) -> str:
     return escape(s).replace('"', "&quot;")
 
 
+def _round_step(lo: float, hi: float, n: int) -> float | None:
+    """The round step (1, 2, 2.5, 5 × 10^k) that cuts [lo, hi] in about n; None for a span that under- or
+    overflows a float (values near 1e-320 or 1e308): no round step exists, the ends are the axis."""
+    raw = (hi - lo) / max(n, 1)
+    if not 0 < raw < math.inf:
+        return None
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+
+
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Round tick values (1, 2, 2.5, 5 × 10^k) covering [lo, hi], about n of them."""
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return [0.0]
     if hi <= lo:
         return [lo]
-    raw = (hi - lo) / max(n, 1)
-    if not 0 < raw < math.inf:  # a span that under- or overflows a float: the two ends, no round steps
+    step = _round_step(lo, hi, n)
+    if step is None:
         return [lo, hi]
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step + 1e-9) * step
     ticks = []
     t = start
@@ -54,11 +62,9 @@ def nice_bounds(lo: float, hi: float, n: int = 5) -> tuple[float, float]:
     """[lo, hi] widened to round tick values."""
     if hi <= lo:
         return (lo - 1, hi + 1) if lo == hi else (hi, lo)
-    raw = (hi - lo) / max(n, 1)
-    if not 0 < raw < math.inf:  # a span that under- or overflows a float (values near 1e-320 or 1e308)
+    step = _round_step(lo, hi, n)
+    if step is None:
         return lo, hi
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     return math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
 
 
