@@ -364,8 +364,7 @@ def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None
         )
     return "steady", (
         f"steady: {(row['steady_ns'] or 0) / 1e6:.3g} ms of steady GPU work ({row['steady_kernels'] or 0:,} kernels) "
-        "after "
-        f"{(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, every event recorded"
+        f"after {(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, every event recorded"
     )
 
 
