@@ -335,6 +335,21 @@ def damaged_file(store: Path) -> InputError | None:
     return None
 
 
+def _partitioned(target: Path, cols: list) -> bool:
+    """The table's files are in rank=… folders (a table with a rank column, written partitioned by it)."""
+    return any(c == RANK for c, _ in cols) and any(p.name.startswith("rank=") for p in target.iterdir())
+
+
+def _read_sql(target: Path, cols: list, files: str | None = None) -> str:
+    """read_parquet(…) of a stored table's files (`files`: a list of some of its partitions' globs), read by name
+    across the files, its rank from the partition folders."""
+    if not _partitioned(target, cols):
+        return f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
+    rank_type = dict(map(tuple, cols)).get(RANK, "INTEGER")
+    files = files or f"'{_sql_path(target)}/**/*.parquet'"
+    return f"read_parquet({files}, hive_partitioning=true, hive_types={{'rank': {rank_type}}}, union_by_name=true)"
+
+
 def verify_columns(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> None:
     """Every stored table's files, read together, hold the columns its manifest entry gives and no other. A flipped
     byte in a file's footer can rename a column; read by name across the files, that file's values would be NULL
@@ -344,14 +359,10 @@ def verify_columns(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> N
         if info.get("rows", 0) == 0 or not target.exists():
             continue
         want = {c for c, _ in info["columns"]}
-        partitioned = RANK in want and any(p.name.startswith("rank=") for p in target.iterdir())
-        src = (
-            f"read_parquet('{_sql_path(target)}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
-            if partitioned
-            else f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
-        )
         try:
-            have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            have = {
+                r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {_read_sql(target, info['columns'])}").fetchall()
+            }
         except duckdb.Error:
             have = None
         if have != want:
@@ -375,10 +386,8 @@ def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks:
             empty = ", ".join(f'CAST(NULL AS {t}) AS "{c}"' for c, t in cols)
             con.execute(f"CREATE VIEW {table} AS SELECT {empty} WHERE false")
             continue
-        partitioned = any(c == RANK for c, _ in cols) and any(p.name.startswith("rank=") for p in target.iterdir())
-        rank_type = dict(map(tuple, cols)).get(RANK, "INTEGER")
-        files = f"'{_sql_path(target)}/**/*.parquet'"
-        if partitioned and ranks is not None:
+        files = None
+        if ranks is not None and _partitioned(target, cols):
             # and the rows without a rank (telemetry inputs), which every group reads
             parts = [target / f"{RANK}={int(r)}" for r in sorted(set(ranks))] + [
                 target / f"{RANK}=__HIVE_DEFAULT_PARTITION__"
@@ -389,12 +398,7 @@ def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks:
                 con.execute(f"CREATE VIEW {table} AS SELECT {empty} WHERE false")
                 continue
             files = "[" + ", ".join(f"'{_sql_path(d)}/*.parquet'" for d in parts) + "]"
-        src = (
-            f"read_parquet({files}, hive_partitioning=true, hive_types={{'rank': {rank_type}}}, union_by_name=true)"
-            if partitioned
-            else f"read_parquet('{_sql_path(target)}/*.parquet', union_by_name=true)"
-        )
-        con.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {src}")
+        con.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {_read_sql(target, cols, files)}")
 
 
 def clear_store(store: Path) -> None:
