@@ -8,6 +8,8 @@ import re
 from importlib import resources
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from conftest import EXTERNAL
 
@@ -18,6 +20,7 @@ from tracediag.catalog import (
     Classification,
     classify_cpu_op,
     classify_kernel,
+    failures,
     family_label,
     family_labels,
     load_patterns,
@@ -422,3 +425,47 @@ REAL_ATTENTION_NAMES = [
 def test_attention_families_2025(name: str, family: str) -> None:
     got = classify_kernel(name)
     assert (got.klass, got.family) == ("attention", family)
+
+
+# ------------------------------------------------------------------ failure messages (engine_failures.json)
+
+
+FAILURE_DATA = json.loads((Path(failures.__file__).parent / "engine_failures.json").read_text(encoding="utf-8"))
+HEALTHY_LOGS = [  # real logs of servers that did not fail: no line may match a failure pattern
+    "sglang/log_excerpts/sglang-10053_healthy_low_load.log",
+    "sglang/log_excerpts/sglang-36081_tp0_ep0_spec_accept_len_rate_healthy.log",
+    "sglang/log_excerpts/sglang-17392_dp_tp_ep_pd_decode_uneven_running.log",
+    "sglang/log_excerpts/sglang-20766_dp8_to_dp15_balanced_decode.log",
+    "vllm/log_excerpts/vllm-6689_v0_healthy_idle.log",
+    "vllm/log_excerpts/vllm-37307_v1_2026-03_waiting_drains_under_prefill.log",
+    "vllm/log_excerpts/vllm-45288_v1_healthy_sigterm_shutdown_force_kill_parent_exited.log",
+]
+
+
+@pytest.mark.parametrize("entry", FAILURE_DATA["patterns"], ids=lambda e: e["id"])
+def test_failure_pattern_has_its_source_and_matches_its_real_example(entry: dict) -> None:
+    assert entry["kind"] in failures.KINDS
+    assert entry["printed_by"].strip() and entry["source_ref"].strip()
+    assert re.search(entry["regex"], entry["example"]), entry["id"]
+    # the bulk readers may run the patterns in RE2: no look-around, no back-reference
+    assert pc.match_substring_regex(pa.array([entry["example"]]), entry["regex"])[0].as_py() is True
+
+
+def test_failure_ids_unique_and_loaded_in_file_order() -> None:
+    ids = [e["id"] for e in FAILURE_DATA["patterns"]]
+    assert len(ids) == len(set(ids)) == len(failures.patterns())
+    assert [p.id for p in failures.patterns()] == ids
+
+
+@pytest.mark.parametrize("name", HEALTHY_LOGS)
+def test_no_failure_pattern_matches_a_healthy_log(name: str) -> None:
+    text = (EXTERNAL / name).read_text(encoding="utf-8")
+    hits = [(i, line[:80]) for i, line in enumerate(text.splitlines(), 1) for eng in ("vllm", "sglang")
+            if failures.match(line, eng)]  # fmt: skip
+    assert not hits
+
+
+def test_a_device_error_comes_before_the_messages_that_repeat_it() -> None:
+    line = "RuntimeError: Worker failed with error 'CUDA error: an illegal memory access was encountered'"
+    hit = failures.match(line, "vllm")
+    assert hit is not None and hit.kind == "device_error"

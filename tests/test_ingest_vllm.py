@@ -75,7 +75,7 @@ def test_the_data_folder_has_the_files_this_suite_expects():
     kinds = {}
     for _, fmt in ALL_FILES:
         kinds[fmt] = kinds.get(fmt, 0) + 1
-    assert kinds == {"vllm-log": 38, "prometheus": 5, "vllm-bench": 5, "sglang-log": 22, "sglang-bench": 3}, kinds
+    assert kinds == {"vllm-log": 45, "prometheus": 5, "vllm-bench": 5, "sglang-log": 31, "sglang-bench": 3}, kinds
 
 
 # Stats records the file itself truncates (the record is cut in the source text, not by the parser).
@@ -240,8 +240,8 @@ def test_runs_events_and_hang_messages():
         )
     }
     assert "engine_dead" in kinds["vllm-10024_engine_loop_died_then_mqllmengine_dead.log"]
-    assert kinds["vllm-2734_stats_running1_zero_then_nccl_watchdog_ray.log"] == ["nccl_watchdog"]
-    assert kinds["vllm-6042_worker_died_nccl_watchdog.log"] == ["nccl_watchdog", "worker_died"]
+    assert kinds["vllm-2734_stats_running1_zero_then_nccl_watchdog_ray.log"] == ["collective_timeout"]
+    assert kinds["vllm-6042_worker_died_nccl_watchdog.log"] == ["collective_timeout", "worker_died"]
     assert kinds["vllm-51986_shm_broadcast_line802_new_suffix.log"] == ["shm_broadcast_wait"]
     assert "engine_dead" in kinds["vllm-ascend-7384_v1_enginedeaderror.log"]
     assert kinds["vllm-17972_v1_debug_stats_running1_zero_tput_health.log"] == ["access", "health_check"]

@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracediag.catalog import failures
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
 from tracediag.ingest.capture_folder import capture_inputs
@@ -94,6 +95,8 @@ def detect_format(path: Path) -> str | None:
         return "sglang-log"  # `[2025-09-03 18:33:18 TP0] Prefill batch. ...`: a log, not JSON
     if re.search(rb"(?:Prefill|Decode) batch[.,] #|\] max_total_num_tokens=\d", head):
         return "sglang-log"
+    if text.startswith(b"[") and not re.match(rb"\[\s*(?:[{\]\[\"]|$)", text):  # `[rank2]:[E909 …]`: not JSON
+        return _failure_log(head)
     if text.startswith((b"{", b"[")):
         if b'"traceEvents"' in head or b'"ph"' in head or text.startswith(b"["):
             return "kineto"
@@ -116,7 +119,25 @@ def detect_format(path: Path) -> str | None:
         return "sglang-log"
     if re.search(rb"(?:INFO|WARNING|DEBUG)\s.*(?:vllm|Engine \d{3}|Avg prompt throughput|llm_engine)", head):
         return "vllm-log"
-    return "kineto" if path.name.endswith((".json", ".json.gz")) else None
+    if path.name.endswith((".json", ".json.gz")):
+        return "kineto"
+    return _failure_log(head)
+
+
+_VLLM_PROCESS = re.compile(rb"(?m)^\s*\((?:APIServer|EngineCore\w*|Worker\w*|VllmWorker\w*|RayWorkerVllm) pid=\d+\)")
+
+
+def _failure_log(head: bytes) -> str | None:
+    """A serving log that holds only failure lines (a crash excerpt: PyTorch, runtime and engine messages): the
+    engine its process prefixes or its own messages name; a log of engine-neutral failure lines alone is read as an
+    SGLang log (both log readers store them alike); None when no line is a catalogued failure."""
+    lines = head.decode("utf-8", "replace").splitlines()
+    found = [p for p in (failures.match(x, "vllm") or failures.match(x, "sglang") for x in lines) if p is not None]
+    if not found and not _VLLM_PROCESS.search(head):
+        return None
+    if _VLLM_PROCESS.search(head) or any(p.engines == frozenset({"vllm"}) for p in found):
+        return "vllm-log"
+    return "sglang-log"
 
 
 def discover_inputs(paths: list[str | Path]) -> list[Path]:

@@ -27,7 +27,9 @@ older scheduler.py / tp_worker.py forms):
    spec_decode row (log_format 'sglang') of that engine
   `max_total_num_tokens=N, chunked_prefill_size=N, max_prefill_tokens=N, max_running_requests=N,
    context_len=N[, available_gpu_mem=X GB]`; `server_args=ServerArgs(...)` (tp_size, dp_size, attention_backend...)
-  `Watchdog timeout (self.watchdog_timeout=N)` / `Scheduler watchdog timeout (…)`, `Scheduler hit an exception`.
+  death, hang and cascade messages (`Watchdog timeout (self.watchdog_timeout=N)`, `Scheduler hit an exception`,
+  `Health check failed … last_heartbeat time: …`, and the PyTorch / device lines without a record prefix such as
+  `Fatal Python error: Aborted` or `HSA_STATUS_ERROR_…`): tracediag/catalog/engine_failures.json.
 Decode lines come every --decode-log-interval decode steps (40), not on a clock, and none while idle; several lines
 often share one printed second, and their order in the file is their order in time.
 A line whose middle was cut by the terminal that copied it (`#cached-to…unning-req: 6`) keeps the fields it still
@@ -49,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracediag.catalog import failures
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.ingest.log_blocks import clocked_segments, read_blocks
@@ -109,11 +112,8 @@ _SERVER_ARGS = (
     "enable_dp_attention",
     "disable_radix_cache",
 )
-_EVENTS = [
-    ("watchdog_timeout", re.compile(r"(?:Scheduler )?[Ww]atchdog timeout \(self\.watchdog_timeout=\d+")),
-    ("scheduler_exception", re.compile(r"Scheduler hit an exception|Received sigquit from a child process")),
-    ("engine_dead", re.compile(r"Child process unexpectedly failed|SIGQUIT received|Rank \d+ scheduler is dead")),
-]
+# death, hang and cascade messages: tracediag/catalog/engine_failures.json (failures.match), each with the file
+# that prints it
 _UNITS = {
     "max_total_num_tokens": "tokens",
     "chunked_prefill_size": "tokens",
@@ -195,8 +195,8 @@ def _logical_line(st: LogState, n: int, line: str) -> int:
                 own_time=False,
             )
             st.run_active = True
-        elif line.strip():
-            st.unknown_line(n, line.strip())
+        elif line.strip() and not _failure(st, base, line.strip(), own_time=False):
+            st.unknown_line(n, line.strip())  # a failure without a record prefix (`Fatal Python error`) is kept
         return 0
     m = matches[0]  # an outer wrapper timestamp may come first: the innermost of the adjacent prefixes is SGLang's
     for nxt in matches[1:]:
@@ -277,7 +277,8 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     read_blocks(path, st, joiner, _FAST_BLOCK, _fast_rows, longest)
     joiner.flush()
     batches = st.batch_lines
-    if st.records == 0:
+    failed = sum(st.events.kinds.get(k, 0) for k in failures.KINDS)
+    if st.records == 0 and not failed:  # a crash excerpt of PyTorch / runtime lines only is still read
         raise InputError(
             path,
             "not an SGLang log: no '[YYYY-MM-DD HH:MM:SS TPn] …' records"
@@ -333,7 +334,7 @@ def _message(st: LogState, n: int, msg: str, base: dict, engine: int | None) -> 
         st.event(base, "retraction", msg, cumulative=int(r["n"]) if len(r["n"]) < 12 else None, own_time=True)
         st.run_active = True
         return 0
-    if any(_event(st, base, msg, kind, rx) for kind, rx in _EVENTS):
+    if _failure(st, base, msg):
         return 0
     if _STARTUP.search(msg) or msg.startswith("server_args=ServerArgs("):
         if st.run_active and _STARTUP.search(msg):
@@ -355,9 +356,11 @@ def _message(st: LogState, n: int, msg: str, base: dict, engine: int | None) -> 
     return 0
 
 
-def _event(st: LogState, base: dict, msg: str, kind: str, rx: re.Pattern[str]) -> bool:
-    if rx.search(msg):
-        st.event(base, kind, msg, own_time=True)
-        st.run_active = True
-        return True
-    return False
+def _failure(st: LogState, base: dict, msg: str, own_time: bool = True) -> bool:
+    """A death, hang or cascade message (the catalogue's) into serving_events; False when the line is none."""
+    fail = failures.match(msg, "sglang")
+    if fail is None:
+        return False
+    st.event(base, fail.kind, msg, own_time=own_time, pattern=fail.id)
+    st.run_active = True
+    return True

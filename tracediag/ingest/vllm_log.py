@@ -30,9 +30,11 @@ Speculative decoding: V0 `Speculative metrics: Draft acceptance rate: %.3f, Syst
 of speculative tokens: %d, Number of accepted tokens: %d, Number of draft tokens[ tokens]: %d, Number of emitted
 tokens[ tokens]: %d.` (totals; the doubled "tokens" of ~v0.4/0.5 included); V1 `SpecDecoding metrics: …
 Accepted: %d tokens, Drafted: %d tokens, Per-position acceptance rate: …` (per interval).
-Events (serving_events.kind): preemption, engine_dead, worker_died, nccl_watchdog, shm_broadcast_wait,
-startup, ready, shutdown, health_check, request_finished, access (uvicorn access lines: no time of their
-own, they take the previous record's).
+Events (serving_events.kind): preemption, shm_broadcast_wait, startup, ready, shutdown, health_check,
+request_finished, access (uvicorn access lines: no time of their own, they take the previous record's), and the
+failure kinds of tracediag/catalog/engine_failures.json (device errors, fatal signals, engine deaths, collective
+timeouts, cascades…) with the pattern's id in `pattern`; a failure line without a record prefix (`Fatal Python
+error: Aborted`, a ROCm runtime line) is one too.
 Runs: a startup banner after activity, a new pid of a process already seen, or a clock going back more
 than 5 minutes starts a new server run; every row carries its run.
 A line that cannot be read (a bad number, a truncated record) is counted and shown, never fatal; lines that
@@ -57,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tracediag.catalog import failures
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.ingest.log_blocks import RUN_BACKWARDS_S, clocked_segments, read_blocks
@@ -114,24 +117,9 @@ _PREEMPT = re.compile(
     r"KV cache space(?:.*?total_num_cumulative_preemption=(?P<cum>\d+))?",
     re.S,
 )
-# (kind, pattern): hang, death and lifecycle messages (FORMATS.md c1-c5), in vLLM's and PyTorch's wording.
+# (kind, pattern): lifecycle and wait messages (FORMATS.md c1-c5). Death, hang and cascade messages are data, in
+# tracediag/catalog/engine_failures.json (failures.match), each with the file that prints it.
 EVENT_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "engine_dead",
-        re.compile(
-            r"EngineDeadError|MQLLMEngine is already dead|Engine loop has died|Engine loop is not running|"
-            r"AsyncEngineDeadError|Background loop (?:is stopped|has errored)|EngineCore encountered (?:a fatal error|"
-            r"an issue)|AsyncLLM output_handler failed|Task finished unexpectedly"
-        ),
-    ),
-    ("worker_died", re.compile(r"Worker (?:VllmWorkerProcess pid \d+|proc \S+) died|died unexpectedly")),
-    (
-        "nccl_watchdog",
-        re.compile(
-            r"Watchdog caught collective operation timeout|Watchdog timeout|Timeout at NCCL work|"
-            r"Some NCCL operations have failed or timed out|taking the entire process down"
-        ),
-    ),
     ("shm_broadcast_wait", re.compile(r"No available shared memory broadcast block found in \d+ seconds")),
     ("request_finished", re.compile(r"Finished request \S+")),
     ("health_check", re.compile(r"Called check_health")),
@@ -280,6 +268,7 @@ EVENTS_SCHEMA = pa.schema(
         ("http_status", pa.int32()),
         ("own_time", pa.bool_()),
         ("text", pa.string()),
+        ("pattern", pa.string()),
     ]
 )
 STARTUP_SCHEMA = pa.schema(
@@ -852,18 +841,16 @@ def _message(st: LogState, n: int, msg: str, base: dict) -> None:
         st.fact(base, key, value, num, unit, msg)
 
 
-def _event(st: LogState, base: dict, text: str, own_time: bool) -> bool:
+def _event(st: LogState, base: dict, text: str, own_time: bool, engine: str = "vllm") -> bool:
+    fail = failures.match(text, engine)
+    if fail is not None:
+        st.event(base, fail.kind, text, own_time=own_time, pattern=fail.id)
+        st.run_active = True
+        return True
     for kind, rx in EVENT_PATTERNS:
         if rx.search(text):
             st.event(base, kind, text, own_time=own_time)
-            if kind in (
-                "engine_dead",
-                "worker_died",
-                "nccl_watchdog",
-                "shm_broadcast_wait",
-                "request_finished",
-                "shutdown",
-            ):
+            if kind in ("shm_broadcast_wait", "request_finished", "shutdown"):
                 st.run_active = True
             return True
     if _BANNER.search(text):
@@ -935,7 +922,7 @@ def _logical_line(st: LogState, n: int, line: str) -> None:
         return
     if matches[0].start() > 0:
         head = line[: matches[0].start()]
-        if _ACCESS.search(head) or any(rx.search(head) for _, rx in EVENT_PATTERNS):
+        if _ACCESS.search(head) or failures.match(head, "vllm") or any(rx.search(head) for _, rx in EVENT_PATTERNS):
             _other_line(st, n, head)
     for j, m in enumerate(matches):
         st.records += 1
@@ -1032,7 +1019,7 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
             None,
             f"from the Worker_TP0..TP{max(tp_ranks)} process prefixes (no config line)",
         )
-    served = sum(st.events.kinds.get(k, 0) for k in ("engine_dead", "worker_died", "access"))
+    served = sum(st.events.kinds.get(k, 0) for k in (*failures.KINDS, "access"))
     if st.records == 0 and not served:  # a server log of uvicorn lines and tracebacks only is still read
         raise InputError(
             path,

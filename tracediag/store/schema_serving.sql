@@ -60,13 +60,14 @@ CREATE TABLE serving_events (
     t_s DOUBLE,                    -- seconds since the first timestamped record of the file
     process VARCHAR,               -- process prefix, NULL when absent
     pid INTEGER,                   -- process id, NULL when absent
-    kind VARCHAR,                  -- 'preemption' (V0 warning), 'retraction' (SGLang), 'engine_dead', 'worker_died', 'nccl_watchdog', 'shm_broadcast_wait', 'watchdog_timeout' (SGLang), 'scheduler_exception', 'startup', 'ready', 'shutdown', 'health_check', 'request_finished', 'access'
+    kind VARCHAR,                  -- 'preemption' (V0 warning), 'retraction' (SGLang), 'shm_broadcast_wait', 'startup', 'ready', 'shutdown', 'health_check', 'request_finished', 'access', or a failure kind of tracediag/catalog/engine_failures.json ('device_error', 'fatal_signal', 'cpp_abort', 'oom', 'collective_timeout', 'engine_dead', 'worker_died', 'scheduler_exception', 'watchdog_timeout', 'health_check_failed', 'soft_watchdog', 'cascade')
     seq_group VARCHAR,             -- preempted sequence group id
     mode VARCHAR,                  -- preemption mode: SWAP or RECOMPUTE
     cumulative BIGINT,             -- total_num_cumulative_preemption at this record, count (SGLang: #retracted_reqs); NULL on versions without it
     http_status INTEGER,           -- access lines: HTTP status
     own_time BOOLEAN,              -- the line has its own timestamp (false: access and PyTorch lines take the previous record's)
-    text VARCHAR                   -- the message (at most 500 characters)
+    text VARCHAR,                  -- the message (at most 500 characters)
+    pattern VARCHAR                -- failures: the id of the tracediag/catalog/engine_failures.json pattern it matched
 );
 
 CREATE TABLE serving_startup (
