@@ -98,7 +98,7 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
             reason = _missing_input(ctx, meta)
             check = not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx))
             checks.append(_with_absent_inputs(ctx, meta, check))
-    found = {c.rule for c in checks if c.status == "finding"}
+    found = {c.rule for c in checks if c.status == "finding" and not c.qualifies}  # a caveat explains nothing
     linked = []
     for c, mod in zip(checks, mods):
         ups = tuple(r for r in mod.RULE.may_be_downstream_of if r in found and r != c.rule)

@@ -86,6 +86,9 @@ class Check:
     cost_per_step_ns: int | None = None  # ... per step that carries it, ns
     floor: str | None = None  # why the engine lowered the severity: the floor the finding is under, in words
     undetermined: str | None = None  # the evidence cannot decide the hypothesis: what would (an input or a rerun)
+    # a caveat: the rules whose claims this finding qualifies (SCH009's closed loop qualifies capacity claims). A
+    # caveat is shown with them; it never heads the verdict, and nothing is folded under it as its consequence
+    qualifies: tuple[str, ...] = ()
     # not_applicable: the rule's declared inputs (RuleMeta.enabled_by) this analysis lacked, what the coverage
     # line offers; not written to findings.json (its coverage block is)
     enable: tuple[str, ...] = ()
@@ -109,6 +112,8 @@ class Check:
         for key in ("cost_ns", "cost_per_step_ns", "rule_severity", "floor", "undetermined"):
             if getattr(self, key) is not None:
                 d[key] = getattr(self, key)
+        if self.qualifies:
+            d["qualifies"] = list(self.qualifies)
         return d
 
 
@@ -362,10 +367,43 @@ def _inconclusive(out: dict[str, Any], fitness: dict[str, Any], checks: list[Any
     }
 
 
+def _caveats(checks: list[Any]) -> list[dict[str, Any]]:
+    """Caveat findings (Check.qualifies), each with the rules that ran whose claims it qualifies."""
+    ran = {_get(c, "rule") for c in checks if _get(c, "status") != "not_applicable"}
+    return [
+        _brief(c) | {"qualifies": [r for r in _get(c, "qualifies") if r in ran]}
+        for c in checks
+        if _get(c, "status") == "finding" and _get(c, "qualifies")
+    ]
+
+
+QUEUE_RULE = "SCH003"  # queue growth: demand exceeds capacity
+LOAD_TEST_RULE = "SCH009"
+
+
+def _queue_first(candidates: list[tuple[Any, list]]) -> tuple[list[tuple[Any, list]], dict[str, Any] | None]:
+    """RULEBOOK's one exception to impact order: while the queue grows on a valid load test (SCH003 a problem,
+    SCH009 not a broken test), the queue heads the verdict and the largest step-time finding comes second, as
+    what would raise capacity. (candidates reordered, that second finding or None.)"""
+    rules = [_get(c, "rule") for c, _ in candidates]
+    if QUEUE_RULE not in rules or LOAD_TEST_RULE in rules:
+        return candidates, None
+    i = rules.index(QUEUE_RULE)
+    ordered = [candidates[i], *candidates[:i], *candidates[i + 1 :]]
+    step_time = [
+        c for c, _ in ordered[1:] if "step" in str(_get(c, "impact_basis") or "") or (_get(c, "step") or 6) < 6
+    ]
+    second = step_time[0] if step_time else (ordered[1][0] if len(ordered) > 1 else None)
+    return ordered, (_brief(second) if second is not None else None)
+
+
 def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
     cov = coverage(checks)
-    folded = fold([c for c in checks if _get(c, "status") == "finding"])
+    caveats = _caveats(checks)
+    folded = fold([c for c in checks if _get(c, "status") == "finding" and not _get(c, "qualifies")])
     out: dict[str, Any] = {"coverage": cov, "coverage_text": coverage_sentence(cov)}
+    if caveats:
+        out["caveats"] = caveats
     if cov["ran"] == 0:
         return out | {
             "status": "nothing_ran",
@@ -380,16 +418,20 @@ def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
     if open_:
         out["undetermined"] = open_
     if not folded:
-        return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed."}
+        said = f" (with {len(caveats)} caveat{'s' if len(caveats) > 1 else ''})" if caveats else ""
+        return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed{said}."}
     candidates = []  # (problem, what it may explain), in rank order
     for cause, consequences in folded:
         if _is_problem(cause):
             candidates.append((cause, consequences))
         else:  # an info cause: a problem folded under it still counts, on its own
             candidates += [(c, []) for c in consequences if _is_problem(c)]
+    candidates, second = _queue_first(candidates)
     if candidates:
         cause, consequences = candidates[0]
         status, headline = "problem", _get(cause, "title")
+        if second is not None:
+            out["second"] = second
     elif open_:  # "no problem" needs the rules that decide it to have decided
         cause, consequences = next(((c, k) for c, k in folded if _get(c, "undetermined")), folded[0])
         status = "inconclusive"

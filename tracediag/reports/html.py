@@ -190,6 +190,8 @@ def _verdict_view(v: dict[str, Any], titles: dict[str, str]) -> dict[str, Any]:
         "largest_effect": (v["largest_effect"] | {"title": _gist(v["largest_effect"]["title"], 160)})
         if v.get("largest_effect")
         else None,
+        "second": (v["second"] | {"title": _gist(v["second"]["title"], 160)}) if v.get("second") else None,
+        "caveats": [c | {"title": _gist(c["title"], 200)} for c in v.get("caveats", [])],
         "coverage": cov,
         "enable": [{"input": g["input"], "rules": g["rules"]} for g in cov["enable"]],
     }

@@ -57,6 +57,12 @@ def verdict_lines(v: dict) -> list[Text]:
         out.append(meta)
         if v.get("next_check"):
             out.append(Text(f"  Next check: {clip(v['next_check'])}"))
+    if v.get("second"):
+        e = v["second"]
+        out.append(Text(f"  Then, what would raise capacity: {e['rule']} {e['cost']}: {clip(e['title'])}"))
+    for c in v.get("caveats", []):
+        q = f" (qualifies {', '.join(c['qualifies'])})" if c.get("qualifies") else ""
+        out.append(Text(f"  Caveat: {c['rule']}: {clip(c['title'])}{q}"))
     if v.get("explains"):
         out.append(Text(f"  May explain: {', '.join(v['explains'])} (folded under it)"))
     for a in v.get("also", []):

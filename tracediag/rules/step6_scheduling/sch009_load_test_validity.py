@@ -12,8 +12,12 @@ vs the requested rate (needs per-request start times); without start times, the 
 completed / duration (computed when the result lacks request_throughput) is a lower bound of the send rate
 — at ≥ 95 % of the requested rate the client kept up, below it the test cannot tell the client's lag from
 the server's (SCH003); failed requests F of N = completed + failed must stay in every rate and attainment
-denominator. Capacity walk: this is checked first — an invalid load test invalidates the serving
-measurements that SCH003, SCH004, SCH008 and SCH010 read.
+denominator. A broken test — send rate below the requested rate, errors dropped, or a concurrency cap under a
+finite rate that was reached (a client-side queue hiding the waiting) — is a warning that heads the verdict and may
+explain the capacity findings (SCH003, SCH008, SCH010, SCH012). A closed loop (a cap with no finite rate behind
+it) or an infinite rate is a legitimate measurement at that concurrency: an `info` caveat on every capacity claim
+(`qualifies`), shown with them; it never heads the verdict and never explains a finding about the engine or its
+configuration (RULEBOOK SCH009).
 
 Evidence: the `vllm bench serve` result's request_rate, max_concurrency, burstiness, completed, failed,
 duration, request throughput, mean E2E, max concurrent requests, and start_times when saved.
@@ -37,9 +41,13 @@ RULE = RuleMeta(
     title="The load test measured open-loop arrivals without dropping errors",
     enabled_by=("--bench",),
 )
-# Capacity walk (load generator first): SCH009 is linked as the possible cause of SCH002-SCH004, SCH006-SCH008
-# and SCH010 findings, never downstream of them.
+# Capacity walk (load generator first): a broken SCH009 is linked as the possible cause of the capacity findings
+# (SCH003, SCH008, SCH010, SCH012), never of a finding about the engine or its configuration.
 SEND_RATE_TOLERANCE = 0.95  # achieved / requested send rate below this is a finding
+# A broken test misreports what users got and heads the verdict; a closed loop or a burst is a legitimate
+# measurement at its concurrency, a caveat on the capacity claims of QUALIFIES (RULEBOOK SCH009)
+BROKEN = ("send rate below requested", "errors dropped", "client queue")
+QUALIFIES = ("SCH003", "SCH008", "SCH010", "SCH012", "SHP004")
 FORMULA = "closed loop: X ≈ N / mean E2E; achieved send rate = (n − 1) / (t_last − t_first) vs requested λ"
 
 
@@ -54,74 +62,94 @@ def _send_rate(ctx: Context, r: dict) -> tuple[float | None, int]:
     return None, row["n"] or 0
 
 
+def _run_issues(ctx: Context, r: dict) -> tuple[dict, list[tuple[str, str]]]:
+    """One benchmark run: its table row and its issues (kind, why in words)."""
+    rate, cap, failed, completed = r["request_rate_rps"], r["max_concurrency"], r["failed"], r["completed"]
+    mean_e2e_ms = bench_stat(ctx, r["input_id"], r["run"], "e2el", "mean")
+    achieved, _ = _send_rate(ctx, r)
+    throughput = r["request_throughput_rps"]
+    if throughput is None and completed is not None and r["duration_s"]:
+        throughput = completed / r["duration_s"]  # the result lacks it: completed / duration
+    completion_bound = throughput if achieved is None else None
+    issues = []
+    if cap:
+        closed = cap / (mean_e2e_ms / 1000) if mean_e2e_ms else None
+        law = (
+            f"≈ N / mean E2E = {cap} / {mean_e2e_ms / 1000:.2f} s = {closed:.2f} req/s "
+            + (f"(measured {throughput:.2f})" if throughput is not None else "")
+            if closed
+            else "follows the server's latency"
+        )
+        binds = r["max_concurrent_requests"] is not None and r["max_concurrent_requests"] >= cap
+        if (
+            rate is not None
+            and math.isfinite(rate)
+            and (binds or (achieved is not None and achieved < SEND_RATE_TOLERANCE * rate))
+        ):
+            issues.append(
+                (
+                    "client queue",
+                    f"--request-rate {rate:g} with --max-concurrency {cap}, and the cap was reached: arrivals "
+                    f"beyond {cap} in flight waited in the client, where no TTFT counts it; throughput {law}",
+                )
+            )
+        else:
+            issues.append(
+                (
+                    "closed loop",
+                    f"--max-concurrency {cap}: a closed loop at {cap} in flight, throughput {law} — a valid "
+                    "measurement at that concurrency, not capacity under independent arrivals",
+                )
+            )
+    if rate is not None and math.isinf(rate):
+        issues.append(
+            (
+                "infinite rate",
+                f"request rate inf: all {r['num_prompts'] or completed} requests sent at t = 0 — a burst that "
+                "measures a drain, not capacity under independent arrivals",
+            )
+        )
+    if achieved is not None and rate is not None and math.isfinite(rate) and achieved < SEND_RATE_TOLERANCE * rate:
+        issues.append(
+            (
+                "send rate below requested",
+                f"achieved send rate {achieved:.2f} req/s < {SEND_RATE_TOLERANCE:.0%} of the requested {rate:g}",
+            )
+        )
+    if failed and completed is not None:
+        issues.append(
+            (
+                "errors dropped",
+                f"{failed} of {completed + failed} requests failed: vLLM's request throughput and goodput count "
+                "only completed requests — failures must stay in the denominator",
+            )
+        )
+    row = {
+        "run": run_label(r),
+        "request_rate_rps": finite(rate),
+        "burstiness": r["burstiness"],
+        "max_concurrency": cap,
+        "completed": completed,
+        "failed": failed,
+        "duration_s": r["duration_s"],
+        "request_throughput_rps": throughput,
+        "completion_rate_lower_bound_rps": completion_bound,
+        "mean_e2el_ms": mean_e2e_ms,
+        "max_concurrent_requests": r["max_concurrent_requests"],
+        "achieved_send_rate_rps": achieved,
+        "send_window_s": (r["num_prompts"] / rate) if rate and math.isfinite(rate) and r["num_prompts"] else None,
+        "issues": [k for k, _ in issues] or None,
+    }
+    return row, issues
+
+
 def check(ctx: Context) -> Check:
     runs = bench_runs(ctx)
     if not runs:
         return not_applicable(RULE, "missing benchmark results: pass a `vllm bench serve` result with --bench")
     table, problems = [], []
     for r in runs:
-        rate, cap, failed, completed = r["request_rate_rps"], r["max_concurrency"], r["failed"], r["completed"]
-        mean_e2e_ms = bench_stat(ctx, r["input_id"], r["run"], "e2el", "mean")
-        achieved, _ = _send_rate(ctx, r)
-        throughput = r["request_throughput_rps"]
-        if throughput is None and completed is not None and r["duration_s"]:
-            throughput = completed / r["duration_s"]  # the result lacks it: completed / duration
-        completion_bound = throughput if achieved is None else None
-        issues = []
-        if cap:
-            closed = cap / (mean_e2e_ms / 1000) if mean_e2e_ms else None
-            issues.append(
-                (
-                    "concurrency cap",
-                    f"--max-concurrency {cap}: the client holds requests beyond {cap} in flight; throughput "
-                    + (
-                        f"≈ N / mean E2E = {cap} / {mean_e2e_ms / 1000:.2f} s = {closed:.2f} req/s "
-                        + (f"(measured {throughput:.2f})" if throughput is not None else "")
-                        if closed
-                        else "follows the server's latency"
-                    )
-                    + ", and waiting before the cap is invisible to the server",
-                )
-            )
-        if rate is not None and math.isinf(rate):
-            issues.append(
-                (
-                    "infinite rate",
-                    f"request rate inf: all {r['num_prompts'] or completed} requests sent at t = 0 — a burst that "
-                    "measures a drain, not capacity under independent arrivals",
-                )
-            )
-        if achieved is not None and rate is not None and math.isfinite(rate) and achieved < SEND_RATE_TOLERANCE * rate:
-            issues.append(
-                (
-                    "send rate below requested",
-                    f"achieved send rate {achieved:.2f} req/s < {SEND_RATE_TOLERANCE:.0%} of the requested {rate:g}",
-                )
-            )
-        if failed and completed is not None:
-            issues.append(
-                (
-                    "errors dropped",
-                    f"{failed} of {completed + failed} requests failed: vLLM's request throughput and goodput count "
-                    "only completed requests — failures must stay in the denominator",
-                )
-            )
-        row = {
-            "run": run_label(r),
-            "request_rate_rps": finite(rate),
-            "burstiness": r["burstiness"],
-            "max_concurrency": cap,
-            "completed": completed,
-            "failed": failed,
-            "duration_s": r["duration_s"],
-            "request_throughput_rps": throughput,
-            "completion_rate_lower_bound_rps": completion_bound,
-            "mean_e2el_ms": mean_e2e_ms,
-            "max_concurrent_requests": r["max_concurrent_requests"],
-            "achieved_send_rate_rps": achieved,
-            "send_window_s": (r["num_prompts"] / rate) if rate and math.isfinite(rate) and r["num_prompts"] else None,
-            "issues": [k for k, _ in issues] or None,
-        }
+        row, issues = _run_issues(ctx, r)
         table.append(row)
         problems += [(r, k, why, row) for k, why in issues]
     values = {
@@ -179,9 +207,61 @@ def check(ctx: Context) -> Check:
                 + send_txt
             ),
         )
-    r, kind, why, row = problems[0]
+    broken = [p for p in problems if p[1] in BROKEN]
+    if not broken:
+        return _caveat(ctx, problems, values, table)
+    r, kind, why, _ = broken[0]
     values |= {
         "issue": kind,
+        "issues": sorted({p[1] for p in problems}),
+        "request_rate_rps": finite(r["request_rate_rps"]),
+        "max_concurrency": r["max_concurrency"],
+        "failed": r["failed"],
+        "completed": r["completed"],
+    }
+    impact, basis = _broken_impact(broken)
+    caveats = [p for p in problems if p[1] not in BROKEN]
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="high",
+        impact=impact,
+        impact_basis=basis,
+        formula=FORMULA,
+        values=values,
+        table=table,
+        substituted=f"{run_label(r)}: {why}",
+        evidence=[bench_evidence(p[0], issue=p[1], detail=p[2]) for p in problems][: ctx.settings.max_evidence],
+        title=f"Load test broken: {why}" + (f" (also: {caveats[0][1]})" if caveats else ""),
+        next_check=(
+            "Fix the test before reading the server: a client that keeps up with the requested rate (more client "
+            "processes, or a lower rate), failures counted as misses in every rate and attainment (SCH010), no "
+            "--max-concurrency under a finite rate unless production caps concurrency (then report the client's "
+            "queueing time too); --save-detailed, several independent runs."
+        ),
+    )
+
+
+def _broken_impact(broken: list[tuple]) -> tuple[float | None, str | None]:
+    """The share of requests the broken test misreports: failures dropped from the denominator, or requests not
+    sent at the requested rate."""
+    for r, kind, _, _row in broken:
+        if kind == "errors dropped" and r["completed"] is not None:
+            return r["failed"] / (r["completed"] + r["failed"]), "requests (failed, dropped from the denominator)"
+    for r, kind, _, row in broken:
+        rate, achieved = r["request_rate_rps"], row["achieved_send_rate_rps"]
+        if kind == "send rate below requested" and rate and achieved is not None:
+            return 1 - achieved / rate, "requests (not sent at the requested rate)"
+    return None, None
+
+
+def _caveat(ctx: Context, problems: list[tuple], values: dict, table: list[dict]) -> Check:
+    """A closed loop or a burst at t = 0: a valid measurement that qualifies capacity claims, never a cause."""
+    r, kind, why, _ = problems[0]
+    values |= {
+        "issue": kind,
+        "issues": sorted({p[1] for p in problems}),
+        "caveat": True,
         "request_rate_rps": finite(r["request_rate_rps"]),
         "max_concurrency": r["max_concurrency"],
         "failed": r["failed"],
@@ -189,18 +269,19 @@ def check(ctx: Context) -> Check:
     }
     return finding(
         RULE,
-        severity="warning",
+        severity="info",
         confidence="high",
-        impact=values["runs_with_issues"] / len(runs),
+        impact=None,
         formula=FORMULA,
         values=values,
         table=table,
         substituted=f"{run_label(r)}: {why}",
         evidence=[bench_evidence(p[0], issue=p[1], detail=p[2]) for p in problems][: ctx.settings.max_evidence],
-        title=f"Load test not valid for capacity: {why}",
+        title=f"Caveat on capacity claims: {why}",
+        qualifies=QUALIFIES,
         next_check=(
-            "Rerun open loop: a finite --request-rate with --burstiness 1 (Poisson), no --max-concurrency unless "
-            "production caps concurrency (then report client queueing), --save-detailed, several independent runs; "
-            "count failures as misses (SCH010)."
+            "Read the throughput and latencies as those at this concurrency. For capacity under independent "
+            "arrivals, rerun open loop: a finite --request-rate with --burstiness 1 (Poisson), no --max-concurrency, "
+            "--save-detailed, several independent runs."
         ),
     )
