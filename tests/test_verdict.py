@@ -99,13 +99,49 @@ def test_findings_json_carries_the_verdict_and_ranked_findings():
 # --- the logic on hand-made check lists --------------------------------------------------------------------
 
 
-def _f(rule, impact, severity="warning", step=3, down=(), confidence="high"):
-    return Check(rule, step, "finding", f"{rule} title", severity, confidence, impact, downstream_of=down)
+def _f(rule, impact, severity="warning", step=3, down=(), confidence="high", basis=None, qualifies=()):
+    return Check(
+        rule, step, "finding", f"{rule} title", severity, confidence, impact, downstream_of=down,
+        impact_basis=basis, qualifies=qualifies,
+    )  # fmt: skip
 
 
 def test_ranking_is_by_impact_then_severity():
-    checks = [_f("A", 0.04, "warning", step=4), _f("B", 0.44, "info", step=5), _f("C", 0.44, "error", step=6)]
+    checks = [
+        _f("A", 0.04, "warning", step=4),
+        _f("B", 0.44, "info", step=5),
+        _f("C", 0.44, "error", step=6, basis="requests"),
+    ]
     assert [c.rule for c in ranked_findings(checks)] == ["C", "B", "A"]
+
+
+def test_a_serving_impact_without_a_basis_ranks_by_severity_below_those_with_one():
+    checks = [_f("SCH006", 1.0, "warning", step=6), _f("SCH012", 0.3, "info", step=6, basis="mean TTFT")]
+    assert [c.rule for c in ranked_findings(checks)] == ["SCH012", "SCH006"]
+
+
+def test_a_caveat_never_heads_the_verdict_and_explains_nothing():
+    caveat = _f("SCH009", None, "info", step=6, qualifies=("SCH003",))
+    checks = [caveat, _f("SCH007", 0.2, "warning", step=6, basis="the engine's median acceptance")]
+    v = verdict(checks)
+    assert v["rule"] == "SCH007" and v["explains"] == []
+    assert v["caveats"] == [
+        {"rule": "SCH009", "severity": "info", "impact": None, "cost": "impact unknown", "title": "SCH009 title",
+         "qualifies": []}
+    ]  # fmt: skip
+
+
+def test_a_growing_queue_heads_the_verdict_on_a_valid_load_and_step_time_comes_second():
+    checks = [
+        _f("KRN006", 0.5, "warning", step=5, basis="decode step time"),
+        _f("SCH003", 0.2, "error", step=6, basis="engines tested"),
+        _f("SCH009", None, "info", step=6, qualifies=("SCH003",)),
+    ]
+    v = verdict(checks)
+    assert v["rule"] == "SCH003" and v["second"]["rule"] == "KRN006"
+    assert v["caveats"][0]["qualifies"] == ["SCH003"]
+    broken = [*checks[:2], _f("SCH009", 0.1, "warning", step=6, basis="requests")]
+    assert verdict(broken)["rule"] != "SCH003" and "second" not in verdict(broken)
 
 
 def test_fold_puts_consequences_under_the_best_ranked_cause():

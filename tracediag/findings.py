@@ -167,10 +167,23 @@ def walk_key(c: Check | dict[str, Any]) -> tuple:
     )
 
 
+SERVING_STEP = 6
+
+
+def ranked_impact(c: Check | dict[str, Any]) -> float:
+    """The impact a finding is ranked by. A serving finding's impact counts only with its basis (a share of request
+    time or of requests, `impact_basis`): without one it ranks by severity below those with one (1 − prefix reuse is
+    no share of anything)."""
+    if (_get(c, "step") or 0) == SERVING_STEP and not _get(c, "impact_basis"):
+        return 0.0
+    return _get(c, "impact") or 0.0
+
+
 def rank_key(c: Check | dict[str, Any]) -> tuple:
-    """Findings by impact (larger first), then severity, confidence, walk step and id."""
+    """Findings by impact (larger first; a serving impact only with its basis), then severity, confidence, walk
+    step and id."""
     return (
-        -(_get(c, "impact") or 0.0),
+        -ranked_impact(c),
         SEVERITY_ORDER.get(_get(c, "severity") or "info", 3),
         CONFIDENCE_ORDER.get(_get(c, "confidence") or "low", 3),
         _get(c, "step") or 0,

@@ -117,6 +117,7 @@ def check(ctx: Context) -> Check:
             severity="warning",
             confidence="high" if fit["r2"] >= 0.5 else "medium",
             impact=slow["time_share"],
+            impact_basis="step time (the slow phase's share)",
             title=(
                 f"Step time falls as T grows (a = {a / 1e3:.3g} µs/token): {slow['phase']} steps (T "
                 f"{slow['T_median']:g}) take {ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
@@ -144,6 +145,7 @@ def check(ctx: Context) -> Check:
                 severity="info",
                 confidence="high" if fit["r2"] >= 0.5 else "medium",
                 impact=dec["time_share"] * min(share, 1.0),
+                impact_basis="step time (the fixed cost of decode steps)",
                 title=(
                     f"Decode steps are fixed-cost bound: b / t_decode = {share:.2f} (b = {ms(b)}, median decode "
                     f"step {ms(decode_med)}, a = {a / 1e3:.3g} µs/token); {split}"

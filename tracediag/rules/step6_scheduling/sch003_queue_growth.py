@@ -285,6 +285,7 @@ def _judge_growing(ms: QueueMeasure, values: dict, growing: list[tuple]) -> Chec
         severity="error" if ys[-1] > 0 and t.p_increase < SIGNIFICANCE / 5 else "warning",
         confidence="high" if t.n >= 8 else "medium",
         impact=min(1.0, len(growing) / len(ms.tested)),
+        impact_basis="engines tested (every request after the rise waits in their queue)",
         title=(
             f"Queue growing: {what} rise {ys[0]:g} → {ys[-1]:g} over {_span(xs[-1] - xs[0])} "
             f"({_slope(t.sen_slope)}, Mann-Kendall p = {t.p_increase:.2g} < α = {SIGNIFICANCE}): "

@@ -200,6 +200,7 @@ def check(ctx: Context) -> Check:
             severity="error",
             confidence="high" if exact else "medium",
             impact=1 - worst["attainment_high"],
+            impact_basis="requests (missing the joint SLO)",
             next_check=nxt,
             **common,
             title=f"Joint SLO attainment {att_txt} < target {TARGET:.0%} ({budgets}; errors counted)",
@@ -215,6 +216,7 @@ def check(ctx: Context) -> Check:
         severity="info",
         confidence="low",
         impact=1 - worst["attainment_low"],
+        impact_basis="requests (missing the joint SLO, at most)",
         next_check=nxt,
         **common,
         undetermined=f"{rerun} and pass that result with --bench: exact joint attainment against the "
