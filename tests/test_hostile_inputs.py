@@ -577,7 +577,8 @@ def test_100000_identical_kernels_in_one_step_analyse_in_seconds(tmp_path):
 
 def test_an_nsys_export_with_one_device_per_kernel_analyses_in_seconds(tmp_path):
     """4,010 kernels, each on its own device: 4,010 ranks. The step windows queried every table once per rank
-    (26 s); the tables are read once (3 s)."""
+    (26 s); the tables are read once (3 s). The window-fitness rows were then inserted one by one (8 s); now as one
+    table."""
     from tracediag.analysis import analyze
 
     f = tmp_path / "export.sqlite"
@@ -588,7 +589,7 @@ def test_an_nsys_export_with_one_device_per_kernel_analyses_in_seconds(tmp_path)
     con.close()
     t0 = time.monotonic()
     report = analyze([f])
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 20  # about 7 s here; the per-rank queries and inserts took 26 s and more
     assert len(report.inputs[0]["ranks"]) >= 4010
 
 
