@@ -81,3 +81,22 @@ def test_sglang_forward_span_folds_into_its_scheduler_step():
     r = analyze([EXTERNAL / "kineto" / "tracelens_b300_sglang_qwen3-30b-a3b_moe_decode_cudagraph.json.gz"])
     (inp,) = r.inputs
     assert inp["counts"]["steps"] == 1 and inp["counts"]["step_annotations_not_understood"] == 0
+
+
+@pytest.mark.parametrize("keep_python", [False, True])
+def test_the_execute_model_frame_is_a_step_marker_with_python_kept_or_not(keep_python):
+    """vLLM's `gpu_model_runner.py(N): execute_model` Python frame bounds a step. With --keep-python it was stored as
+    one more Python frame among the CPU ops, and the step had no marker (issue 37)."""
+    from pathlib import Path
+
+    from tracediag.ingest import IngestOptions
+    from tracediag.pipeline import build_store
+
+    trace = Path(EXTERNAL / "kineto" / "tracelens_mi300x_vllm_gptoss_prefilldecode_piecewise.json.gz")
+    con = build_store([(trace, None)], options=IngestOptions(keep_python=keep_python))
+    try:
+        marker = "name LIKE '%model_runner.py(%): execute_model'"
+        assert con.execute(f"SELECT count(*) FROM annotations WHERE {marker}").fetchone() == (1,)
+        assert con.execute(f"SELECT count(*) FROM cpu_ops WHERE {marker}").fetchone() == (0,)
+    finally:
+        con.close()

@@ -803,10 +803,10 @@ class _Builder:
             ph = e.ph
             if ph == "X":
                 cat = e.cat if type(e.cat) is str else ""
-                if cat == "python_function" and not keep_python:
+                if cat == "python_function":  # vLLM's execute_model frames are step markers, kept Python or not
                     if type(e.name) is str and _PY_STEP_MARKER.search(e.name):
                         cat = "python_step_marker"
-                    else:
+                    elif not keep_python:
                         self.py_skipped += 1
                         continue
                 lst = by_cat.get(cat)
