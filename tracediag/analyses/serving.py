@@ -4,6 +4,7 @@ startup facts, benchmark runs, and evidence rows. Tables: tracediag/store/schema
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -213,17 +214,23 @@ def _log_texts(ctx: Context, g: dict[str, np.ndarray]) -> Callable[[int], dict[s
 
 
 def metric_series(ctx: Context, canonical: str, part: str = "value") -> list[Series]:
-    """A canonical metric per (file, engine), one point per timed scrape (summed over other labels)."""
+    """A canonical metric per (file, engine), one point per scrape (summed over other labels); `t` is NaN for an
+    untimed scrape. A series without an engine label has engine None."""
     if not ctx.scalar("SELECT EXISTS (SELECT 1 FROM metric_samples)"):  # no scrape: asked by many rules, once
         return []
     paths = input_paths(ctx)
     data = ctx.con.execute(
-        "SELECT input_id, engine, scrape, min(t_s) AS t_s, min(ts_ns) AS ts_ns, min(line) AS line, "
-        "sum(value) AS value FROM metric_samples WHERE canonical = ? AND part = ? AND preferred "
+        "SELECT input_id, engine, bool_or(engine IS NULL) AS engine_null, scrape, min(t_s) AS t_s, "
+        "min(ts_ns) AS ts_ns, min(line) AS line, sum(value) AS value FROM metric_samples "
+        "WHERE canonical = ? AND part = ? AND preferred "
         "GROUP BY input_id, engine, scrape ORDER BY input_id, engine NULLS FIRST, scrape",
         [canonical, part],
     ).fetchnumpy()
-    return _split("metrics", paths, data, ("input_id", "engine"), {})
+    out = _split("metrics", paths, data, ("input_id", "engine"), {})
+    for s in out:  # a NULL label is read back as the masked array's fill value ('?'): no engine label at all
+        if len(s) and bool(s.cols["engine_null"][0]):
+            s.engine = None
+    return out
 
 
 def startup_facts(ctx: Context) -> dict[int, dict[str, dict[str, Any]]]:
@@ -316,3 +323,213 @@ def bench_evidence(r: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "date": r.get("date"),
         **extra,
     }
+
+
+# --- Counters over the run: the difference between scrapes -----------------------------------------------------
+#
+# Counters and histogram _sum/_count/_bucket grow from the server's start. A user scrapes /metrics before and
+# after a benchmark (two files, or one file of concatenated scrapes, usually without timestamps): the run is what
+# the counters gained between those scrapes, not their value. With one scrape only the lifetime exists, "since
+# server start". A counter that goes down (or a process_start_time_seconds that changes) is a restart: the
+# difference across it is not the run's, and is never taken.
+
+COUNTER_PARTS = ("sum", "count", "bucket")  # histogram parts; a counter is part 'value' of type 'counter'
+RESET_TOLERANCE = 1e-9  # relative: float sums re-exported by another process may wobble in the last digit
+SAME_START_S = 1.0  # process_start_time_seconds of one process, read twice, agrees within this
+
+
+@dataclass(frozen=True)
+class ScrapePoint:
+    """One scrape of a sequence: its file, its 0-based index in the file and its 1-based place in the sequence."""
+
+    input_id: int
+    path: str
+    scrape: int
+    ordinal: int
+    ts_ns: int | None
+    line: int | None
+    counters: dict[tuple, float] = field(default_factory=dict, repr=False)  # (canonical, part, le, labels) -> value
+    start_s: float | None = None  # process_start_time_seconds of this scrape
+
+    def evidence(self, name: str, **extra: Any) -> dict[str, Any]:
+        return metric_evidence(
+            self.path, {"ts_ns": self.ts_ns, "line": self.line}, name, scrape=self.scrape + 1, **extra
+        )
+
+
+@dataclass(frozen=True)
+class CounterWindow:
+    """What one series' counters gained over the window: `values` holds the difference between the window's first
+    and last scrape (`differenced`), or the lifetime of the only scrape. `basis` says which, in words, for the
+    finding: "between scrape 1 and 2 of m.prom", "since server start: one scrape of m.prom"."""
+
+    series: str
+    engine: Any
+    model_name: Any
+    scrapes: list[ScrapePoint]
+    first: ScrapePoint | None  # None: one scrape, lifetime values
+    last: ScrapePoint
+    values: dict[tuple, float]
+    basis: str
+    reset: str | None = None  # a restart between two scrapes of the sequence, in words
+    broken: bool = False  # a restart left no two scrapes of one process: `values` is empty, `basis` says why
+    segment: list[ScrapePoint] = field(default_factory=list, repr=False)  # the window's scrapes, first to last
+
+    @property
+    def differenced(self) -> bool:
+        return self.first is not None
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.first is None or self.first.ts_ns is None or self.last.ts_ns is None:
+            return None
+        return (self.last.ts_ns - self.first.ts_ns) / 1e9
+
+    def has(self, canonical: str) -> bool:
+        """The series exposes this counter (in its last scrape), whether or not the window could difference it."""
+        return any(c == canonical for c, _, _, _ in self.last.counters)
+
+    def total(self, canonical: str, part: str = "value", values: dict[tuple, float] | None = None) -> float | None:
+        """Sum over labels (and buckets) of one canonical counter; None when the window has none of it."""
+        got = [
+            v
+            for (c, p, _, _), v in (values if values is not None else self.values).items()
+            if c == canonical and p == part
+        ]
+        return float(sum(got)) if got else None
+
+    def by_label(self, canonical: str, label: str, part: str = "value") -> dict[str, float]:
+        """label value -> sum of one canonical counter over the other labels."""
+        out: dict[str, float] = {}
+        for (c, p, _, labels), v in self.values.items():
+            if c == canonical and p == part:
+                key = dict(labels).get(label)
+                if key is not None:
+                    out[key] = out.get(key, 0.0) + v
+        return out
+
+    def buckets(self, canonical: str) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for (c, p, le, _), v in self.values.items():
+            if c == canonical and p == "bucket" and le is not None:
+                out[le] = out.get(le, 0.0) + v
+        return out
+
+    def evidence(self, name: str, **extra: Any) -> list[dict[str, Any]]:
+        """Evidence rows: the window's first and last scrape (one row with one scrape)."""
+        rows = [self.first.evidence(f"{name} (first scrape of the window)", **extra)] if self.first else []
+        return [*rows, self.last.evidence(f"{name} (last scrape of the window)" if self.first else name, **extra)]
+
+
+def _labels_key(labels_json: str | None) -> tuple:
+    """A sample's labels without the ones the series and the part already say (engine, model, le, ranks)."""
+    try:
+        labels = json.loads(labels_json or "{}")
+    except ValueError:
+        labels = {}
+    drop = {"engine", "model_name", "le", "quantile", "dp_rank", "tp_rank", "pp_rank"}
+    return tuple(sorted((k, str(v)) for k, v in labels.items() if k not in drop))
+
+
+def _scrape_points(ctx: Context) -> dict[tuple, list[ScrapePoint]]:
+    """(engine, model_name) -> the scrapes of that series over every /metrics input, in order: by time when every
+    one of them is timed, else in the order given (file, then scrape in the file)."""
+    paths = input_paths(ctx)
+    rows = ctx.con.execute(
+        "SELECT input_id, scrape, engine, model_name, canonical, part, le, labels_json, value, ts_ns, line, "
+        "name FROM metric_samples WHERE preferred AND value IS NOT NULL AND ("
+        "(part = 'value' AND type = 'counter') OR part IN ('sum', 'count', 'bucket') OR "
+        "canonical = 'process_start_time') AND canonical IS NOT NULL "
+        "ORDER BY input_id, scrape, line"
+    ).fetchall()
+    points: dict[tuple, dict[tuple, dict[str, Any]]] = {}
+    label_keys: dict[str | None, tuple] = {}  # label sets repeat in every scrape: parsed once each
+    starts: dict[tuple, float] = {}  # (input, scrape) -> process_start_time_seconds (a process gauge: no labels)
+    for iid, scrape, engine, model, canon, part, le, labels, value, ts_ns, line, _name in rows:
+        if canon == "process_start_time":
+            starts.setdefault((iid, scrape), value)
+            continue
+        p = points.setdefault((engine, model), {}).setdefault((iid, scrape), {"ts_ns": ts_ns, "line": line, "c": {}})
+        lk = label_keys.get(labels)
+        if lk is None:
+            lk = label_keys[labels] = _labels_key(labels)
+        key = (canon, part, le, lk)
+        p["c"][key] = p["c"].get(key, 0.0) + value
+    out: dict[tuple, list[ScrapePoint]] = {}
+    for series, by in points.items():
+        keys = list(by)
+        if all(by[k]["ts_ns"] is not None for k in keys):
+            keys.sort(key=lambda k: (by[k]["ts_ns"], k))
+        out[series] = [
+            ScrapePoint(k[0], paths.get(k[0], "?"), k[1], n, by[k]["ts_ns"], by[k]["line"], by[k]["c"], starts.get(k))
+            for n, k in enumerate(keys, start=1)
+        ]
+    return out
+
+
+def _restart(a: ScrapePoint, b: ScrapePoint) -> str | None:
+    """Why b is not a later scrape of a's process (a counter fell, the process start changed), or None."""
+    if a.start_s is not None and b.start_s is not None and abs(a.start_s - b.start_s) > SAME_START_S:
+        return f"process_start_time_seconds changed {a.start_s:.0f} → {b.start_s:.0f}"
+    for key, va in a.counters.items():
+        vb = b.counters.get(key)
+        if vb is not None and vb < va - RESET_TOLERANCE * max(1.0, abs(va)):
+            canon, part, le, _labels = key
+            what = canon + ("" if part == "value" else f"_{part}") + (f"{{le={le:g}}}" if le is not None else "")
+            return f"{what} fell {va:g} → {vb:g}"
+    return None
+
+
+def _between(a: ScrapePoint, b: ScrapePoint) -> str:
+    """Scrapes are numbered from 1 in their own file, as a user counts them."""
+    if a.input_id == b.input_id:
+        return f"between scrape {a.scrape + 1} and {b.scrape + 1} of {short(a.path)}"
+    return f"between scrape {a.scrape + 1} of {short(a.path)} and scrape {b.scrape + 1} of {short(b.path)}"
+
+
+def _diff(a: ScrapePoint, b: ScrapePoint) -> dict[tuple, float]:
+    return {k: v - a.counters[k] for k, v in b.counters.items() if k in a.counters}
+
+
+def _window(series: str, engine: Any, model: Any, pts: list[ScrapePoint]) -> CounterWindow:
+    """The window of one series: the longest run of scrapes with no restart between them (the latest on a tie)."""
+    if len(pts) == 1:
+        return CounterWindow(series, engine, model, pts, None, pts[0], dict(pts[0].counters),
+                             f"since server start: one scrape of {short(pts[0].path)}")  # fmt: skip
+    resets = [(i, why) for i, (a, b) in enumerate(itertools.pairwise(pts)) if (why := _restart(a, b))]
+    cuts = [0, *[i + 1 for i, _ in resets], len(pts)]
+    segments = [pts[s:e] for s, e in itertools.pairwise(cuts)]
+    seg = max(reversed(segments), key=len)  # the longest; max keeps the first of equals: the latest
+    reset = (
+        "; ".join(f"counter reset {_between(pts[i], pts[i + 1])} ({why}): the server restarted, so the "
+                  "difference across it is not the run's" for i, why in resets[:3])
+        + (f"; {len(resets) - 3} more resets" if len(resets) > 3 else "")
+        or None
+    )  # fmt: skip
+    if len(seg) < 2:
+        return CounterWindow(series, engine, model, pts, None, pts[-1], {},
+                             f"no two scrapes of one server process to difference: {reset}", reset, True)  # fmt: skip
+    basis = _between(seg[0], seg[-1])
+    if len(seg) > 2:
+        basis += f" ({len(seg) - 1} intervals)"
+    if reset:
+        basis += f"; {reset}"
+    return CounterWindow(series, engine, model, pts, seg[0], seg[-1], _diff(seg[0], seg[-1]), basis, reset,
+                         segment=seg)  # fmt: skip
+
+
+def counter_windows(ctx: Context) -> list[CounterWindow]:
+    """One CounterWindow per /metrics series (engine and model labels), over every /metrics input: files of the
+    same labels are read as scrapes of one server, in the order given (by time when every scrape is timed)."""
+
+    def compute() -> list[CounterWindow]:
+        if not ctx.scalar("SELECT EXISTS (SELECT 1 FROM metric_samples)"):
+            return []
+        out = []
+        for (engine, model), pts in _scrape_points(ctx).items():
+            files = list(dict.fromkeys(short(p.path) for p in pts))  # in the sequence's order
+            label = ", ".join(files) + (f" engine {engine}" if engine is not None else "")
+            out.append(_window(label, engine, model, pts))
+        return out
+
+    return ctx.once("counter_windows", compute)

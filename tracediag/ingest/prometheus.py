@@ -7,8 +7,11 @@ canonical name that is the same across vLLM versions (e.g. `vllm:gpu_cache_usage
 `vllm:inter_token_latency_seconds` are both `itl_seconds`).
 
 Scrapes in one file are separated by `tracediag scrape` marker comments (`# tracediag-scrape seq=N
-unix_ms=T url=U`), or, without markers, by a `# HELP`/`# TYPE` line of a family the current scrape already
-had. A sample's own timestamp (ms, exposition format) wins over the marker's. Lines the parser rejects
+unix_ms=T url=U`), or, without markers (`curl …/metrics` before and after a run, pasted into one file), by a
+`# HELP`/`# TYPE` line of a family the current scrape already had, a sample (name and labels) the current scrape
+already had, or a pasted shell prompt (`$ curl …`) after samples. A sample's own timestamp (ms, exposition
+format) wins over the marker's. Untimed scrapes keep their order: counters are differenced between consecutive
+scrapes by the rules (tracediag/analyses/serving.py counter_windows), whatever the clock. Lines the parser rejects
 are counted and reported in the input's meta (`malformed_lines`, first examples), never fatal; a file
 with no valid sample at all is an input error.
 
@@ -128,6 +131,8 @@ MARKER = "# tracediag-scrape"  # written by `tracediag scrape` before each scrap
 _MARKER_RE = re.compile(r"^#\s*tracediag-scrape\b(?P<rest>.*)$")
 _KV_RE = re.compile(r"\b(\w{1,64})=(\S+)")  # \b and a bounded key: linear on a 1 MiB marker line
 _DIRECTIVE_RE = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
+# a sample's identity: its name and label set, up to the value (quoted label values may hold `}` and spaces)
+_SAMPLE_KEY_RE = re.compile(r'\s*[^\s{#]+(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?')
 MAX_EXAMPLES = 5
 
 SCHEMA = pa.schema(
@@ -158,34 +163,49 @@ def _read_text(path: Path, limit: int | None) -> str:
     return read_gunzipped(path, "metrics file", limit).decode("utf-8", errors="replace")
 
 
-def _split_scrapes(lines: list[str]) -> list[tuple[dict[str, str], list[tuple[int, str]]]]:
-    """[(marker fields, [(line number, text)])]: one entry per scrape."""
+def _split_scrapes(
+    lines: list[str], prompts: set[int] = frozenset()
+) -> list[tuple[dict[str, str], list[tuple[int, str]]]]:
+    """[(marker fields, [(line number, text)])]: one entry per scrape. `prompts`: 0-based indices of pasted shell
+    prompt lines (`$ curl …`), a boundary when the current scrape already has samples."""
     scrapes: list[tuple[dict[str, str], list[tuple[int, str]]]] = []
     cur: list[tuple[int, str]] = []
     marker: dict[str, str] = {}
     seen: set[str] = set()
-    has_sample = False
+    samples: set[str] = set()  # name{labels} of the current scrape's samples
 
     def flush():
         if cur:
             scrapes.append((marker, list(cur)))
 
     for i, line in enumerate(lines, start=1):
-        m = _MARKER_RE.match(line.strip())
+        stripped = line.strip()
+        m = _MARKER_RE.match(stripped)
         if m:
             flush()
-            cur, seen, has_sample = [], set(), False
+            cur, seen, samples = [], set(), set()
             marker = dict(_KV_RE.findall(m["rest"]))
             continue
-        d = _DIRECTIVE_RE.match(line.strip())
+        if i - 1 in prompts and samples:  # `$ curl …/metrics` again: the next scrape
+            flush()
+            cur, seen, samples, marker = [], set(), set(), {}
+            continue
+        d = _DIRECTIVE_RE.match(stripped)
+        new_scrape = False
         if d:
-            key = (d[1], d[2])
-            if f"{key}" in seen and has_sample:  # the same family again: a new scrape without a marker
-                flush()
-                cur, seen, has_sample, marker = [], set(), False, {}
-            seen.add(f"{key}")
-        elif line.strip() and not line.lstrip().startswith("#"):
-            has_sample = True
+            key = f"{d[1]} {d[2]}"
+            new_scrape = key in seen and bool(samples)  # the same family again: a new scrape without a marker
+        elif stripped and not stripped.startswith("#"):
+            k = _SAMPLE_KEY_RE.match(stripped)
+            key = k[0] if k else stripped
+            new_scrape = key in samples  # the same sample again (scrapes pasted without # HELP lines)
+        if new_scrape:
+            flush()
+            cur, seen, samples, marker = [], set(), set(), {}
+        if d:
+            seen.add(key)
+        elif stripped and not stripped.startswith("#"):
+            samples.add(key)
         cur.append((i, line))
     flush()
     return scrapes
@@ -301,7 +321,7 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
     prompts = [i for i, ln in enumerate(lines) if ln.startswith("$ ")]
     for i in prompts:
         lines[i] = ""
-    scrapes = _split_scrapes(lines)
+    scrapes = _split_scrapes(lines, set(prompts))
     malformed: list[tuple[int, str]] = []
     bad = BadRecords()
     cols: dict[str, list[Any]] = {f.name: [] for f in SCHEMA}
@@ -377,10 +397,13 @@ def parse_prometheus(path: Path, order: int, options: IngestOptions) -> Parsed:
         first = next((t.strip() for t in lines if t.strip()), "")
         if not first:
             raise InputError(path, "empty metrics file: no Prometheus samples")
+        from tracediag.ingest.unrecognised import file_text, not_a_record  # content-free: no byte of the file
+
+        first_no = next(i for i, t in enumerate(lines, 1) if t.strip())
         raise InputError(
             path,
             f"not Prometheus text exposition: none of its {len(lines)} lines is a metric sample "
-            f"(line 1: {first[:60]!r})",
+            f"({file_text(path)}; {not_a_record('a metric sample', first_no, first)})",
         )
     t0 = min((t for t in cols["ts_ns"] if t is not None), default=None)
     if t0 is not None:

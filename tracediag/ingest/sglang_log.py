@@ -108,7 +108,12 @@ _SERVER_ARGS = (
     "mem_fraction_static",
     "schedule_policy",
     "speculative_algorithm",
+    # the draft depth (EAGLE chain: k), candidates per step, tokens verified per round (root included): the field
+    # names of python/sglang/srt/server_args.py ServerArgs; SCH007 reads them instead of deriving k
+    "speculative_num_steps",
+    "speculative_eagle_topk",
     "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
     "enable_dp_attention",
     "disable_radix_cache",
 )
@@ -279,11 +284,14 @@ def parse_sglang_log(path: Path, order: int, options: IngestOptions) -> Parsed:
     batches = st.batch_lines
     failed = sum(st.events.kinds.get(k, 0) for k in failures.KINDS)
     if st.records == 0 and not failed:  # a crash excerpt of PyTorch / runtime lines only is still read
+        from tracediag.ingest.unrecognised import file_text, not_a_record  # content-free: no byte of the file
+
         raise InputError(
             path,
             "not an SGLang log: no '[YYYY-MM-DD HH:MM:SS TPn] …' records"
-            + (f" (line 1: {st.unknown[0][1][:60]!r})" if st.unknown else " (empty file)"),
-        )
+            + (f" ({file_text(path, st.n_unknown)}; {not_a_record('an SGLang record', *st.unknown[0], cap=120)})"
+               if st.unknown else " (empty file)"),
+        )  # fmt: skip
     meta = st.meta() | {"batch_lines": batches}
     row = {
         "rank": None,
@@ -340,12 +348,15 @@ def _message(st: LogState, n: int, msg: str, base: dict, engine: int | None) -> 
         if st.run_active and _STARTUP.search(msg):
             st.new_run(n, "startup (max_total_num_tokens)")
             base = {**base, "run": st.run}
-        for key, value in _PAIR.findall(msg):
+        # `server_args=ServerArgs(model_path=…`: the pairs start after the opening parenthesis (else the first pair
+        # would be `server_args` and model_path's value would be lost inside it)
+        for key, value in _PAIR.findall(msg.removeprefix("server_args=ServerArgs(")):
             if key in _UNITS or key in _SERVER_ARGS:
                 value = value.strip("'\"")
                 num = None
                 try:
-                    num = float(value) if key in _UNITS or key.endswith("_size") or key.endswith("_tokens") else None
+                    numeric = key in _UNITS or key.endswith(("_size", "_tokens", "_steps", "_topk"))
+                    num = float(value) if numeric else None  # `None` (unset) raises: no number
                 except ValueError:
                     num = None
                 st.fact(base, key, value[:200], num, _UNITS.get(key), msg)

@@ -387,11 +387,15 @@ def _from_table(order: int, text: str, path: Path):
         i += 1
     if not run_rows:
         first = next((t.strip() for t in lines if t.strip()), "")
+        from tracediag.ingest.unrecognised import file_text, not_a_record  # content-free: no byte of the file
+
+        first_no = next((i for i, t in enumerate(lines, 1) if t.strip()), None)
         raise InputError(
             path,
             "not a `vllm bench serve` result: neither result JSON nor a 'Serving Benchmark Result' table"
-            + (f" (line 1: {first[:60]!r})" if first else " (empty file)"),
-        )
+            + (f" ({file_text(path, len(lines))}; {not_a_record('a result line', first_no, first)})" if first
+               else " (empty file)"),
+        )  # fmt: skip
     return run_rows, lat_rows
 
 

@@ -1021,10 +1021,13 @@ def parse_vllm_log(path: Path, order: int, options: IngestOptions) -> Parsed:
         )
     served = sum(st.events.kinds.get(k, 0) for k in (*failures.KINDS, "access"))
     if st.records == 0 and not served:  # a server log of uvicorn lines and tracebacks only is still read
+        from tracediag.ingest.unrecognised import file_text, not_a_record  # content-free: no byte of the file
+
         raise InputError(
             path,
             "not a vLLM log: no 'LEVEL MM-DD HH:MM:SS [file.py:N]' or 'YYYY-MM-DD HH:MM:SS - vllm.x - LEVEL -' "
-            f"records ({st.n_unknown} other lines" + (f"; line 1: {st.unknown[0][1][:60]!r})" if st.unknown else ")"),
+            f"records ({file_text(path)}; {st.n_unknown} other lines"
+            + (f"; {not_a_record('a vLLM record', *st.unknown[0], cap=120)})" if st.unknown else ")"),
         )
     meta = st.meta()
     version = meta["startup_facts"].get("vllm_version")

@@ -12,7 +12,14 @@ floor((M_total − weights − runtime − margin) / per-token), a logical upper
 paged tail waste ≤ A·(B−1) tokens for A non-empty sequences of block size B (reached when every length is
 ≡ 1 mod B; it bounds tail blocks only, not block tables or shared blocks). Thresholds: KV usage ≥ 90 % is
 high, ≥ 95 % with requests waiting limits admission, "full" only at ≥ 99 %; any preemption (SGLang:
-retraction) is a finding. Every title quotes one sample (its usage and queue) or says "max … at …".
+retraction) is a finding. Every title quotes one sample (its usage and queue) or says "max … at …". A /metrics
+scrape with 0 running and 0 waiting is an idle snapshot, not the run's KV usage (scrapes taken before and after a
+benchmark): it is left out, and with no other usage sample the rule is not applicable (or passes on a preemption
+counter that did not move). Counters (num_preemptions, request_success) are read over the run: their difference
+between scrapes ("between scrape 1 and 2 of FILE"), the lifetime ("since server start") for one scrape, never
+across a reset. Impact, a share of request time: (Σ waiting at ≥ 95 % + Σ swapped) / Σ (running + waiting +
+swapped) over the samples; else a share of requests: min(1, preemptions / finished requests); else none (ranked by
+severity). High usage with nothing waiting or preempted has no impact.
 
 Evidence: vLLM stats lines (GPU KV cache usage, V1 Preemptions, V0 Swapped/Pending), V0 preemption
 warnings (total_num_cumulative_preemption), SGLang batch lines (token usage, #queue-req) and retractions (`KV
@@ -31,12 +38,13 @@ replicas.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tracediag.analyses.kernels import kv_cache_dtype
 from tracediag.analyses.serving import (
+    counter_windows,
     input_paths,
     log_evidence,
     log_series,
@@ -111,7 +119,10 @@ def _where(s, p: dict) -> str:
     """Where a sample is: the log line and its time, or the scrape."""
     if s.source == "log":
         return f"{s.label} line {p.get('line')}" + (f" ({p['ts_text']})" if p.get("ts_text") else "")
-    return f"{s.label} scrape {p.get('scrape')}" + (f" (t = {p['t_s']:.0f} s)" if p.get("t_s") is not None else "")
+    sc = p.get("scrape")
+    return f"{s.label} scrape {sc + 1 if sc is not None else '?'}" + (
+        f" (t = {p['t_s']:.0f} s)" if p.get("t_s") is not None else ""
+    )
 
 
 KV_PCT_MAX = 100.5  # engines round; a little over 100 % is a full cache, far over it is not a usage
@@ -119,18 +130,50 @@ KV_PCT_MAX = 100.5  # engines round; a little over 100 % is a full cache, far ov
 
 @dataclass(frozen=True)
 class KvUsage:
-    """The KV usage samples over every series: the fullest, the fullest with a queue, and the count of both."""
+    """The KV usage samples over every series: the fullest, the fullest with a queue, the count of both, the idle
+    scrapes left out, and the request sums behind the time shares (Σ over samples of requests in the engine)."""
 
     table: list[dict]
     n_samples: int
     n_admission: int
     worst_queued: tuple | None  # (kv %, waiting, series, index): the fullest sample with a queue
     worst: tuple | None  # (kv %, series, index): the fullest sample
+    idle: list[str] = field(default_factory=list)  # scrapes with nothing running or waiting: not the run's usage
+    in_engine: float = 0.0  # Σ (running + waiting + swapped) over the samples that give all three (or two)
+    waiting_full: float = 0.0  # Σ waiting over those samples at ≥ ADMISSION_PCT
+    swapped: float = 0.0  # Σ swapped (V0) over them
+    counted: int = 0  # samples in those sums
 
 
-def _usage(series: list) -> KvUsage:
-    table = []
-    n_samples, n_admission = 0, 0
+def _scrape_gauges(ctx: Context) -> dict[tuple, list]:
+    """(input_id, engine, scrape) -> [running, waiting] of that scrape (None where the scrape has no such gauge)."""
+    out: dict[tuple, list] = {}
+    for i, canonical in enumerate(("requests_running", "requests_waiting")):
+        for s in metric_series(ctx, canonical):
+            for j in range(len(s)):
+                v = float(s.v[j])
+                out.setdefault((s.input_id, s.engine, int(s.cols["scrape"][j])), [None, None])[i] = (
+                    v if np.isfinite(v) else None
+                )
+    return out
+
+
+def _counts(s, gauges: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """running, waiting, swapped per sample of a series (NaN where unknown): the log line's, or the same scrape's."""
+    n = len(s)
+    if s.source == "log":
+        col = lambda k: s.cols[k].astype(float) if k in s.cols else np.full(n, np.nan)  # noqa: E731
+        return col("running"), col("waiting"), col("swapped")
+    rw = [gauges.get((s.input_id, s.engine, int(sc)), [None, None]) for sc in s.cols["scrape"]]
+    run = np.array([np.nan if r is None else r for r, _ in rw], dtype=float)
+    wait = np.array([np.nan if w is None else w for _, w in rw], dtype=float)
+    return run, wait, np.full(n, np.nan)
+
+
+def _usage(series: list, gauges: dict | None = None) -> KvUsage:
+    table, idle = [], []
+    n_samples, n_admission, counted = 0, 0, 0
+    in_engine = waiting_full = swapped_sum = 0.0
     worst_queued: tuple | None = None
     worst: tuple | None = None
     for s in series:
@@ -138,6 +181,13 @@ def _usage(series: list) -> KvUsage:
             pct = s.v.astype(float) * (100.0 if s.source == "metrics" else 1.0)
         # a usage outside 0-100 % (a corrupt sample, ±1e308) is not a measurement: left out like a missing one
         pct[~np.isfinite(pct) | (pct < 0) | (pct > KV_PCT_MAX)] = np.nan
+        running, waiting, swapped = _counts(s, gauges or {})
+        if s.source == "metrics":  # a scrape taken while nothing runs or waits is an idle snapshot, not the run's
+            quiet = (running == 0) & (waiting == 0) & ~np.isnan(pct)
+            idle += [
+                f"{_where(s, s.point(int(j)))} (running 0, waiting 0, KV {pct[j]:.1f} %)" for j in np.nonzero(quiet)[0]
+            ]
+            pct[quiet] = np.nan
         ok = ~np.isnan(pct)
         if not ok.any():
             continue
@@ -145,29 +195,36 @@ def _usage(series: list) -> KvUsage:
         i = int(np.nanargmax(pct))
         if worst is None or pct[i] > worst[0]:
             worst = (float(pct[i]), s, i)
-        if s.source == "log":
-            waiting = np.nan_to_num(s.cols["waiting"].astype(float))
-            queued = ok & (pct >= ADMISSION_PCT) & (waiting > 0)
-            n_admission += int(queued.sum())
-            if queued.any():
-                j = int(np.nonzero(queued)[0][np.argmax(pct[queued])])
-                if worst_queued is None or pct[j] > worst_queued[0]:
-                    worst_queued = (float(pct[j]), int(waiting[j]), s, j)
+        wait0 = np.nan_to_num(waiting)
+        queued = ok & (pct >= ADMISSION_PCT) & (wait0 > 0)
+        n_admission += int(queued.sum())
+        if queued.any():
+            j = int(np.nonzero(queued)[0][np.argmax(pct[queued])])
+            if worst_queued is None or pct[j] > worst_queued[0]:
+                worst_queued = (float(pct[j]), int(wait0[j]), s, j)
+        known = ok & ~np.isnan(running) & ~np.isnan(waiting)
+        counted += int(known.sum())
+        in_engine += float((running + waiting + np.nan_to_num(swapped))[known].sum())
+        waiting_full += float(waiting[known & (pct >= ADMISSION_PCT)].sum())
+        swapped_sum += float(np.nan_to_num(swapped)[known].sum())
         table.append(
             {
                 "series": s.label,
                 "samples": int(ok.sum()),
                 "kv_max_pct": round(float(pct[i]), 3),
                 "kv_last_pct": round(float(pct[ok][-1]), 3),
-                "samples_over_admission_pct_with_queue": int(queued.sum()) if s.source == "log" else None,
+                "samples_over_admission_pct_with_queue": int(queued.sum()),
             }
         )
-    return KvUsage(table, n_samples, n_admission, worst_queued, worst)
+    return KvUsage(table, n_samples, n_admission, worst_queued, worst, idle, in_engine, waiting_full, swapped_sum,
+                   counted)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Preemptions:
-    """Preemptions: V1 per-interval counts, V0 swapped requests and warnings, SGLang retractions, /metrics counters."""
+    """Preemptions: V1 per-interval counts, V0 swapped requests and warnings, SGLang retractions, /metrics counters
+    over their window (the difference between scrapes; the lifetime for one scrape), and the finished requests
+    of the same inputs (the denominator of the share of requests preempted)."""
 
     v1: list[dict]
     swapped: list[dict]
@@ -177,10 +234,17 @@ class Preemptions:
     n_retract: int
     n_metric: float
     max_swapped: int
+    metric_windows: list = field(default_factory=list)  # CounterWindow with a preemption counter
+    finished_metric: float | None = None  # request_success over the same windows
+    finished_log: int = 0  # 'Finished request' lines, else successful POST access lines, of the logs
 
     @property
     def total(self) -> float:
         return self.n_v1 + self.n_warn + self.n_metric + self.n_retract
+
+    @property
+    def metric_basis(self) -> str | None:
+        return "; ".join(f"{w.series}: {w.basis}" for w in self.metric_windows) or None
 
 
 def _preemptions(ctx: Context) -> Preemptions:
@@ -196,16 +260,22 @@ def _preemptions(ctx: Context) -> Preemptions:
         "SELECT input_id, line, ts_text, t_s, cumulative, mode, seq_group, kind, process, text FROM serving_events "
         "WHERE kind IN ('preemption', 'retraction') ORDER BY input_id, t_s"
     )
-    counters = [s for s in metric_series(ctx, "preemptions") if len(s)]
+    windows = [w for w in counter_windows(ctx) if w.has("preemptions")]
     n_v1 = int(sum(r["preemptions"] for r in v1))
     v0 = [r for r in warn if r["kind"] == "preemption"]
     n_warn = max((r["cumulative"] or 0 for r in v0), default=0) or len(v0)
     n_retract = sum(r["cumulative"] or 1 for r in _one_per_engine(r for r in warn if r["kind"] == "retraction"))
-    n_metric = float(
-        sum(np.nanmax(s.v.astype(float)) if not np.isnan(s.v.astype(float)).all() else 0 for s in counters)
+    n_metric = float(sum(max(0.0, w.total("preemptions") or 0.0) for w in windows if not w.broken))
+    finished = [w.total("request_success") for w in windows if not w.broken]
+    finished_log = ctx.scalar(
+        "SELECT coalesce(nullif(count(*) FILTER (WHERE kind = 'request_finished'), 0), count(*) FILTER (WHERE "
+        "kind = 'access' AND http_status BETWEEN 200 AND 299 AND text LIKE 'POST %')) FROM serving_events"
     )
     max_swapped = max((r["swapped"] for r in swapped), default=0)
-    return Preemptions(v1, swapped, warn, n_v1, n_warn, n_retract, n_metric, max_swapped)
+    return Preemptions(
+        v1, swapped, warn, n_v1, n_warn, n_retract, n_metric, max_swapped, windows,
+        float(sum(finished)) if finished and all(f is not None for f in finished) else None, int(finished_log or 0),
+    )  # fmt: skip
 
 
 def _evidence(ctx: Context, paths: dict, pre: Preemptions, use: KvUsage) -> list[dict]:
@@ -216,6 +286,8 @@ def _evidence(ctx: Context, paths: dict, pre: Preemptions, use: KvUsage) -> list
         evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Swapped)", value=r["swapped"]))
     for r in pre.v1[:2]:
         evidence.append(log_evidence(paths[r["input_id"]], r, "stats line (Preemptions)", value=r["preemptions"]))
+    for w in pre.metric_windows[:1]:
+        evidence += w.evidence("preemption counter", value=w.total("preemptions"), window=w.basis)
     if use.worst_queued:
         wq = use.worst_queued
         q = wq[2].point(wq[3])
@@ -237,12 +309,47 @@ class KvMeasure:
     kv_max: float
     values: dict
     evidence: list[dict]
+    impact: float | None = None  # _impact: a share of request time or of requests, None without either
+    impact_basis: str | None = None  # what `impact` is a share of, in a few words
+
+
+def _impact(use: KvUsage, pre: Preemptions) -> tuple[float | None, str | None, str]:
+    """(impact, its basis in a few words, the basis with its formula): the share of request time spent waiting
+    at ≥ ADMISSION_PCT or swapped out (Σ over the samples of those requests / Σ of the requests in the engine: a
+    time average when the samples are evenly spaced), else the share of requests preempted (preemptions per
+    finished request, at most 1); None when the inputs count no requests beside the KV samples."""
+    time_share = (use.waiting_full + use.swapped) / use.in_engine if use.in_engine > 0 else None
+    finished = (pre.finished_metric or 0.0) + pre.finished_log
+    count_share = min(1.0, pre.total / finished) if finished > 0 and pre.total > 0 else None
+    if time_share is not None and (count_share is None or time_share >= count_share):
+        return (
+            time_share,
+            "request time (waiting at a full KV cache or swapped out)",
+            (
+                f"share of request time: (Σ waiting at ≥ {ADMISSION_PCT:g} % KV + Σ swapped) / Σ (running + waiting + "
+                f"swapped) = ({use.waiting_full:g} + {use.swapped:g}) / {use.in_engine:g} over {use.counted} samples"
+            ),
+        )
+    if count_share is not None:
+        return (
+            count_share,
+            "requests (preemptions per finished request)",
+            (
+                f"share of requests: min(1, preemptions / finished requests) = min(1, {pre.total:g} / {finished:g}) "
+                "(a request preempted twice counts twice)"
+            ),
+        )
+    return (
+        None,
+        None,
+        "none: no request counts beside the KV samples (running/waiting or finished requests): ranked by severity",
+    )
 
 
 def measure(ctx: Context) -> KvMeasure | str:
     """Every number SCH004 judges by, or the reason (a string) it does not apply."""
     paths = input_paths(ctx)
-    kv_logs = log_series(ctx, "kv_usage_pct", ("waiting", "running"))
+    kv_logs = log_series(ctx, "kv_usage_pct", ("waiting", "running", "swapped"))
     kv_logs = [s for s in kv_logs if len(s) and not np.isnan(s.v.astype(float)).all()]
     kv_metrics = [s for s in metric_series(ctx, "kv_usage") if len(s)]
     pressure_messages = ctx.scalar("SELECT count(*) FROM serving_events WHERE kind IN ('preemption', 'retraction')")
@@ -251,10 +358,23 @@ def measure(ctx: Context) -> KvMeasure | str:
             "missing KV-cache usage: no vLLM/SGLang stats lines, no kv_cache_usage_perc/token_usage metric and no "
             "preemption or retraction message"
         )
-    use = _usage(kv_logs + kv_metrics)
+    use = _usage(kv_logs + kv_metrics, _scrape_gauges(ctx) if kv_metrics else None)
     worst = use.worst
     kv_max = worst[0] if worst else 0.0
     pre = _preemptions(ctx)
+    counted = [w for w in pre.metric_windows if not w.broken]
+    if not worst and use.idle and not pre.total and not pre.max_swapped and not counted:
+        return (
+            f"missing the run's KV-cache usage: {use.idle[0]} is an idle snapshot, not the run's KV usage"
+            + (
+                f" ({len(use.idle) - 1} more idle scrape{'s' if len(use.idle) > 2 else ''})"
+                if len(use.idle) > 1
+                else ""
+            )
+            + "".join(f"; preemptions unknown, {w.series}: {w.basis}" for w in pre.metric_windows)
+            + "; scrape /metrics while the load runs (`tracediag scrape` during the benchmark), or pass the engine log"
+        )
+    impact, basis, basis_long = _impact(use, pre)
     values = {
         "kv_usage_max_pct": round(kv_max, 3),
         "kv_usage_max_at": _where(worst[1], worst[1].point(worst[2])) if worst else None,
@@ -265,25 +385,35 @@ def measure(ctx: Context) -> KvMeasure | str:
         "preemptions_v0_cumulative": pre.n_warn,
         "retractions_sglang": pre.n_retract,
         "preemptions_metric_total": pre.n_metric,
+        "preemptions_metric_window": pre.metric_basis,
         "swapped_max": pre.max_swapped,
         "samples": use.n_samples,
         "samples_full_with_waiting": use.n_admission,
+        "idle_snapshots": use.idle or None,
+        "impact": round(impact, 4) if impact is not None else None,
+        "impact_basis": basis_long,
     } | _capacity(ctx)
     if values.get("block_size") and kv_logs:
         a = int(max(np.nanmax(np.nan_to_num(s.cols["running"].astype(float))) for s in kv_logs))
         values["tail_waste_bound_tokens"] = paged_tail_waste_bound(a, values["block_size"])
         values["active_sequences_max"] = a
-    return KvMeasure(use, pre, kv_max, values, _evidence(ctx, paths, pre, use))
+    return KvMeasure(use, pre, kv_max, values, _evidence(ctx, paths, pre, use), impact, basis)
 
 
 def _substituted(ms: KvMeasure) -> str:
     values, pre, use = ms.values, ms.pre, ms.use
     substituted = (
-        (f"max KV usage {ms.kv_max:.1f} % ({values['kv_usage_max_at']})" if use.worst else "no KV usage samples")
+        (f"max KV usage {ms.kv_max:.1f} % ({values['kv_usage_max_at']})" if use.worst else _no_usage(use))
         + f"; preemptions {pre.total:g} (V1 {pre.n_v1}, "
-        f"V0 {pre.n_warn}, SGLang retractions {pre.n_retract}, metrics {pre.n_metric:g}), max swapped "
+        f"V0 {pre.n_warn}, SGLang retractions {pre.n_retract}, metrics {pre.n_metric:g}"
+        + (f" {pre.metric_basis}" if pre.metric_basis else "")
+        + "), max swapped "
         f"{pre.max_swapped}; {use.n_admission} of {use.n_samples} samples ≥ {ADMISSION_PCT:g} % with requests waiting"
     )
+    if use.worst and use.idle:
+        substituted += f"; left out as idle snapshots (not the run's KV usage): {'; '.join(use.idle[:3])}"
+    if ms.impact:
+        substituted += f"; impact {values['impact_basis']} = {ms.impact:.3f}"
     if "kv_bytes_per_token" in values:
         substituted += (
             f"; per-token KV {values['kv_bytes_per_token']:,.0f} B ({values['kv_layout']}; b = "
@@ -295,6 +425,12 @@ def _substituted(ms: KvMeasure) -> str:
             f"{values['tail_waste_bound_tokens']:,} tokens"
         )
     return substituted
+
+
+def _no_usage(use: KvUsage) -> str:
+    if use.idle:
+        return f"KV usage not measured during the run ({use.idle[0]} is an idle snapshot, not the run's KV usage)"
+    return "no KV usage samples"
 
 
 NEXT_CHECK = (
@@ -315,11 +451,14 @@ def judge(ms: KvMeasure) -> Check:
         "table": use.table,
         "evidence": ms.evidence,
     }
+    ranked = {"impact": ms.impact, "impact_basis": ms.impact_basis if ms.impact is not None else None}
     full_word = "full" if kv_max >= FULL_PCT else "under pressure"
     if pre.total > 0 or pre.max_swapped > 0:
         what = []
         if pre.n_v1 or pre.n_warn or pre.n_metric:
             what.append(f"{pre.n_v1 + pre.n_warn + pre.n_metric:g} preemptions")
+        if pre.n_metric and pre.metric_basis:
+            what[-1] += f" ({pre.metric_basis})"
         if pre.n_retract:
             what.append(f"{pre.n_retract} retracted (SGLang)")
         if pre.max_swapped:
@@ -327,16 +466,22 @@ def judge(ms: KvMeasure) -> Check:
         usage = (
             f"max KV usage {kv_max:.1f} % at {values['kv_usage_max_at']}"
             if worst
+            else _no_usage(use)
+            if use.idle
             else "KV usage not in these inputs (the engine ran out of KV blocks to retract them)"
         )
         return finding(
             RULE,
             severity="warning",
             confidence="high",
-            impact=min(1.0, kv_max / 100) if worst else 1.0,
             next_check=NEXT_CHECK,
+            **ranked,
             **common,
-            title=f"KV cache {full_word if worst else 'full'}, requests preempted: {', '.join(what)}; {usage}",
+            title=(
+                f"Requests preempted: {', '.join(what)}; {usage}"
+                if not worst and use.idle
+                else f"KV cache {full_word if worst else 'full'}, requests preempted: {', '.join(what)}; {usage}"
+            ),
         )
     if use.worst_queued:
         pct, waiting, ws, j = use.worst_queued
@@ -344,8 +489,8 @@ def judge(ms: KvMeasure) -> Check:
             RULE,
             severity="warning",
             confidence="high",
-            impact=use.n_admission / max(1, use.n_samples),
             next_check=NEXT_CHECK,
+            **ranked,
             **common,
             title=(
                 f"KV cache {'full' if pct >= FULL_PCT else 'limits admission'}: {pct:.1f} % used while {waiting} "
@@ -358,13 +503,20 @@ def judge(ms: KvMeasure) -> Check:
             RULE,
             severity="info",
             confidence="medium",
-            impact=kv_max / 100,
+            impact=None,  # nothing waits or is preempted yet: no request time lost to rank by
             next_check="Watch for preemptions as load grows; " + NEXT_CHECK,
             **common,
             title=(
                 f"KV cache usage high: max {kv_max:.1f} % at {values['kv_usage_max_at']} (no preemption, no request "
                 "waiting at ≥ 95 %)"
             ),
+        )
+    if not worst:  # idle snapshots only, and a preemption counter that did not move
+        return passed(
+            RULE,
+            confidence="medium",
+            **common,
+            title=f"No request preempted ({pre.metric_basis}); {_no_usage(use)}",
         )
     return passed(
         RULE,

@@ -14,9 +14,12 @@ prompt tokens.
 Evidence: vLLM's token-level hit rate (stats-line "Prefix cache hit rate": hits / queried tokens over
 the last 1,000 requests, vllm/v1/core/kv_cache_utils.py PrefixCachingMetrics; External prefix cache hit
 rate for KV connectors) or the /metrics counters prefix_cache_hits / prefix_cache_queries (before
-0.10: gpu_prefix_cache_*); enable_prefix_caching from the startup line; requests waiting at the same
-time. Per-request (n, h) pairs are not in vLLM's logs, metrics or benchmark results, so the request hit
-rate and the compute saved are reported as not measurable rather than guessed.
+0.10: gpu_prefix_cache_*; SGLang: cached_tokens / prompt_tokens) over the run: their difference between the
+scrapes taken before and after it ("between scrape 1 and 2 of FILE"), the lifetime only for one scrape ("since
+server start"), never across a counter reset; enable_prefix_caching from the startup line; requests waiting at
+the same time. Impact: none — token reuse is a share of prompt tokens, not of request time or of requests, so the
+finding ranks by its severity. Per-request (n, h) pairs are not in vLLM's logs, metrics or benchmark results,
+so the request hit rate and the compute saved are reported as not measurable rather than guessed.
 
 What to do: if reuse is low, put stable content (system prompt, documents) first and per-request text
 last, check the chat template; when requests queue (SCH003), measure TTFT with the cache off, cold and warm
@@ -25,7 +28,7 @@ before crediting or blaming it — the engine's hit rate may count block lookups
 
 from __future__ import annotations
 
-from tracediag.analyses.serving import input_paths, log_evidence, metric_evidence, series_label, startup_facts
+from tracediag.analyses.serving import counter_windows, input_paths, log_evidence, series_label, startup_facts
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -67,47 +70,56 @@ def _from_logs(ctx: Context) -> list[dict]:
     return out
 
 
-def _from_metrics(ctx: Context) -> list[dict]:
-    paths = input_paths(ctx)
-    out = []
-    for r in ctx.rows(
-        "SELECT input_id, engine, scrape, max(ts_ns) AS ts_ns, max(t_s) AS t_s, min(line) AS line, "
-        "sum(value) FILTER (WHERE canonical = 'prefix_cache_queries') AS queries, "
-        "sum(value) FILTER (WHERE canonical = 'prefix_cache_hits') AS hits FROM metric_samples "
-        "WHERE part = 'value' AND preferred AND canonical IN ('prefix_cache_queries', 'prefix_cache_hits') "
-        "GROUP BY input_id, engine, scrape ORDER BY input_id, engine, scrape"
-    ):
-        if not r["queries"] or r["hits"] is None:
+def _from_metrics(ctx: Context) -> tuple[list[dict], list[str]]:
+    """Token reuse per /metrics series over its window (counter_windows: the difference between scrapes, the
+    lifetime for one scrape), and why a series gave none (no query in the window, a counter reset)."""
+    out, skipped = [], []
+    for w in counter_windows(ctx):
+        if not (w.has("prefix_cache_queries") or w.has("cached_tokens")):
+            continue
+        if w.broken:
+            skipped.append(f"{w.series}: {w.basis}")
+            continue
+        queries, hits = w.total("prefix_cache_queries"), w.total("prefix_cache_hits")
+        names = "prefix_cache_hits / prefix_cache_queries"
+        if (queries is None or hits is None) and w.total("cached_tokens") is not None:
+            queries, hits = w.total("prompt_tokens"), w.total("cached_tokens")  # SGLang: cached / prompt tokens
+            names = "sglang:cached_tokens / sglang:prompt_tokens"
+        if queries is None or hits is None:
+            continue
+        if queries <= 0:
+            skipped.append(f"{w.series}: no prefix-cache query {w.basis} (Δ queries = {queries:g})")
             continue
         out.append(
             {
-                "source": "metrics counters (since process start)",
-                "series": series_label(paths.get(r["input_id"]), r["engine"]),
-                "token_reuse": r["hits"] / r["queries"],
+                "source": f"metrics counters, {w.basis}",
+                "window": w.basis,
+                "series": w.series,
+                "token_reuse": hits / queries,
                 "token_reuse_mean": None,
                 "external_reuse": None,
                 "max_waiting": None,
-                "samples": 1,
-                "queried_tokens": r["queries"],
-                "hit_tokens": r["hits"],
-                "evidence": metric_evidence(
-                    paths.get(r["input_id"], "?"),
-                    r,
-                    "prefix_cache_hits / prefix_cache_queries",
-                    value=f"{r['hits']:g} / {r['queries']:g}",
-                ),
+                "samples": len(w.segment) if w.differenced else 1,
+                "queried_tokens": queries,
+                "hit_tokens": hits,
+                "evidence": w.evidence(names, value=f"{hits:g} / {queries:g}")[-1],
             }
         )
-    # keep the last scrape of each series (cumulative counters)
-    last: dict[str, dict] = {}
-    for o in out:
-        last[o["series"]] = o
-    return list(last.values())
+    return out, skipped
+
+
+IMPACT_BASIS = (
+    "none: token reuse is a share of prompt tokens, not of request time or of requests (the prefill share of TTFT "
+    "it could remove is not measured here): ranked by severity"
+)
 
 
 def check(ctx: Context) -> Check:
-    series = _from_logs(ctx) + _from_metrics(ctx)
+    metric_rows, skipped = _from_metrics(ctx)
+    series = _from_logs(ctx) + metric_rows
     if not series:
+        if skipped:
+            return not_applicable(RULE, "missing prefix-cache statistics of the run: " + "; ".join(skipped))
         return not_applicable(
             RULE,
             "missing prefix-cache statistics: no 'Prefix cache hit rate' in the stats lines and no "
@@ -130,11 +142,17 @@ def check(ctx: Context) -> Check:
         "low_reuse_threshold": LOW_REUSE,
         "enable_prefix_caching": sorted(enabled) or None,
         "max_waiting_same_window": worst["max_waiting"],
+        "window": worst.get("window"),
+        "impact_basis": IMPACT_BASIS,
     }
+    if skipped:
+        values["series_without_a_window"] = skipped
     if worst.get("external_reuse") is not None:
         values["external_token_reuse_rate"] = worst["external_reuse"]
         values["combined_token_reuse_rate"] = worst["combined_reuse"]
-    substituted = f"{worst['series']}: Σh / Σn = {worst['token_reuse'] * 100:.2f} % ({worst['source']})"
+    counts = f"{worst['hit_tokens']:g} / {worst['queried_tokens']:g} = " if worst.get("queried_tokens") else ""
+    substituted = f"{worst['series']}: Σh / Σn = {counts}{worst['token_reuse'] * 100:.2f} % ({worst['source']})"
+    where = f" ({worst['window']})" if worst.get("window") else ""
     evidence = [s["evidence"] for s in series][: ctx.settings.max_evidence]
     if worst["combined_reuse"] >= LOW_REUSE:
         ext = (
@@ -151,7 +169,8 @@ def check(ctx: Context) -> Check:
             table=table,
             evidence=evidence,
             title=(
-                f"Prefix cache reuses {worst['combined_reuse'] * 100:.1f} % of prompt tokens{ext} ({worst['series']})"
+                f"Prefix cache reuses {worst['combined_reuse'] * 100:.1f} % of prompt tokens{ext} ({worst['series']}"
+                f"{', ' + worst['window'] if worst.get('window') else ''})"
             ),
         )
     queue = (
@@ -165,15 +184,15 @@ def check(ctx: Context) -> Check:
         RULE,
         severity="info",
         confidence="medium",
-        impact=1 - worst["token_reuse"],
+        impact=None,  # IMPACT_BASIS: no share of request time or of requests to rank by
         formula=FORMULA,
         substituted=substituted,
         values=values,
         table=table,
         evidence=evidence,
         title=(
-            f"Prefix cache reuses only {worst['token_reuse'] * 100:.2f} % of prompt tokens: it saves little prefill "
-            f"here{queue}"
+            f"Prefix cache reuses only {worst['token_reuse'] * 100:.2f} % of prompt tokens{where}: it saves little "
+            f"prefill here{queue}"
         ),
         next_check=(
             "A high request hit rate would not change this (90 % of requests can be 1.54 % of tokens and 0.344 % "
