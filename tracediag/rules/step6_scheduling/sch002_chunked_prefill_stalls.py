@@ -31,7 +31,7 @@ RULE = RuleMeta(
     id="SCH002",
     step=6,
     title="Decoding requests are not stalled by prefill chunks",
-    may_be_downstream_of=("SCH009", "SCH003"),
+    may_be_downstream_of=("SCH003",),
     enabled_by=("--bench", "--slo itl=MS"),
 )
 STALL_FACTOR = 5.0

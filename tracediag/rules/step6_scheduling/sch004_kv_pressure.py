@@ -61,7 +61,7 @@ RULE = RuleMeta(
     id="SCH004",
     step=6,
     title="KV cache has headroom and no request is preempted",
-    may_be_downstream_of=("SCH009", "SCH003", "SCH011"),
+    may_be_downstream_of=("SCH003", "SCH011"),
     enabled_by=("--log", "--metrics"),
 )
 HIGH_PCT = 90.0

@@ -36,7 +36,7 @@ RULE = RuleMeta(
     id="SCH006",
     step=6,
     title="Prefix cache reuses a useful share of prompt tokens",
-    may_be_downstream_of=("SCH009",),
+    may_be_downstream_of=(),
     enabled_by=("--log", "--metrics"),
 )
 LOW_REUSE = 0.10

@@ -62,7 +62,7 @@ RULE = RuleMeta(
     id="SCH007",
     step=6,
     title="Speculative decoding yields enough tokens per round",
-    may_be_downstream_of=("SCH009", "SCH003"),
+    may_be_downstream_of=(),
     enabled_by=("--log", "--metrics"),
 )
 MIN_TAIL_YIELD = 0.10  # tokens per round a trailing draft position must add

@@ -43,7 +43,7 @@ RULE = RuleMeta(
     id="SCH013",
     step=6,
     title="Data-parallel engines share the load and deliver alike",
-    may_be_downstream_of=("SCH009", "SCH011"),
+    may_be_downstream_of=("SCH011",),
     enabled_by=("--log", "--metrics"),
 )
 LAG_RATIO = 0.8  # an engine lags below this share of the fastest engine's throughput
