@@ -426,7 +426,7 @@ def test_metrics_file_of_many_scrapes_without_markers(tmp_path):
 def test_bench_stdout_table_and_namespace():
     p = parse_vllm_bench(BENCH / "vllm-0.33.0_rateinf_stdout.log", 0, OPTS)
     (run,) = _table(p, "bench_runs")
-    assert run["source"] == "result table (stdout)" and run["request_rate_rps"] == float("inf")
+    assert run["source"] == "result table (stdout), summary only" and run["request_rate_rps"] == float("inf")
     assert (run["completed"], run["failed"], run["num_prompts"]) == (40, 0, 40)
     assert run["dataset_name"] == "random" and run["max_concurrency"] is None
     lat = {(r["metric"], r["stat"]): r["value_ms"] for r in _table(p, "bench_latency")}

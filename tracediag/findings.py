@@ -432,7 +432,12 @@ def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
         out["undetermined"] = open_
     if not folded:
         said = f" (with {len(caveats)} caveat{'s' if len(caveats) > 1 else ''})" if caveats else ""
-        return out | {"status": "no_problem", "headline": f"No finding: the {cov['ran']} rules that ran passed{said}."}
+        passed_n = cov["passed"]
+        if not passed_n:  # only caveats ran to a result
+            n = len(caveats)
+            return out | {"status": "no_problem", "headline": f"No finding; {n} caveat{'s' if n != 1 else ''}."}
+        rules_txt = "the rule that ran passed" if passed_n == 1 else f"the {passed_n} rules that ran passed"
+        return out | {"status": "no_problem", "headline": f"No finding: {rules_txt}{said}."}
     candidates = []  # (problem, what it may explain), in rank order
     for cause, consequences in folded:
         if _is_problem(cause):

@@ -298,7 +298,7 @@ def _from_json(order: int, runs: list[dict[str, Any]], path: Path):
         row["dataset_name"] = _text(d.get("dataset_name"))
         reqs = _requests(order, r, d)
         row["has_requests"] = bool(reqs["req"])
-        row["source"] = "save-detailed json" if reqs else "save-result json"
+        row["source"] = "result json with per-request detail" if reqs["req"] else "result json, summary only"
         if row.get("failed") is None:
             if isinstance(d.get("errors"), list):
                 row["failed"] = sum(1 for e in d["errors"] if e)
@@ -350,7 +350,7 @@ def _from_table(order: int, text: str, path: Path):
             row: dict[str, Any] = {
                 "input_id": order,
                 "run": r,
-                "source": "result table (stdout)",
+                "source": "result table (stdout), summary only",
                 "has_requests": False,
             }
             lat = []

@@ -111,7 +111,7 @@ CREATE TABLE spec_decode (
 CREATE TABLE bench_runs (
     input_id INTEGER,              -- inputs.input_id of the result file
     run INTEGER,                   -- ordinal of the run in the file (0-based; --append-result files hold several)
-    source VARCHAR,                -- 'save-result json', 'save-detailed json', 'result table (stdout)'
+    source VARCHAR,                -- 'result json, summary only', 'result json with per-request detail', 'result table (stdout), summary only'
     date VARCHAR,                  -- result 'date' (YYYYMMDD-HHMMSS, client local time, when saved)
     backend VARCHAR,               -- backend / endpoint type
     model_id VARCHAR,              -- model id

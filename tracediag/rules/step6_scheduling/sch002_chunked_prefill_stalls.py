@@ -8,7 +8,10 @@ it (99 gaps of 10 ms and one of 500 ms: mean 14.9 ms, nearest-rank p99 10 ms); e
 Formula: per request, max stall = max_i gap_i; per step with decoding requests, gap = step time (GPU span
 of the step's kernels, else host duration). Budget: the ITL SLO (--slo itl=MS) when given, else 5× the
 typical gap (median inter-token gap of all requests, or median decode-only step). Finding: a step mixing
-prefill and decode over budget, or ≥ 5 % of requests with a max stall over budget (info below 5 %).
+prefill and decode over budget, or ≥ 5 % of requests with a max stall over budget (info below 5 %). From a
+benchmark summary alone (no per-request gaps, no steps): the p99 gap over the budget (5 × the median gap, or the
+SLO) means at least 1 % of gaps are stalls (warning, low confidence); not applicable when the gaps are per streamed
+chunk (mean ITL ≥ 1.5 × mean TPOT, SCH009's caveat).
 
 Evidence: the worst steps with their prefill tokens (ctx_tokens) and decoding requests (gen_reqs), or the
 requests with the worst stalls (--save-detailed itls), with nearest-rank percentiles of the max stalls.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from tracediag.analyses.serving import bench_evidence, bench_runs, run_label
+from tracediag.analyses.serving import bench_evidence, bench_runs, bench_stat, run_label
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 from tracediag.model.servingmath import nearest_rank
@@ -36,6 +39,8 @@ RULE = RuleMeta(
 )
 STALL_FACTOR = 5.0
 WARN_SHARE = 0.05
+CHUNKED_STREAMING = 1.5  # mean ITL / mean TPOT at or above which gaps are per chunk (SCH009's caveat)
+PERCENTILE_FORMULA = "p99 gap / median gap of the summary; stalls when p99 gap > budget (at least 1 % of gaps over it)"
 FORMULA = "max stall = max_i gap_i per request; mixed step gap = decode + prefill·c/prompt + overhead vs budget"
 
 
@@ -238,8 +243,78 @@ def _from_steps(ctx: Context) -> Check | None:
     )
 
 
+def _from_percentiles(ctx: Context) -> Check | None:
+    """A benchmark summary without per-request gaps: the p99 inter-token gap against the budget. p99 above it
+    means at least 1 % of all gaps are stalls; how many requests they hit needs the per-request data."""
+    found = []
+    for r in bench_runs(ctx):
+        stat = {k: bench_stat(ctx, r["input_id"], r["run"], m, k2) for k, (m, k2) in {
+            "median": ("itl", "median"), "p99": ("itl", "p99"), "mean": ("itl", "mean"), "tpot": ("tpot", "mean"),
+        }.items()}  # fmt: skip
+        if stat["median"] and stat["p99"]:
+            found.append((r, stat))
+    if not found:
+        return None
+    r, stat = max(found, key=lambda f: f[1]["p99"] / f[1]["median"])
+    if stat["mean"] and stat["tpot"] and stat["mean"] >= CHUNKED_STREAMING * stat["tpot"]:
+        return not_applicable(
+            RULE,
+            f"inter-token gaps are per streamed chunk, not per token: mean ITL {stat['mean']:.3g} ms is "
+            f"{stat['mean'] / stat['tpot']:.1f}× mean TPOT {stat['tpot']:.3g} ms ({run_label(r)}), so ITL percentiles "
+            "cannot show a stall (SCH009's caveat); per-request data (--save-detailed) or engine steps (a trace) can",
+        )
+    budget, budget_src = _budget(ctx, stat["median"] / 1000)
+    ratio = stat["p99"] / stat["median"]
+    values = {
+        "median_gap_ms": stat["median"],
+        "p99_gap_ms": stat["p99"],
+        "mean_gap_ms": stat["mean"],
+        "mean_tpot_ms": stat["tpot"],
+        "p99_over_median": ratio,
+        "budget_ms": budget * 1000,
+        "budget_source": budget_src,
+        "source": "benchmark summary percentiles (no per-request gaps)",
+        "percentile_method": "as the benchmark client computed it (vLLM, SGLang: numpy linear interpolation)",
+    }
+    substituted = (
+        f"{run_label(r)}: p99 gap {stat['p99']:.3g} ms = {ratio:.1f}× the median {stat['median']:.3g} ms; budget "
+        f"{budget * 1000:.3g} ms ({budget_src})"
+    )
+    common = {
+        "formula": PERCENTILE_FORMULA,
+        "substituted": substituted,
+        "values": values,
+        "evidence": [bench_evidence(r, metric="p99_itl_ms", value=stat["p99"])],
+    }
+    if stat["p99"] <= budget * 1000:
+        return passed(
+            RULE,
+            confidence="low",
+            **common,
+            title=(
+                f"The p99 inter-token gap ({stat['p99']:.3g} ms, {ratio:.1f}× the median) is within "
+                f"{budget * 1000:.3g} ms: fewer than 1 % of gaps can be stalls (a summary; --save-detailed counts them)"
+            ),
+        )
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="low",
+        impact=None,
+        **common,
+        title=(
+            f"The p99 inter-token gap is {stat['p99']:.3g} ms, {ratio:.1f}× the median {stat['median']:.3g} ms: at "
+            f"least 1 % of gaps are stalls over {budget * 1000:.3g} ms, the pattern of prefill chunks interrupting decode"
+        ),
+        next_check=(
+            "Confirm per request: rerun with --save-detailed (max stall per request) or profile a few steps (mixed "
+            "prefill/decode steps); then lower max_num_batched_tokens or the long-prefill threshold."
+        ),
+    )
+
+
 def check(ctx: Context) -> Check:
-    result = _from_requests(ctx) or _from_steps(ctx)
+    result = _from_requests(ctx) or _from_steps(ctx) or _from_percentiles(ctx)
     if result is not None:
         return result
     if ctx.scalar("SELECT count(*) FROM steps WHERE ctx_tokens > 0 AND gen_reqs > 0"):

@@ -17,7 +17,8 @@ finite rate that was reached (a client-side queue hiding the waiting) — is a w
 explain the capacity findings (SCH003, SCH008, SCH010, SCH012). A closed loop (a cap with no finite rate behind
 it) or an infinite rate is a legitimate measurement at that concurrency: an `info` caveat on every capacity claim
 (`qualifies`), shown with them; it never heads the verdict and never explains a finding about the engine or its
-configuration (RULEBOOK SCH009).
+configuration (RULEBOOK SCH009). A stream of several tokens per chunk (mean ITL ≥ 1.5 × mean TPOT: the client
+times chunks, so ITL ≈ tokens per chunk × TPOT) is a caveat on the ITL-based judgements (SCH002, SCH010).
 
 Evidence: the `vllm bench serve` result's request_rate, max_concurrency, burstiness, completed, failed,
 duration, request throughput, mean E2E, max concurrent requests, and start_times when saved.
@@ -48,6 +49,11 @@ SEND_RATE_TOLERANCE = 0.95  # achieved / requested send rate below this is a fin
 # measurement at its concurrency, a caveat on the capacity claims of QUALIFIES (RULEBOOK SCH009)
 BROKEN = ("send rate below requested", "errors dropped", "client queue")
 QUALIFIES = ("SCH003", "SCH008", "SCH010", "SCH012", "SHP004")
+# mean ITL this many times the mean TPOT: tokens arrive several per streamed chunk (vLLM bench serve times chunks:
+# ITL ≈ tokens per chunk × TPOT); a token-per-chunk stream has ITL ≈ TPOT (they differ only in weighting: ITL per
+# gap, TPOT per request)
+CHUNKED_STREAMING = 1.5
+QUALIFIES_ITL = ("SCH002", "SCH010")  # what a chunked stream makes unreadable: stalls from gaps, an ITL SLO
 FORMULA = "closed loop: X ≈ N / mean E2E; achieved send rate = (n − 1) / (t_last − t_first) vs requested λ"
 
 
@@ -114,6 +120,19 @@ def _run_issues(ctx: Context, r: dict) -> tuple[dict, list[tuple[str, str]]]:
             (
                 "send rate below requested",
                 f"achieved send rate {achieved:.2f} req/s < {SEND_RATE_TOLERANCE:.0%} of the requested {rate:g}",
+            )
+        )
+    itl, tpot = (
+        bench_stat(ctx, r["input_id"], r["run"], "itl", "mean"),
+        bench_stat(ctx, r["input_id"], r["run"], "tpot", "mean"),
+    )
+    if itl and tpot and itl >= CHUNKED_STREAMING * tpot:
+        issues.append(
+            (
+                "chunked streaming",
+                f"mean ITL {itl:.2f} ms is {itl / tpot:.1f}× mean TPOT {tpot:.2f} ms: the server streams about "
+                f"{itl / tpot:.1f} tokens per chunk and the client times chunks, so ITL and its percentiles are "
+                "per chunk, not per token — ITL-based judgements (stalls, an ITL SLO) are off; read TPOT",
             )
         )
     if failed and completed is not None:
@@ -267,6 +286,13 @@ def _caveat(ctx: Context, problems: list[tuple], values: dict, table: list[dict]
         "failed": r["failed"],
         "completed": r["completed"],
     }
+    kinds = {p[1] for p in problems}
+    qualifies = tuple(
+        dict.fromkeys(
+            (QUALIFIES if kinds - {"chunked streaming"} else ())
+            + (QUALIFIES_ITL if "chunked streaming" in kinds else ())
+        )
+    )
     return finding(
         RULE,
         severity="info",
@@ -277,11 +303,16 @@ def _caveat(ctx: Context, problems: list[tuple], values: dict, table: list[dict]
         table=table,
         substituted=f"{run_label(r)}: {why}",
         evidence=[bench_evidence(p[0], issue=p[1], detail=p[2]) for p in problems][: ctx.settings.max_evidence],
-        title=f"Caveat on capacity claims: {why}",
-        qualifies=QUALIFIES,
+        title=("Caveat on inter-token latency: " if kind == "chunked streaming" else "Caveat on capacity claims: ")
+        + why,
+        qualifies=qualifies,
         next_check=(
             "Read the throughput and latencies as those at this concurrency. For capacity under independent "
             "arrivals, rerun open loop: a finite --request-rate with --burstiness 1 (Poisson), no --max-concurrency, "
             "--save-detailed, several independent runs."
+            if kind != "chunked streaming"
+            else "Judge per-token pacing by TPOT, and stalls by the engine's steps (a trace) or by a client that "
+            "counts the tokens in each chunk; the chunking itself is the server's stream setting (SGLang "
+            "--stream-interval, a frontend that batches deltas)."
         ),
     )

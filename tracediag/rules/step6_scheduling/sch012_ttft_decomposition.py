@@ -20,7 +20,10 @@ bucket) with their error bounds, the bucket's edges. KV connectors, when their m
 NIXL vllm:nixl_xfer_time_seconds and LMCache lmcache:time_to_retrieve (seconds per transfer/load; their sum over
 the window divided by the TTFT count is the time per request). Findings: queueing dominates (capacity) or the rest
 dominates (frontend, KV transfer); warning when the mean TTFT is ≥ 100 ms (below, it costs little: info).
-Prefill dominating is a pass: the first token waits for compute, as it should.
+Prefill dominating is a pass: the first token waits for compute, as it should. A benchmark summary without
+/metrics: plausible prefill = max(max(2·N_active·L_in / peak, W / BW) / 0.3, mean TPOT) of the mean prompt L_in
+(model config at TP = 1, --peak-tflops / --hbm-bandwidth); a mean TTFT ≥ 3 × that is waiting at the server (at
+least 1 − plausible / TTFT of it), warning from 100 ms.
 
 Evidence: the histograms' sums, counts and buckets per engine (vLLM `engine`, SGLang dp/tp rank labels), first and
 last scrape, the per-interval split.
@@ -36,9 +39,18 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tracediag.analyses.serving import input_paths, metric_evidence, series_label
+from tracediag.analyses.serving import (
+    bench_evidence,
+    bench_runs,
+    bench_stat,
+    input_paths,
+    metric_evidence,
+    run_label,
+    series_label,
+)
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model import accounting
 from tracediag.model.servingmath import histogram_quantile
 
 RULE = RuleMeta(
@@ -46,13 +58,25 @@ RULE = RuleMeta(
     step=6,
     title="TTFT is not dominated by waiting or by time outside the engine",
     may_be_downstream_of=("SCH009", "SCH011", "SCH003", "SCH013"),
-    enabled_by=("--metrics",),
+    enabled_by=("--metrics", "--bench", "--model config.json", "--peak-tflops", "--hbm-bandwidth"),
 )
 PHASES = ("ttft_seconds", "queue_time_seconds", "prefill_time_seconds", "kv_transfer_seconds", "kv_load_seconds")
 DOMINANT = 0.5  # share of the mean TTFT that makes a component the dominant one
 SLOW_TTFT_S = 0.1  # a mean TTFT below this costs little: a dominant queue is then info
 QUANTILES = (0.5, 0.9, 0.99)
 MAX_INTERVAL_ROWS = 60
+# A benchmark summary alone (no /metrics): the mean TTFT against a plausible prefill of the mean prompt — the
+# larger of the compute floor 2·N_active·L_in / peak and the weight read W / bandwidth, at PREFILL_EFFICIENCY of
+# those peaks (a datasheet peak is an upper bound; prefill reaches a fraction of it), and at least one engine step
+# (the mean TPOT: a short prompt's prefill takes a step like a decode does). A mean TTFT of WAITING_FACTOR
+# plausible prefills or more is time spent waiting at the server at that load.
+PREFILL_EFFICIENCY = 0.3
+WAITING_FACTOR = 3.0
+SUMMARY_FORMULA = (
+    "plausible prefill = max(max(2·N_active·L_in / peak, W / BW) / efficiency, mean TPOT); "
+    "L_in = total input tokens / completed; waiting when mean TTFT ≥ 3 × plausible prefill; "
+    "waiting share ≥ 1 − plausible / mean TTFT"
+)
 FORMULA = (
     "mean X = Δsum_X/Δcount_X over the window; TTFT = queue + prefill + rest; share = mean X / mean TTFT; "
     "dominant when share ≥ 0.5"
@@ -173,10 +197,125 @@ def _pct(v: float | None) -> str:
     return "—" if v is None else f"{v * 100:.0f} %"
 
 
+def _plausible_prefill(ctx: Context, l_in: float, tpot_ms: float | None) -> tuple[float | None, dict[str, Any], str]:
+    """(seconds, values, why not) of a plausible prefill of `l_in` tokens on one GPU at TP = 1 (a TP group shares
+    the work: the estimate is then larger than the real one, so waiting is understated, never invented), and at
+    least one engine step — the run's mean TPOT — since a prefill is scheduled into a step like any other."""
+    m = ctx.model
+    if m is None:
+        return None, {}, "missing the model config (--model config.json): no parameter count for a prefill time"
+    peak = ctx.settings.peak_tflops * 1e12 if ctx.settings.peak_tflops else None
+    bw = ctx.settings.hbm_bandwidth_gbs * 1e9 if ctx.settings.hbm_bandwidth_gbs else None
+    if peak is None and bw is None:
+        return (
+            None,
+            {},
+            ("missing the GPU's peaks (--peak-tflops, --hbm-bandwidth): a benchmark summary does not name its GPU"),
+        )
+    n_active = accounting.active_params_per_token(m, 1)
+    w = accounting.weight_bytes(m, 1)
+    compute_s = 2 * n_active * l_in / peak if peak else None
+    read_s = w / bw if bw else None
+    floor = max(x for x in (compute_s, read_s) if x is not None)
+    values = {
+        "mean_input_tokens": round(l_in, 1),
+        "active_params_per_token": n_active,
+        "weight_bytes": w,
+        "peak_tflops": ctx.settings.peak_tflops,
+        "hbm_bandwidth_gbs": ctx.settings.hbm_bandwidth_gbs,
+        "compute_floor_ms": compute_s * 1000 if compute_s is not None else None,
+        "weight_read_floor_ms": read_s * 1000 if read_s is not None else None,
+        "prefill_efficiency": PREFILL_EFFICIENCY,
+        "one_step_ms": tpot_ms,
+        "tp_assumed": 1,
+    }
+    plausible = max(floor / PREFILL_EFFICIENCY, (tpot_ms or 0) / 1000)
+    values["plausible_prefill_ms"] = plausible * 1000
+    return plausible, values, ""
+
+
+def _from_bench(ctx: Context) -> Check | None:
+    """A benchmark summary without /metrics: is the mean TTFT far above a plausible prefill of the mean prompt?"""
+    runs = [r for r in bench_runs(ctx) if r["completed"] and r["total_input_tokens"]]
+    runs = [(r, bench_stat(ctx, r["input_id"], r["run"], "ttft", "mean")) for r in runs]
+    runs = [(r, t) for r, t in runs if t]
+    if not runs:
+        return None
+    table, judged = [], []
+    why_not = ""
+    for r, ttft_ms in runs:
+        l_in = r["total_input_tokens"] / r["completed"]
+        tpot_ms = bench_stat(ctx, r["input_id"], r["run"], "tpot", "mean")
+        plaus_s, values, why_not = _plausible_prefill(ctx, l_in, tpot_ms)
+        row = {
+            "run": run_label(r),
+            "mean_ttft_ms": ttft_ms,
+            "mean_input_tokens": round(l_in, 1),
+            "max_concurrency": r["max_concurrency"],
+            "plausible_prefill_ms": values.get("plausible_prefill_ms"),
+        }
+        if plaus_s is not None:
+            row["ttft_over_plausible"] = ttft_ms / 1000 / plaus_s
+            judged.append((r, ttft_ms, plaus_s, values))
+        table.append(row)
+    if not judged:
+        r, ttft_ms = runs[0]
+        return not_applicable(
+            RULE,
+            f"{why_not}. The benchmark summary's mean TTFT ({ttft_ms:.3g} ms, {run_label(r)}) cannot be split into "
+            "waiting and prefill without /metrics histograms or a plausible prefill time",
+        )
+    r, ttft_ms, plaus_s, values = max(judged, key=lambda j: j[1] / 1000 / j[2])
+    ratio = ttft_ms / 1000 / plaus_s
+    tpot_txt = "?" if values["one_step_ms"] is None else f"{values['one_step_ms']:.3g} ms"
+    values |= {"mean_ttft_ms": ttft_ms, "ttft_over_plausible": ratio, "waiting_factor": WAITING_FACTOR,
+               "source": "benchmark summary (no per-phase histograms)"}  # fmt: skip
+    substituted = (
+        f"{run_label(r)}: mean TTFT {ttft_ms:.3g} ms vs a plausible prefill of {values['mean_input_tokens']:g} tokens "
+        f"{values['plausible_prefill_ms']:.3g} ms = max(max(compute {values['compute_floor_ms'] or 0:.3g} ms, weight "
+        f"read {values['weight_read_floor_ms'] or 0:.3g} ms) / {PREFILL_EFFICIENCY:g}, one step {tpot_txt}) → "
+        f"{ratio:.1f}×"
+    )
+    common = {"formula": SUMMARY_FORMULA, "substituted": substituted, "values": values, "table": table,
+              "evidence": [bench_evidence(r, metric="mean_ttft_ms", value=ttft_ms)]}  # fmt: skip
+    if ratio < WAITING_FACTOR:
+        return passed(
+            RULE,
+            confidence="low",
+            **common,
+            title=(
+                f"Mean TTFT {ttft_ms:.3g} ms is within {WAITING_FACTOR:g}× a plausible prefill "
+                f"({values['plausible_prefill_ms']:.3g} ms) of the mean prompt: no sign of waiting at the server"
+            ),
+        )
+    share = 1 - plaus_s / (ttft_ms / 1000)
+    return finding(
+        RULE,
+        severity="warning" if ttft_ms / 1000 >= SLOW_TTFT_S else "info",
+        confidence="medium",
+        impact=share,
+        impact_basis="mean TTFT",
+        **common,
+        title=(
+            f"Mean TTFT {ttft_ms:.3g} ms is {ratio:.0f}× a plausible prefill of the mean prompt "
+            f"({values['mean_input_tokens']:g} tokens, {values['plausible_prefill_ms']:.3g} ms): at least "
+            f"{share:.0%} of it is waiting at the server — it is saturated at this load"
+        ),
+        next_check=(
+            "Capacity, not prefill cost: scrape /metrics before and after the run (vllm:request_queue_time_seconds, "
+            "sglang:queue_time_seconds) to measure the queue, check whether it grows (SCH003); lower the rate or "
+            "concurrency, add replicas, or raise max_num_seqs if KV allows (SCH004)."
+        ),
+    )
+
+
 def check(ctx: Context) -> Check:
     hist = _histograms(ctx)
     with_ttft = {k: v for k, v in hist.items() if "ttft_seconds" in v}
     if not with_ttft:
+        from_bench = _from_bench(ctx)
+        if from_bench is not None:
+            return from_bench
         return not_applicable(
             RULE,
             "missing TTFT histogram: no vllm:time_to_first_token_seconds / sglang:time_to_first_token_seconds in "
