@@ -39,7 +39,7 @@ def _worded(reason: str | None) -> str | None:
 _FILE_KINDS = {
     "--log": {"vllm-log", "sglang-log"},
     "--metrics": {"prometheus"},
-    "--bench": {"vllm-bench", "sglang-bench"},
+    "--bench": {"vllm-bench", "sglang-bench", "aiperf"},
 }
 
 

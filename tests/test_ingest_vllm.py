@@ -19,6 +19,7 @@ from tracediag.analysis import analyze
 from tracediag.context import Settings
 from tracediag.errors import InputError
 from tracediag.ingest import detect_format
+from tracediag.ingest.aiperf import parse_aiperf
 from tracediag.ingest.base import IngestOptions
 from tracediag.ingest.prometheus import parse_prometheus
 from tracediag.ingest.sglang_bench import parse_sglang_bench
@@ -36,6 +37,7 @@ FORMAT_OF = {
     ("sglang", "log_excerpts"): "sglang-log",
     ("sglang", "metrics"): "prometheus",
     ("sglang", "bench"): "sglang-bench",
+    ("external", "aiperf"): "aiperf",
 }
 PARSER = {
     "vllm-log": parse_vllm_log,
@@ -43,11 +45,12 @@ PARSER = {
     "vllm-bench": parse_vllm_bench,
     "sglang-log": parse_sglang_log,
     "sglang-bench": parse_sglang_bench,
+    "aiperf": parse_aiperf,
 }
 # every real file (the PR description with two message bodies, vllm-15902_*.txt, is read message by message)
 ALL_FILES = sorted(
     (p, FORMAT_OF[(p.parent.parent.name, p.parent.name)])
-    for p in [*VLLM.glob("*/*"), *SGLANG.glob("*/*")]
+    for p in [*VLLM.glob("*/*"), *SGLANG.glob("*/*"), *(EXTERNAL / "aiperf").glob("*")]
     if p.is_file() and p.suffix != ".txt"
 )
 SERVING_RULES = [  # SCH002-SCH013 (SCH001 is another module's)
@@ -75,7 +78,7 @@ def test_the_data_folder_has_the_files_this_suite_expects():
     kinds = {}
     for _, fmt in ALL_FILES:
         kinds[fmt] = kinds.get(fmt, 0) + 1
-    assert kinds == {"vllm-log": 45, "prometheus": 5, "vllm-bench": 5, "sglang-log": 32, "sglang-bench": 3}, kinds
+    assert kinds == {"vllm-log": 45, "prometheus": 5, "vllm-bench": 5, "sglang-log": 32, "sglang-bench": 3, "aiperf": 1}, kinds
 
 
 # Stats records the file itself truncates (the record is cut in the source text, not by the parser).
@@ -99,7 +102,7 @@ def _events_in_text(path: Path, fmt: str) -> int:
         if path.suffix == ".jsonl"
         else [json.loads(text)]
     )
-    return sum(len(d.get("ttfts") or []) for d in docs) or len(docs)
+    return sum(len(d.get("ttfts") or []) for d in docs) or len(docs)  # an AIPerf summary: one run
 
 
 @pytest.mark.parametrize(("path", "fmt"), ALL_FILES, ids=[p.name for p, _ in ALL_FILES])
@@ -133,6 +136,7 @@ def test_all_real_files_together_telemetry_only_analysis():
         "vllm-bench",
         "sglang-log",
         "sglang-bench",
+        "aiperf",
     }
     ids = {c.rule for c in report.checks}
     assert {f"SCH{n:03d}" for n in range(2, 12)} <= ids

@@ -64,7 +64,7 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
 INPUT_FORMATS = {
     "--log": ("vllm-log", "sglang-log"),
     "--metrics": ("prometheus",),
-    "--bench": ("vllm-bench", "sglang-bench"),
+    "--bench": ("vllm-bench", "sglang-bench", "aiperf"),
 }
 
 

@@ -47,6 +47,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "vllm-bench": ("tracediag.ingest.vllm_bench", "parse_vllm_bench"),
     "sglang-log": ("tracediag.ingest.sglang_log", "parse_sglang_log"),
     "sglang-bench": ("tracediag.ingest.sglang_bench", "parse_sglang_bench"),
+    "aiperf": ("tracediag.ingest.aiperf", "parse_aiperf"),
     "nccl-tests": ("tracediag.ingest.nccl_tests", "parse_nccl_tests"),
     "topology": ("tracediag.ingest.topology", "parse_topology"),
 }
@@ -100,6 +101,8 @@ def detect_format(path: Path) -> str | None:
     if text.startswith((b"{", b"[")):
         if b'"traceEvents"' in head or b'"ph"' in head or text.startswith(b"["):
             return "kineto"
+        if b'"aiperf_version"' in head or (b'"records"' in head and b'"header"' in head and b'"tag"' in head):
+            return "aiperf"  # AIPerf profile_export_aiperf.json (its request_throughput key is vLLM's too)
         if re.search(rb'"(?:total_output_tokens_retokenized|mean_e2e_latency_ms)"', head):
             return "sglang-bench"  # python -m sglang.bench_serving --output-file (JSONL)
         if re.search(rb'"(?:request_throughput|completed|ttfts|mean_ttft_ms|output_throughput)"', head):
@@ -184,7 +187,7 @@ def parser_for(fmt: str) -> Callable[[Path, int, IngestOptions], Parsed]:
 
 
 # An explicit kind (--log, --bench) covers the engines' variants: the content says which one.
-_SAME_KIND = {"vllm-log": ("sglang-log",), "vllm-bench": ("sglang-bench",)}
+_SAME_KIND = {"vllm-log": ("sglang-log",), "vllm-bench": ("sglang-bench", "aiperf")}
 
 
 def _parse_job(args: tuple) -> Parsed:

@@ -26,7 +26,7 @@ from tracediag.reports.svg import scatter
 MAX_SERIES = 6
 MAX_POINTS = 1500  # per chart series
 MAX_ROWS = 200  # per table: the first and last rows
-TELEMETRY = ("prometheus", "vllm-log", "vllm-bench", "sglang-log", "sglang-bench")
+TELEMETRY = ("prometheus", "vllm-log", "vllm-bench", "sglang-log", "sglang-bench", "aiperf")
 
 
 def _thin(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -124,8 +124,8 @@ def _preemptions(ctx) -> dict[str, list[tuple[float, float]]]:
 
 def build(ctx) -> Section | None:
     inputs = ctx.rows(
-        "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs WHERE format IN (?, ?, ?, ?, ?) "
-        "ORDER BY input_id",
+        "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs "
+        f"WHERE format IN ({', '.join('?' for _ in TELEMETRY)}) ORDER BY input_id",
         list(TELEMETRY),
     )
     if not inputs:
