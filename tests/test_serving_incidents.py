@@ -181,3 +181,19 @@ def test_all_engines_stopping_together_then_a_later_line_is_a_hang(tmp_path):
     line = "[2026-03-17 18:19:07" + access[access.index("]") :]
     c = _sch011(_composed_hang(tmp_path, line), "sglang-log")
     assert c.severity == "error" and c.values["engines_hung"] == 8 and c.values["hang_s"] == 44 * 60
+
+
+def test_an_accept_length_of_one_under_python_logging_is_read_and_is_a_finding(tmp_path):
+    """SGLang under an application's Python logging (`2026-06-07 10:59:31,659 [INFO] sglang.srt.managers.
+    scheduler_metrics_mixin: Decode batch, …`, the real sglang-omni #712 log) with the `accept len: 1.00, accept
+    rate: 0.00` fields a speculative server prints (their place and form as in the real sglang-36081 lines): no
+    draft accepted. It was read, and passed as "yields 1.00 tokens per round: it pays while a round costs < 1.00
+    decode steps", which no round can."""
+    src = (SGLANG_LOGS / "sglang-omni-712_python_logging_layout_scheduler_metrics_mixin.log").read_text()
+    spec = ", accept len: 1.00, accept rate: 0.00, cuda graph"
+    lines = [ln.replace(", cuda graph", spec) if "Decode batch" in ln else ln for ln in src.splitlines()]
+    f = tmp_path / "python_logging_accept_len_1.log"
+    f.write_text("\n".join(lines) + "\n")
+    c = _by_rule(_checks((f, "sglang-log")))["SCH007"]
+    assert c.status == "finding" and c.severity == "warning"
+    assert c.values["expected_tokens_per_round"] == 1.0 and "1.00 tokens per round" in c.title

@@ -9,7 +9,8 @@ Formula: per-position joint acceptance P(A1…Ai) (vLLM's "per-position acceptan
 position i / drafts); conditional P(Ai | A1…Ai−1) = P(A1…Ai) / P(A1…Ai−1);
 E[tokens/round] = 1 + Σ_i P(A1…Ai) (constant α: 1 + α + … + α^k; k=4, α=0.8 → 3.3616; α=0.3 → 1.43);
 break-even: T_round / E < T_base, i.e. T_round < E·T_base; position k adds P(A1…Ak) tokens per round.
-Findings: a trailing position adding < 0.1 token per round; rejected drafts ≥ 50 % of verified draft
+Findings: a round adding < 0.1 token beyond the target's own (E < 1.1: no draft accepted, SGLang's `accept len:
+1.00`); a trailing position adding < 0.1 token per round; rejected drafts ≥ 50 % of verified draft
 tokens while requests wait; a sustained decay of acceptance over time on one engine (Mann-Kendall one-sided
 for a decrease, α = 0.05, on the per-interval acceptance in time order, same-second lines by position; the Sen
 drop −slope × window must reach 10 % of the engine's median acceptance) — the draft model fits the traffic less
@@ -464,7 +465,10 @@ def check(ctx: Context) -> Check:
         la = g["loaded_acceptance"]
         if la is not None and 1 - la >= MAX_REJECTED_UNDER_LOAD:
             loaded.append(g)
-    g0 = (loaded or tails or groups)[0]
+    # a round whose drafts add almost nothing: E = accept len ≈ 1 (SGLang prints 1.00 when no draft is accepted)
+    useless = [g for g in groups if g["expected_tokens_per_round"] is not None
+               and g["expected_tokens_per_round"] < 1 + MIN_TAIL_YIELD]  # fmt: skip
+    g0 = (loaded or useless or tails or groups)[0]
     e = g0["expected_tokens_per_round"]
     values, substituted = _values(g0)
     if skipped:
@@ -472,7 +476,7 @@ def check(ctx: Context) -> Check:
     if drifts:
         values["acceptance_trends"] = len(drifts)
         values["acceptance_decays"] = len(decays)
-    evidence = [ev for g in (loaded or tails or groups) for ev in g["evidence"]][: ctx.settings.max_evidence]
+    evidence = [ev for g in (loaded or useless or tails or groups) for ev in g["evidence"]][: ctx.settings.max_evidence]
     if loaded:
         g = loaded[0]
         rej = 1 - g["loaded_acceptance"]
@@ -496,6 +500,29 @@ def check(ctx: Context) -> Check:
                 "The target model verifies every draft token, so rejected drafts take batch slots the waiting "
                 "requests need: lower num_speculative_tokens or disable speculative decoding under load, and "
                 "compare throughput and SCH003's queue trend with it off."
+            ),
+        )
+    if useless:
+        g = useless[0]
+        return finding(
+            RULE,
+            severity="warning",
+            confidence="medium",
+            impact=None,  # IMPACT_BASIS
+            formula=FORMULA,
+            substituted=substituted,
+            values=values,
+            table=table,
+            evidence=evidence,
+            title=(
+                f"Speculative decoding yields {e:.2f} tokens per round on {g['series']} ({_k_text(g)}): the drafts "
+                f"add less than {MIN_TAIL_YIELD:g} token a round, so every round pays the draft and the verification "
+                "for almost nothing"
+            ),
+            next_check=(
+                "Check that the draft model matches the target (its vocabulary, its version, the chat template) and "
+                "that speculative decoding is configured as intended; with acceptance this low, turn it off and "
+                "compare the decode step time (TPOT) with it on and off."
             ),
         )
     if decays and not tails:
