@@ -13,7 +13,8 @@ measured against: the PCIe link of the topology snapshot (generation × lanes, p
 else the usual host link of that GPU generation (an assumption, labelled so); DtoD against the device memory
 bandwidth (each byte read and written: 2·bytes / time). copy share = union of the copies / GPU busy time
 (union of kernels and copies); window share = union of the copies / steady span. Finding from 25 % of GPU busy
-time (info), warning from 50 % (the copies dominate).
+time (info), warning from 50 % (the copies dominate), and only from 1 ms of copies; the finding's impact (what
+the verdict ranks) is the window share, the share of step time every trace-side finding is ranked on.
 
 Evidence: the largest copies (rank, time, direction, bytes, duration, GB/s) and the CPU op that issued them.
 
@@ -44,6 +45,9 @@ RULE = RuleMeta(
     requires_window="complete",
 )
 INFO_SHARE, WARNING_SHARE = 0.25, 0.50  # copy share of the steady GPU busy time
+# copies totalling less than this over the steady segment are no finding at any share (one 1.6 µs copy in a
+# start-up-only window was "100 % of GPU busy time")
+MIN_COPY_NS = 1_000_000
 _COPY = re.compile(r"Memcpy\s+(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD)\b(?:\s*\((\w+)\s*->\s*(\w+)\))?", re.I)
 # usual host link of a GPU generation, per direction, GB/s (PCIe after line encoding: 3.0 x16 15.8, 4.0 x16 31.5,
 # 5.0 x16 63.0) — an assumption when no topology snapshot says which link the GPU has
@@ -197,13 +201,18 @@ def check(ctx: Context) -> Check:
         for c in top
     ]
     common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
-    if share < INFO_SHARE:
+    if share < INFO_SHARE or copy_ns < MIN_COPY_NS:
         return passed(
             RULE,
             **common,
             confidence="high",
             title=(
-                f"Copies take {share:.1%} of the steady GPU busy time ({ms(copy_ns)}, {len(copies)} copies)"
+                (
+                    f"Copies total {ms(copy_ns)} over the steady segment: too little to matter, whatever their share "
+                    f"({share:.1%} of the GPU busy time, {len(copies)} copies)"
+                    if copy_ns < MIN_COPY_NS and share >= INFO_SHARE
+                    else f"Copies take {share:.1%} of the steady GPU busy time ({ms(copy_ns)}, {len(copies)} copies)"
+                )
                 + (f"; {ms(startup_ns)} of start-up copies not counted" if startup_ns else "")
             ),
         )
@@ -214,8 +223,10 @@ def check(ctx: Context) -> Check:
         **common,
         severity="warning" if share >= WARNING_SHARE else "info",
         confidence="high",
-        impact=min(1.0, share),
-        impact_basis="steady GPU busy time",
+        # ranked on the window's time like every trace-side finding (a share of busy time would outrank a
+        # larger share of step time on a mostly idle GPU); the share of busy time sets the severity
+        impact=min(1.0, window_share),
+        impact_basis="steady span (the window's step time)",
         cost_ns=int(copy_ns),
         title=(
             f"Copies take {share:.0%} of the GPU busy time ({ms(copy_ns)}, {window_share:.0%} of the window): mostly "
