@@ -25,7 +25,7 @@ from tracediag.errors import InputError
 from tracediag.findings import ranked_findings
 from tracediag.findings import verdict as build_verdict
 
-MAIN_TABLES = ("steps", "step_activity", "collectives", "kernels", "kernel_steps", "cpu_ops", "inputs")
+MAIN_TABLES = ("steps", "step_activity", "collectives", "kernels", "kernel_steps", "cpu_ops", "inputs", "op_roofline")
 
 
 class OpenedRun:

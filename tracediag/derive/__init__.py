@@ -94,6 +94,11 @@ REGISTRY: tuple[Derivation, ...] = (
         provides=("kernel_steps", "step_activity"),
     ),
     Derivation("sdpa_ops.sql", ("cpu_ops", "steps", "steps.T"), provides=("sdpa_ops",)),
+    Derivation(
+        "tracediag.derive.op_roofline",
+        ("kernels", "runtime", "cpu_ops", "inputs", "steps", "steps.phase"),
+        provides=("op_roofline",),
+    ),
     Derivation("eager_ops.sql", ("cpu_ops", "kernels", "steps", "steps.T"), provides=("eager_cpu_ops",), late=True),
 )
 
