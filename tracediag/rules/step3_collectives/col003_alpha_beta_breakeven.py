@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tracediag.analyses import gpu
 from tracediag.analyses.allreduce_fits import allreduce_fits, allreduce_samples
 from tracediag.analyses.tp_collectives import (
     SEQUENCE_PARALLEL,
@@ -244,7 +245,13 @@ LEAVES_OUT = (
 
 
 def projection_account(
-    m, p: int, a: float, a_source: str, peak_tflops: float | None, t_star_at: Callable[[float], float | None]
+    m,
+    p: int,
+    a: float,
+    a_source: str,
+    peak_tflops: float | None,
+    t_star_at: Callable[[float], float | None],
+    peak_source: str | None = None,
 ) -> tuple[dict[str, Any], float | None]:
     """F_proj per token (dense, or MoE-active: attention, dense layers, router, shared and k routed experts; from
     the shared accounting), the effective projection throughput the measured a implies (F/a), and with
@@ -292,6 +299,7 @@ def projection_account(
     at_floor = t_star_at(floor)
     values |= {
         "peak_tflops": peak_tflops,
+        **({"peak_source": peak_source} if peak_source and peak_source.startswith("from the GPU catalogue") else {}),
         "a_compute_floor_ms_per_token": round(floor * 1e3, 6),
         "a_vs_compute_floor": round(a / floor, 4),
         "T_star_at_compute_floor": round(at_floor, 3) if at_floor is not None else None,
@@ -606,7 +614,8 @@ def measure(ctx: Context) -> BreakEvenMeasure | str:
     def t_star_at(a_other: float) -> float | None:
         return tpmath.breakeven_tokens(m.L, fit.alpha_s, a_other, p, m.H, e_a, B, cm.calls_per_step, per_token)
 
-    proj, floor = projection_account(m, p, a, a_source, ctx.settings.peak_tflops, t_star_at)
+    peak, peak_source = gpu.peak_flops(ctx)  # --peak-tflops, else the GPU catalogue's datasheet peak
+    proj, floor = projection_account(m, p, a, a_source, peak / 1e12 if peak else None, t_star_at, peak_source)
     values |= proj
     return BreakEvenMeasure(
         p,
@@ -678,7 +687,7 @@ def _not_decided(ctx: Context, ms: BreakEvenMeasure, common: dict) -> Check | No
         # compute, and the weight-read time TP also divides is missing from it. No warning on that basis.
         title = (
             f"TP={p} against TP=1 not decided: a = {ms.a * 1e3:.3g} ms per token is below the compute floor "
-            f"F/peak = {ms.floor * 1e3:.3g} ms ({ms.proj['F_proj_kind']} F_proj at {ctx.settings.peak_tflops:g} "
+            f"F/peak = {ms.floor * 1e3:.3g} ms ({ms.proj['F_proj_kind']} F_proj at {ms.proj['peak_tflops']:g} "
             f"TFLOP/s), so the GEMM time over the T seen is not compute; T* = "
             + (f"{t_star:.3g}" if t_star is not None else "none")
             + f" from it does not show that TP loses; {fit_text}"

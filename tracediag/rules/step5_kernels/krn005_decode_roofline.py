@@ -11,9 +11,11 @@ else 16-bit; MoE experts only the expected E·(1 − (1 − k/E)^T) touched, an 
 sequence (MLA latent, sliding layers capped at the window, b from the engine log / kernel names / config);
 FLOPs = 2·N_active·T + 4·L·(h/p)·D·S·B (N_active: dense groups, k experts per MoE layer, lm_head). BW:
 --hbm-bandwidth (a measured, sustained achievable bandwidth is what the floor means; docs/method.md) else
-the device properties' spec peak, labelled as such — a spec peak makes the floor optimistic and the
-efficiency understated. Peak from --peak-tflops (else the floor is the byte term alone). Example (docs/method.md):
-14 GB of weights at 1 TB/s → 14 ms. Finding when efficiency < 0.3.
+the device properties' spec peak, else the GPU catalogue's datasheet bandwidth for the trace's GPU
+(tracediag/catalog/gpus.json), each labelled as such — a spec or datasheet peak makes the floor optimistic and
+the efficiency understated. Peak from --peak-tflops, else the catalogue's dense peak for the GEMM activation type
+(an upper bound too), else the floor is the byte term alone. Example (docs/method.md): 14 GB of weights at
+1 TB/s → 14 ms. Finding when efficiency < 0.3.
 
 Evidence: per decode step: B, S, bytes, FLOPs, floor and measured time; BW and peak with their source; the
 per-group weight table behind W.
@@ -25,6 +27,7 @@ only fewer bytes help (W4A16 where weights dominate — KRN004 — or KV quantiz
 
 from __future__ import annotations
 
+from tracediag.analyses import gpu
 from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     SOURCE_LABEL,
@@ -53,6 +56,26 @@ RULE = RuleMeta(
     enabled_by=("--hbm-bandwidth GB/s",),
 )
 LOW_EFFICIENCY = 0.3  # floor / measured below this: the step loses most of its time off the roofline
+CATALOGUE = "datasheet peak (GPU catalogue)"
+
+
+def references(ctx: Context) -> tuple[float | None, str, str, float | None, str]:
+    """(BW bytes/s, its source, its kind, peak FLOP/s or None, its source): the flags first, then the device
+    properties' spec bandwidth, then the GPU catalogue's datasheet figures for the trace's GPU."""
+    bw, bw_source = bandwidth(ctx)
+    kind = "spec peak (device properties)" if SPEC_PEAK in bw_source else "given (--hbm-bandwidth)"
+    if bw is None:
+        bw, from_catalogue = gpu.bandwidth(ctx)
+        if bw is not None:
+            bw_source, kind = from_catalogue, CATALOGUE
+        elif "catalogue" in from_catalogue:  # a GPU is named, the catalogue lacks it: say so in the reason
+            bw_source = bw_source.replace("; pass --hbm-bandwidth", f"; {from_catalogue}; pass --hbm-bandwidth")
+    peak, peak_source = gpu.peak_flops(ctx)
+    if peak is None:
+        peak_source = "not given: byte term only" + (
+            f" ({peak_source}; pass --peak-tflops)" if "catalogue" in peak_source else ""
+        )
+    return bw, bw_source, kind, peak, peak_source
 
 
 def check(ctx: Context) -> Check:
@@ -60,7 +83,7 @@ def check(ctx: Context) -> Check:
     steps = decode_steps(ctx)
     if not steps:
         return not_applicable(RULE, NO_DECODE_STEPS)
-    bw, bw_source = bandwidth(ctx)
+    bw, bw_source, bw_kind, peak, peak_source = references(ctx)
     if bw is None:
         return not_applicable(RULE, bw_source)
     p, p_source = tp_degree(ctx)
@@ -70,7 +93,6 @@ def check(ctx: Context) -> Check:
     c = accounting.kv_bytes_per_token(m, p, kv.b)
     active = accounting.active_params_per_token(m, p)
     qk = m.attention.q_head_dim if m.attention and m.attention.q_head_dim else m.D
-    peak = ctx.settings.peak_tflops * 1e12 if ctx.settings.peak_tflops else None
     measured = {
         (r["rank"], r["step_id"]): r["step_ns"]
         for r in ctx.rows("SELECT rank, step_id, step_ns FROM step_activity WHERE phase = 'decode'")
@@ -114,9 +136,9 @@ def check(ctx: Context) -> Check:
     values = {
         "bandwidth_bytes_per_s": bw,
         "bandwidth_source": bw_source,
-        "bandwidth_kind": "spec peak (device properties)" if SPEC_PEAK in bw_source else "given (--hbm-bandwidth)",
+        "bandwidth_kind": bw_kind,
         "peak_flops_per_s": peak,
-        "peak_source": f"--peak-tflops {ctx.settings.peak_tflops:g}" if peak else "not given: byte term only",
+        "peak_source": peak_source,
         "p": p,
         "p_source": p_source,
         "weights_bytes": mid["weights_bytes"],
@@ -143,6 +165,8 @@ def check(ctx: Context) -> Check:
         )
     if m.moe:
         notes.append("MoE experts read: expected touched E·(1−(1−k/E)^T), an estimate")
+    if bw_kind == CATALOGUE or peak_source.startswith("from the GPU catalogue"):
+        notes.append(f"BW or peak from the GPU catalogue: {gpu.UPPER_BOUND}")
     if notes:
         values["note"] = "; ".join(notes)
     formula = "floor = max(bytes/BW, FLOPs/peak), bytes = W + B·K(S); efficiency = floor / t_decode"

@@ -8,7 +8,9 @@ a GEMM kernel runs at a lower FLOP rate, so TP=p buys less than 1/p and the brea
 Formula: per projection role (q/k/v or fused qkv, o, gate/up, down, matched by their (K, N) at TP=p from the
 config) and T: FLOPs = 2·T·K·N per call, achieved rate R_p = Σ FLOPs / Σ time (GPU kernel time of the op on
 GPU traces, the op's host time on CPU-only traces). Against a TP=1 trace of the same model (--tp1-baseline),
-same role at the same T: efficiency E = R_p / R_1 (1 = ideal 1/p); else against --peak-tflops: R_p / peak.
+same role at the same T: efficiency E = R_p / R_1 (1 = ideal 1/p); else against --peak-tflops, or without it the
+GPU catalogue's dense peak for the GEMM activation type on the trace's GPU (a datasheet upper bound: E understated):
+R_p / peak.
 Finding when a role's E < 0.7 at the largest T both traces share (the compute-bound steps; decode GEMMs are
 bound by weight reads, not FLOPs): info below 0.7, warning below 0.5.
 
@@ -25,6 +27,7 @@ from collections import defaultdict
 
 import orjson
 
+from tracediag.analyses import gpu
 from tracediag.context import Baseline, Context
 from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -127,17 +130,21 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no sharded projections")
     roles = _roles(m, p)
     missing_gemms = f"missing projection GEMMs of this model's shapes at TP={p} in the trace"
-    if not ctx.settings.tp1_baseline and not ctx.settings.peak_tflops:
+    peak_ref, peak_source = gpu.peak_flops(ctx)
+    if not ctx.settings.tp1_baseline and peak_ref is None:
         # no reference rate: the answer is "not applicable" either way; which reason needs one projection GEMM
-        return not_applicable(RULE, _NO_REFERENCE if _any_projection(ctx, roles) else missing_gemms)
+        no_ref = _NO_REFERENCE
+        if "catalogue" in peak_source:  # a GPU is named that the catalogue lacks (or lacks the type's peak of)
+            no_ref = _NO_REFERENCE.replace("rate: ", f"rate: {peak_source}; ", 1)
+        return not_applicable(RULE, no_ref if _any_projection(ctx, roles) else missing_gemms)
     here = _rates(_gemms(ctx.rows), roles)
     if not here:
         return not_applicable(RULE, missing_gemms)
     base, base_source, peak = None, None, None
     if ctx.settings.tp1_baseline:
         base, base_source = _baseline(ctx.baseline, m)
-    if base is None and ctx.settings.peak_tflops:
-        peak = ctx.settings.peak_tflops * 1e12
+    if base is None and peak_ref is not None:
+        peak = peak_ref
     if base is None and peak is None:
         why = f"{base_source}; " if base_source else ""
         return not_applicable(RULE, _NO_REFERENCE.replace("rate: ", f"rate: {why}", 1))
@@ -169,7 +176,12 @@ def check(ctx: Context) -> Check:
         return not_applicable(RULE, f"missing common (role, T) between the trace and the {base_source}")
     judged = [max(rows, key=lambda r: r["T"]) for rows in by_role.values()]
     worst = min(judged, key=lambda r: r["efficiency"])
-    reference = f"TP=1 ({base_source})" if base is not None else f"peak {ctx.settings.peak_tflops:g} TFLOP/s"
+    if base is not None:
+        reference = f"TP=1 ({base_source})"
+    elif ctx.settings.peak_tflops:
+        reference = f"peak {ctx.settings.peak_tflops:g} TFLOP/s"
+    else:
+        reference = f"datasheet peak {peak / 1e12:g} TFLOP/s of the {gpu.for_trace(ctx).name} (GPU catalogue)"
     values = {
         "p": p,
         "reference": reference,
@@ -179,6 +191,8 @@ def check(ctx: Context) -> Check:
         "worst_T": worst["T"],
         "thresholds": {"info": INFO_BELOW, "warning": WARNING_BELOW},
     }
+    if base is None and not ctx.settings.peak_tflops:
+        values["reference_source"] = peak_source
     formula = "E = R_p / R_1, R = Σ 2·T·K·N / Σ time per projection role and T (ideal sharding: E = 1)"
     ref_rate = worst.get("tflops_tp1")
     substituted = (
