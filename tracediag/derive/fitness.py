@@ -51,7 +51,6 @@ from typing import Any
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 
 from tracediag.derive import domain
 from tracediag.derive import intervals as iv
@@ -293,6 +292,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     if rows:
         # one Arrow table, not executemany: DuckDB binds executemany row by row (8 s for the 4,010 ranks of an nsys
         # export with one device per kernel)
+        import pyarrow as pa  # here, not at import: a Parquet store is analysed without pyarrow (no derive)
+
         fitness_rows = pa.table({c: [r[c] for r in rows] for c in COLUMNS})  # noqa: F841 (read by name below)
         con.execute(f"INSERT INTO window_fitness SELECT {', '.join(COLUMNS)} FROM fitness_rows")
 

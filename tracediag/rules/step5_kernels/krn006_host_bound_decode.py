@@ -16,7 +16,8 @@ that windows never overlap. stall share = GPU idle during host-blocking stalls /
 phase = Σ idle in its windows (stalls and start-up excluded) / Σ (window − stalls − start-up idle); idle
 between steps = idle outside every window (stalls and start-up excluded) / steady span. Finding: stalls ≥ 1 %
 of the span (warning from 10 %), a phase idle ≥ 30 % (decode and mixed judged first), or idle between steps
-≥ 30 % of the span. Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
+≥ 30 % of the span; an idle share of a window of one step is `info` of low confidence with that caveat (a
+stall is not). Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
 
 Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
 idle gap inside a step and what the host did during it — the innermost host spans (CPU ops, Python frames, NVTX
@@ -42,6 +43,11 @@ from tracediag.context import Context
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
+ONE_STEP_CAVEAT = (
+    "a window of one step, which is no rate: its idle time may be what the host does between steps (preparing the "
+    "next one, which an overlap scheduler such as SGLang's or vLLM's async scheduling runs beside this one's GPU "
+    "work) — profile several steps before acting"
+)
 RULE = RuleMeta(
     id="KRN006",
     step=5,
@@ -337,13 +343,15 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
     parts = []
     if m.stalls and m.stall_share >= STALL_SHARE:
         parts.append(_stall_part(m))
+    # an idle share of a single step is no rate (ONE_STEP_CAVEAT): info; a stall is a measured blocking call
+    idle_severity = "info" if len(m.steps) < 2 else "warning"
     for t in m.judged:
         if t["idle_share"] >= IDLE_SHARE:
             parts.append(
                 (
                     t["idle_share"],
                     t["gpu_idle_ns"],
-                    "warning",
+                    idle_severity,
                     f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)} (stalls excluded); {m.gap_cause}"
                     if t is m.worst
                     else f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)}",
@@ -355,7 +363,7 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
             (
                 m.between_share,
                 m.between_ns,
-                "warning",
+                idle_severity,
                 f"GPU idle between steps {ms(m.between_ns)} = {m.between_share:.0%} of the steady GPU time (the "
                 "engine's host loop: scheduling, sampling, output processing)",
                 "Overlap the host loop with the GPU (async scheduling / output processing), cut synchronous copies of "
@@ -401,15 +409,21 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
     parts.sort(key=lambda p: -p[0])
     impact, cost, severity, lead, nxt = parts[0]
     rest = [p[3].split(";")[0] for p in parts[1:]]
+    one_step = severity == "info" and len(m.steps) < 2  # an idle share of one step leads (a stall is measured)
+    if one_step:
+        common["values"] = {**m.values, "one_step_caveat": ONE_STEP_CAVEAT}
     return finding(
         RULE,
         **common,
         severity=severity,
-        confidence="high",
+        confidence="low" if one_step else "high",
         impact=min(1.0, impact),
         cost_ns=int(cost),
         cost_per_step_ns=int(cost / len(m.steps)),
-        title=lead[0].upper() + lead[1:] + (" — also: " + "; ".join(rest) if rest else ""),
+        title=lead[0].upper()
+        + lead[1:]
+        + (" — also: " + "; ".join(rest) if rest else "")
+        + (f" — caveat: {ONE_STEP_CAVEAT}" if one_step else ""),
         next_check=nxt + (" " + " ".join(p[4] for p in parts[1:] if p[4] != nxt) if len(parts) > 1 else ""),
     )
 
