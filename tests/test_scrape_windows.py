@@ -322,3 +322,40 @@ def test_sch007_takes_k_from_server_args_not_from_accept_rate(tmp_path):
     f.write_text(args_line.replace("speculative_num_steps=3", "speculative_num_steps=5") + "\n" + decode)
     c = _check(analyze([], extra_inputs=[(f, "sglang-log")], extra_rules=RULES), "SCH007")
     assert c.values["k"] == 5 and "k = 5 (server_args)" in c.title
+
+
+def test_ttft_split_between_two_untimed_scrapes_is_the_runs(tmp_path):
+    """SCH012 on `curl /metrics` before and after a run pasted into one file (no timestamps): the split is of what
+    the histograms gained between scrape 1 and 2 — a warm-up without queueing, then a run that waits 0.8 s per
+    request — not of the lifetime, which dilutes the queue with the warm-up."""
+    from prometheus_client import Histogram
+
+    reg = CollectorRegistry()
+    lab = ["model_name", "engine"]
+    buckets = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+    ttft = Histogram("vllm:time_to_first_token_seconds", "TTFT.", lab, buckets=buckets, registry=reg)
+    queue = Histogram("vllm:request_queue_time_seconds", "Queue.", lab, buckets=buckets, registry=reg)
+    prefill = Histogram("vllm:request_prefill_time_seconds", "Prefill.", lab, buckets=buckets, registry=reg)
+
+    def serve(n, q, p, rest=0.01):
+        for _ in range(n):
+            queue.labels("m", "0").observe(q)
+            prefill.labels("m", "0").observe(p)
+            ttft.labels("m", "0").observe(q + p + rest)
+
+    serve(300, 0.001, 0.2)  # warm-up: no waiting
+    before = generate_latest(reg).decode()
+    serve(100, 0.8, 0.2)  # the run: 0.8 s of queueing per request
+    after = generate_latest(reg).decode()
+    f = tmp_path / "both.prom"
+    f.write_text(before + after)
+    c = _check(analyze([], extra_inputs=[(f, "prometheus")]), "SCH012")
+    assert c.status == "finding" and c.values["window"].startswith("between scrape 1 and 2")
+    assert round(c.values["queue_mean_s"], 3) == 0.8 and round(c.values["ttft_mean_s"], 3) == 1.01
+    # the lifetime (the last scrape alone) would have said 0.2 s of queueing in 0.41 s
+    (tmp_path / "after.prom").write_text(after)
+    life = _check(analyze([], extra_inputs=[(tmp_path / "after.prom", "prometheus")]), "SCH012")
+    assert (
+        life.values["window"].startswith("since the process started")
+        and round(life.values["queue_mean_s"], 4) == 0.2008
+    )

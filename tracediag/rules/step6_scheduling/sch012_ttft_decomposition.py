@@ -6,7 +6,8 @@ receiving the prompt's KV from another instance, the first output's trip back). 
 fixes, so TTFT is split before anything is tuned: with the queue held fixed, a faster prefill (or a prefix cache)
 removes only the prefill share (the prefix-cache article: 800 ms queue + 200 ms prefill → 820 ms, 1.22×).
 
-Formula: over the window (between the first and last timed scrape, or since the process started for one scrape)
+Formula: over the window (between the first and last timed scrape, else between the first and last untimed scrape
+when no count fell between them, or since the process started for one scrape)
 and per scrape interval, from the engines' request-phase histograms: mean queue = Δsum/Δcount of
 vllm:request_queue_time_seconds (first QUEUED → first SCHEDULED), mean prefill = of
 vllm:request_prefill_time_seconds (first SCHEDULED → first token, preemptions during prefill included), mean
@@ -36,6 +37,7 @@ transfer time and bandwidth (NIXL/LMCache), the network to the client.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from typing import Any
 
@@ -179,6 +181,16 @@ def _windows(by: dict[str, list[dict]]) -> tuple[dict[str, dict | None], str, li
             if sp is not None and (sp["requests_ttft"] or 0) > 0:
                 intervals.append({"t_s": timed["ttft_seconds"][i]["t_s"]} | {k: _round(v) for k, v in sp.items()})
         return window, how, intervals
+    # untimed scrapes (`curl …/metrics` before and after a run): the run is what the histograms gained between the
+    # first and the last, unless a count fell in between (a restart: the difference is not the run's)
+    n = min((len(v) for c, v in by.items() if c in ("ttft_seconds", "queue_time_seconds")), default=0)
+    if n >= 2:
+        window = {c: _delta(v[0], v[-1]) if len(v) >= 2 else None for c, v in by.items()}
+        restarted = any(
+            (b.get("count") or 0) < (a.get("count") or 0) for v in by.values() for a, b in itertools.pairwise(v)
+        )
+        if not restarted:
+            return window, f"between scrape 1 and {n} (untimed: in the order given)", []
     last = {c: v[-1] for c, v in by.items() if v}
     return {c: _delta(None, s) for c, s in last.items()}, "since the process started (one scrape: cumulative)", []
 
