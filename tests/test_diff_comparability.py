@@ -125,3 +125,17 @@ def test_a_different_number_of_requests_alone_does_not_invalidate(tmp_path):
     stated = [x for x in d["comparability"]["differences"] if not x["invalidates"]]
     assert [x["what"] for x in stated] == ["requests 60 → 40"]
     assert "runs differ (does not invalidate the comparison): requests 60 → 40" in d["headlines"]
+
+
+def test_the_fitness_aspect_reads_what_findings_json_writes(tmp_path):
+    """findings.json writes fitness.class and fitness.why; the fingerprint read status/reason, so the aspect was
+    always empty (diff.html: `None | None | same`) and a sampled rank was "unfit (None)"."""
+    d, _ = diffed(tmp_path / "same", HEALTHY, FP32, "-m", HEALTHY / "config.json")
+    why = "a CPU trace: no GPU activity and no GPU backend (ranks 0, 1 of 2)"
+    assert d["fingerprints"]["before"]["fitness"] == {"status": "cpu_only", "fit": True, "reason": why}
+    sampled = EXTERNAL / "kineto" / "hta_sampled_rank-1.json.gz"
+    r = cli("diff", sampled, sampled, "--out", tmp_path / "sampled", "-j", "1")
+    d = json.loads((tmp_path / "sampled" / "diff.json").read_text())
+    assert not d["comparability"]["comparable"], r.stdout
+    assert any(w.startswith("BEFORE trace is unfit for diagnosis (sampled): sampled: the CPU ops' external ids")
+               for w in invalidating(d))  # fmt: skip

@@ -237,9 +237,10 @@ def _fitness(doc: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(f, str):
         status = f
     elif isinstance(f, dict):
-        status = f.get("status") or f.get("verdict") or f.get("level")
+        # findings.json writes `class` and `why` (tracediag/derive/fitness.py); the other keys are older spellings
+        status = f.get("class") or f.get("status") or f.get("verdict") or f.get("level")
         fit = f.get("fit") if isinstance(f.get("fit"), bool) else None
-        reason = f.get("reason") or f.get("summary") or f.get("headline")
+        reason = f.get("why") or f.get("reason") or f.get("summary") or f.get("headline")
     v = doc.get("verdict") or {}
     # a verdict left open by a rule's own evidence (`undetermined`: SLO attainment between its bounds) says nothing
     # about the trace's fitness
