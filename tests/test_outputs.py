@@ -209,3 +209,12 @@ def test_progress_is_silent_without_a_terminal():
 def test_section_dataclass_defaults_keep_old_sections_working():
     s = Section(id="x", step=3, title="t", tables={"a": [{"k": 1}]})
     assert s.place == "walk" and s.queries == {}
+
+
+def test_report_repr_is_one_line():
+    """repr(report) was the dataclass's whole dump (90 kB on a real trace): now the inputs, the verdict and the
+    counts on one line."""
+    r = sample_report("math_decode_tp2")
+    text = repr(r)
+    assert "\n" not in text and len(text) < 600 and text.startswith("<Report of 2 inputs (")
+    assert r.verdict["headline"][:40] in text and f"of {len(r.checks)} checks>" in text

@@ -54,6 +54,18 @@ class Report:
         """What most likely limits the run, its cost, the next check, and how many rules could run."""
         return build_verdict(self.checks, fitness=self.fitness)
 
+    def __repr__(self) -> str:
+        """One line: the inputs, the verdict and the counts (the dataclass repr was the whole report, 90 kB)."""
+        v = self.verdict
+        n = sum(c.status == "finding" for c in self.checks)
+        names = ", ".join(Path(str(i.get("path", "?"))).name for i in self.inputs[:3])
+        more = f" +{len(self.inputs) - 3}" if len(self.inputs) > 3 else ""
+        return (
+            f"<Report of {len(self.inputs)} input{'s' if len(self.inputs) != 1 else ''} ({names}{more}): "
+            f"{v.get('status')}: {v.get('headline')!r}; {n} finding{'s' if n != 1 else ''} of {len(self.checks)} "
+            "checks>"
+        )
+
     def _repr_html_(self) -> str:  # Jupyter
         from tracediag.reports.html import render_fragment
 
