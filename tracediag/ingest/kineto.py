@@ -756,6 +756,10 @@ _SOURCES = {"kernels": ("kernel",), "memops": ("gpu_memcpy", "gpu_memset"),
             "runtime": ("cuda_runtime", "cuda_driver"), "cpu_ops": ("cpu_op", "python_function"),
             "annotations": ("user_annotation", "gpu_user_annotation", "python_step_marker"),
             "flows": ("flows",)}  # fmt: skip
+# the categories of PyTorch 1.8's first Kineto traces (libkineto's ChromeTraceLogger then wrote "Operator", "Kernel",
+# "Runtime", "Memcpy", "Memset"; the tensorboard plugin's tests hold them), read as the categories that replaced them
+_OLD_CATEGORY = {"Kernel": "kernel", "Operator": "cpu_op", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
+                 "Memset": "gpu_memset", "Python": "python_function"}  # fmt: skip
 _SOURCE_VALUE = {"gpu_memcpy": "memcpy", "gpu_memset": "memset", "python_step_marker": "python_function"}
 _ROW_KEY = 1 << 48  # bad-record row keys: source number × 2**48 + row number within the source (unique per table)
 
@@ -785,6 +789,7 @@ class _Builder:
         self.chunks = 0
         self.events_total = 0
         self.py_skipped = 0
+        self.unread: dict[str, int] = {}  # duration events of categories no table holds, per category
         self.durations = 0  # duration (X) events of any category, stored or not
         self.bad = bad if bad is not None else BadRecords()
         self.rows = {src: 0 for srcs in _SOURCES.values() for src in srcs}  # rows kept so far per source
@@ -803,6 +808,8 @@ class _Builder:
             ph = e.ph
             if ph == "X":
                 cat = e.cat if type(e.cat) is str else ""
+                if cat not in _TABLE_OF:
+                    cat = _OLD_CATEGORY.get(cat, cat)
                 if cat == "python_function":  # vLLM's execute_model frames are step markers, kept Python or not
                     if type(e.name) is str and _PY_STEP_MARKER.search(e.name):
                         cat = "python_step_marker"
@@ -818,6 +825,9 @@ class _Builder:
         self.durations += sum(map(len, by_cat.values()))
         if flows:
             by_cat["flows"] = flows
+        for cat, evs in by_cat.items():
+            if cat not in _TABLE_OF:  # counted and reported, never dropped silently
+                self.unread[cat] = self.unread.get(cat, 0) + len(evs)
         bad = BadRecords()
         timed = {cat: _timed(evs, _TABLE_OF[cat], self.exact, bad) for cat, evs in by_cat.items() if cat in _TABLE_OF}
         self._build(timed, bad)
@@ -1016,6 +1026,9 @@ class _Builder:
                     "(pass --keep-python to store those)",
                 )
             raise InputError(p, f"trace has no duration events (only {self.events_total} metadata/instant events)")
+        if not any(self.rows[s] for s in stored) and self.unread and not bad:
+            cats = ", ".join(f"{c!r} ({n:,})" for c, n in sorted(self.unread.items(), key=lambda x: -x[1])[:5])
+            raise InputError(p, f"no event of a category tracediag reads; the trace's duration events are {cats}")
         if bad and not any(self.rows[s] for s in stored):
             first = next(iter(bad.fields))
             raise InputError(
@@ -1046,6 +1059,8 @@ class _Builder:
             "events_python_skipped": self.py_skipped,
         }
         facts = {"names_classified_by_prefix": long_named} if long_named else {}
+        if self.unread:
+            facts["unread_categories"] = dict(sorted(self.unread.items(), key=lambda x: -x[1])[:20])
         if bad:
             facts["bad_records"] = bad.to_meta()
         meta |= {"bad_records": bad.records, "meta_json": orjson.dumps(facts).decode() if facts else None}
