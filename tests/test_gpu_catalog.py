@@ -241,7 +241,9 @@ def test_krn005_flags_override_the_catalogue():
 
 
 def test_krn005_unknown_gpu_asks_for_the_flag(monkeypatch):
-    monkeypatch.setattr(gpu, "lookup", lambda *a, **k: None)
+    from tracediag.derive import device
+
+    monkeypatch.setattr(device, "lookup", lambda *a, **k: None)
     c = _check(analyze([kineto_file(B300)], model=B300_MODEL, rules=("KRN005",)), "KRN005")
     assert c.status == "not_applicable"
     assert "'NVIDIA B300 SXM6 AC' is not in the GPU catalogue" in c.reason and "--hbm-bandwidth" in c.reason

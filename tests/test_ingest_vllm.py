@@ -78,7 +78,14 @@ def test_the_data_folder_has_the_files_this_suite_expects():
     kinds = {}
     for _, fmt in ALL_FILES:
         kinds[fmt] = kinds.get(fmt, 0) + 1
-    assert kinds == {"vllm-log": 45, "prometheus": 5, "vllm-bench": 5, "sglang-log": 32, "sglang-bench": 3, "aiperf": 1}, kinds
+    assert kinds == {
+        "vllm-log": 45,
+        "prometheus": 5,
+        "vllm-bench": 5,
+        "sglang-log": 32,
+        "sglang-bench": 3,
+        "aiperf": 1,
+    }, kinds
 
 
 # Stats records the file itself truncates (the record is cut in the source text, not by the parser).

@@ -1,4 +1,4 @@
-"""The per-op cost model (tracediag/analyses/op_cost.py) against hand-computed cases, and the op_roofline table
+"""The per-op cost model (tracediag/model/op_cost.py) against hand-computed cases, and the op_roofline table
 (tracediag/derive/op_roofline.py) on vendored real GPU traces recorded with shapes."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from conftest import SAMPLES, kineto_file
 
 import tracediag
-from tracediag.analyses.op_cost import ATTENTION, CAUSAL_UNKNOWN, GEMM, MEMORY, causal_flag, op_cost, op_cost_json
 from tracediag.analysis import analyze
 from tracediag.derive import op_roofline as derive_op_roofline
+from tracediag.model.op_cost import ATTENTION, CAUSAL_UNKNOWN, GEMM, MEMORY, causal_flag, op_cost, op_cost_json
 
 BF16, F32, F16 = "c10::BFloat16", "float", "c10::Half"
 H100_QWEN = "tracelens_h100_hf_qwen1.5-0.5b.json.gz"

@@ -30,94 +30,26 @@ their signatures):
 
 from __future__ import annotations
 
-from typing import Any
-
-import duckdb
-import orjson
-
-from tracediag.catalog.gpus import INFERRED, GpuSpec, lookup, peak
+from tracediag.catalog.gpus import UPPER_BOUND, GpuSpec, catalog_label, peak
 from tracediag.context import Context
+from tracediag.derive import device
 from tracediag.model.dtypes import canonical_dtype
 
-UPPER_BOUND = (
-    "a datasheet peak is an upper bound that kernels do not reach (boost clock, ideal issue), so the efficiency "
-    "against it is understated; pass the flag with a measured figure to replace it"
-)
 DEFAULT_CLASS = "bf16"  # activations of the LLMs served today, when neither the trace nor the config says
 # canonical dtype (tracediag.model.dtypes) -> the math class its GEMMs run at
 _CLASS_OF = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32", "fp64": "fp64_matrix", "fp8_e4m3": "fp8",
              "fp8_e5m2": "fp8", "int8": "int8"}  # fmt: skip
 
 
-def _props(raw: str | None) -> list[dict[str, Any]]:
-    if not raw:
-        return []
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return []
-    return [d for d in (doc if isinstance(doc, list) else [doc]) if isinstance(d, dict)]
-
-
-def _vendor(ctx: Context, row: dict[str, Any]) -> str | None:
-    """nvidia / amd from the device name, the warp size in the device properties, or ROCm runtime calls."""
-    name = (row.get("device_name") or "").lower()
-    if "nvidia" in name or "tesla" in name or "quadro" in name or "geforce" in name:
-        return "nvidia"
-    if "amd" in name or "instinct" in name or "radeon" in name:
-        return "amd"
-    for d in _props(row.get("device_properties_json")):
-        warp = d.get("warpSize", d.get("threadsPerWarp"))
-        if warp == 64:
-            return "amd"
-        if warp == 32:
-            return "nvidia"
-    hip = ctx.scalar("SELECT count(*) FROM (SELECT 1 FROM runtime WHERE rank = ? AND name LIKE 'hip%' LIMIT 1)",
-                     [row["rank"]])  # fmt: skip
-    return "amd" if hip else None
-
-
-def _from_inputs(ctx: Context) -> GpuSpec | None:
-    rows = ctx.rows(
-        "SELECT rank, device_name, device_total_mem_bytes, device_num_sms, device_properties_json FROM inputs "
-        "WHERE rank IS NOT NULL AND (device_name IS NOT NULL OR device_num_sms IS NOT NULL "
-        "OR device_total_mem_bytes IS NOT NULL) ORDER BY rank"
-    )
-    for row in rows:
-        spec = lookup(
-            row["device_name"],
-            vendor=_vendor(ctx, row),
-            sm_count=row["device_num_sms"],
-            memory_bytes=row["device_total_mem_bytes"],
-        )
-        if spec is not None:
-            return spec
-    return None
-
-
-def _from_topology(ctx: Context) -> GpuSpec | None:
-    try:
-        rows = ctx.rows("SELECT name, memory_total_bytes FROM topo_gpus WHERE name IS NOT NULL ORDER BY gpu_index")
-    except duckdb.Error:  # no snapshot was given: the table is absent
-        return None
-    for row in rows:
-        spec = lookup(row["name"], vendor="nvidia", memory_bytes=row["memory_total_bytes"])
-        if spec is not None:
-            return spec
-    return None
-
-
 def for_trace(ctx: Context) -> GpuSpec | None:
-    """The catalogued GPU of the analysed trace (the lowest trace rank's with device facts, else the topology
-    snapshot's), or None when the store names none the catalogue knows."""
-    return ctx.once("gpu_catalog_spec", lambda: _from_inputs(ctx) or _from_topology(ctx))
+    """The catalogued GPU of the analysed trace (tracediag.derive.device.trace_gpu), or None when the store names
+    none the catalogue knows."""
+    return ctx.once("gpu_catalog_spec", lambda: device.trace_gpu(ctx.con))
 
 
 def device_named(ctx: Context) -> str | None:
     """The device name the trace carries, when there is one (for saying which GPU the catalogue lacks)."""
-    return ctx.scalar(
-        "SELECT device_name FROM inputs WHERE rank IS NOT NULL AND device_name IS NOT NULL ORDER BY rank LIMIT 1"
-    )
+    return ctx.once("gpu_device_named", lambda: device.device_named(ctx.con))
 
 
 def activation_class(ctx: Context) -> tuple[str, str]:
@@ -133,12 +65,6 @@ def activation_class(ctx: Context) -> tuple[str, str]:
     if m is not None and m.dtype and (cls := _CLASS_OF.get(canonical_dtype(m.dtype) or "")):
         return cls, f"config torch_dtype ({m.dtype})"
     return DEFAULT_CLASS, "bf16 assumed (no GEMM input types in the trace, no torch_dtype in the config)"
-
-
-def catalog_label(spec: GpuSpec, key: str) -> str:
-    """'from the GPU catalogue: <name>, <source>' (+ how the GPU was recognised when it was inferred)."""
-    how = f"; the GPU {spec.matched_by}" if spec.matched_by.startswith(INFERRED) else ""
-    return f"from the GPU catalogue: {spec.name}, {spec.sources[key]}{how}"
 
 
 def peak_flops(ctx: Context) -> tuple[float | None, str]:

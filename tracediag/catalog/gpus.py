@@ -17,7 +17,7 @@ its vendor, SM/CU count and memory size, and ``matched_by`` says so. An unknown 
 
 A datasheet peak is an upper bound no kernel reaches (boost clocks, no sparsity): efficiency against it is
 understated. The per-trace lookup (the GPU of the analysed trace, from the store) is
-tracediag.analyses.gpu.for_trace.
+tracediag.derive.device.trace_gpu (the rules read it through tracediag.analyses.gpu.for_trace).
 """
 
 from __future__ import annotations
@@ -188,3 +188,15 @@ def peak(spec: GpuSpec, math_class: str) -> tuple[float | None, str]:
     if twin and twin in spec.peak_tflops:
         return spec.peak_tflops[twin], twin
     return None, math_class
+
+
+UPPER_BOUND = (
+    "a datasheet peak is an upper bound that kernels do not reach (boost clock, ideal issue), so the efficiency "
+    "against it is understated; pass the flag with a measured figure to replace it"
+)
+
+
+def catalog_label(spec: GpuSpec, key: str) -> str:
+    """'from the GPU catalogue: <name>, <source>' (+ how the GPU was recognised when it was inferred)."""
+    how = f"; the GPU {spec.matched_by}" if spec.matched_by.startswith(INFERRED) else ""
+    return f"from the GPU catalogue: {spec.name}, {spec.sources[key]}{how}"

@@ -3,19 +3,20 @@ of the trace's GPU (SQL and column docs in op_roofline.sql).
 
 A kernel belongs to the CPU op its External id names: the op open when the kernel was launched, i.e. the innermost
 (aten::addmm, not the aten::linear around it; aten::_flash_attention_forward, not the SDPA ops above it), so no
-kernel counts twice. Every op that launched a kernel gets a row; an op the cost model (tracediag/analyses/op_cost.py)
+kernel counts twice. Every op that launched a kernel gets a row; an op the cost model (tracediag/model/op_cost.py)
 does not know, or a trace without shapes, gives a row without cost and a note saying why. Kernels replayed from a
 CUDA/HIP graph (their launch is a graph launch) are left out: the op that captured them did not run in this trace.
 The phase is that of the engine step holding the op's start. The roofs come from the GPU catalogue
-(tracediag.analyses.gpu): the dense peak of the op's math class (its first input's dtype) and the memory bandwidth;
-a GPU the catalogue does not know leaves the roofline columns NULL, and `peak_source` says why.
+(tracediag.derive.device, tracediag.catalog.gpus): the dense peak of the op's math class (its first input's dtype)
+and the memory bandwidth; a GPU the catalogue does not know leaves the roofline columns NULL, and `peak_source`
+says why.
 """
 
 from __future__ import annotations
 
 import duckdb
 
-from tracediag.analyses import op_cost
+from tracediag.model import op_cost
 from tracediag.store import run_sql_file
 
 LAUNCH_BOUND_NS = 5000  # mean kernel time per call below this: launch latency bounds it (op_roofline.sql says 5000)
@@ -61,26 +62,21 @@ class _Roofs:
         self.spec = None
         self.gpu: str | None = None
         self.why: str | None = None
-        try:
-            from tracediag.analyses import gpu
-            from tracediag.catalog.gpus import peak
-            from tracediag.context import Context
-        except ImportError as exc:  # the catalogue is not there: no roofs
-            self.why = f"no GPU catalogue ({exc})"
-            return
+        from tracediag.catalog.gpus import UPPER_BOUND, catalog_label, peak
+        from tracediag.derive import device
+
         cur = con.cursor()
         named = None
         try:
-            ctx = Context(con=cur, model=None, tp=None)
-            named = gpu.device_named(ctx)
-            self.spec = gpu.for_trace(ctx)
+            named = device.device_named(cur)
+            self.spec = device.trace_gpu(cur)
         except Exception as exc:  # the roofs are optional: a catalogue that fails must not fail the store
             self.gpu = named
             self.why = f"the GPU catalogue could not be read ({type(exc).__name__}: {exc})"
             return
         finally:
             cur.close()
-        self._peak, self._catalog_label, self._upper = peak, gpu.catalog_label, gpu.UPPER_BOUND
+        self._peak, self._catalog_label, self._upper = peak, catalog_label, UPPER_BOUND
         if self.spec is None:
             self.gpu = named
             self.why = f"the GPU '{named}' is not in the GPU catalogue" if named else "no GPU named in the trace"

@@ -304,7 +304,8 @@ def _from_percentiles(ctx: Context) -> Check | None:
         **common,
         title=(
             f"The p99 inter-token gap is {stat['p99']:.3g} ms, {ratio:.1f}× the median {stat['median']:.3g} ms: at "
-            f"least 1 % of gaps are stalls over {budget * 1000:.3g} ms, the pattern of prefill chunks interrupting decode"
+            f"least 1 % of gaps are stalls over {budget * 1000:.3g} ms, the pattern of prefill chunks interrupting "
+            "decode"
         ),
         next_check=(
             "Confirm per request: rerun with --save-detailed (max stall per request) or profile a few steps (mixed "
