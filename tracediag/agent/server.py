@@ -78,6 +78,7 @@ class RunSummary(TypedDict):
     findings: list[Finding]
     tp: int | None
     model: str | None
+    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 
 
 class Explanation(TypedDict):
@@ -104,6 +105,7 @@ class Explanation(TypedDict):
     table_rows: int
     also: list[str]
     about: str | None
+    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 
 
 class QueryResult(TypedDict):
@@ -113,7 +115,9 @@ class QueryResult(TypedDict):
     rows: list[list[Any]]
     row_count: int
     truncated: bool
+    truncated_by: str | None  # "max_rows" or "max_bytes": which cap stopped the answer
     max_rows: int
+    max_bytes: int
 
 
 class Comparability(TypedDict):
@@ -142,6 +146,7 @@ class DiffResult(TypedDict):
     payload_by_dtype: list[dict[str, Any]]
     dispatch_changes: list[dict[str, Any]]
     out: str | None
+    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 
 
 class CheckOutcome(TypedDict):
@@ -156,6 +161,7 @@ class CheckOutcome(TypedDict):
     warnings: list[str]
     text: str
     out: str | None
+    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 
 
 # --- calling the library -----------------------------------------------------------------------------------

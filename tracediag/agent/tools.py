@@ -4,17 +4,29 @@ own TracediagError (a UsageError or InputError naming the input), which the serv
 
 A *run* is what `analyze` (or `check --out`) wrote: an output folder, its findings.json, or its trace.duckdb. A
 Parquet store from `tracediag ingest` is a run too: it is analysed once (into the workspace), not re-parsed.
+
+One call, one run: `analyze` without `out` reserves its run folder (`run-N`, created with exist_ok=False) before
+any work, and every answer is built from the call's own in-memory result, never re-read from a shared place, so
+concurrent calls never see each other's runs. A workspace `scoped` to a call carries that call's allowed roots
+(tracediag.agent.roots: every path argument is resolved and checked) and its cancellation flag
+(tracediag.agent.cancel: checked between the pipeline's stages, a DuckDB query interrupted). Every answer is
+bounded (`bounded`: MAX_ANSWER_BYTES of JSON; the lists cut short are named in its `truncated`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import io
 import itertools
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracediag.agent.cancel import Cancel
+from tracediag.agent.roots import Access, clean_path
 from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, impact_text
 from tracediag.findings import verdict as build_verdict
@@ -24,6 +36,88 @@ Progress = Callable[[str], None]
 
 TABLE_ROWS = 20  # rows of a finding's per-rank/per-step table that `explain` returns (the count says how many)
 VERDICT_KEYS = ("status", "headline", "rule", "severity", "confidence", "cost", "next_check", "explains")
+MAX_ANSWER_BYTES = 1 << 20  # JSON bytes of one tool's answer (query: its rows, readonly_sql.MAX_BYTES)
+TP_MAX = 4096  # the CLI's --tp bound
+_CUT_STRING = 1000  # characters a string keeps when cutting lists is not enough
+
+
+def int_arg(name: str, v: object, lo: int, hi: int) -> int | None:
+    """An integer argument within [lo, hi] (None stays None); a UsageError naming it otherwise (a float such as
+    1e30, a string, a bool are not integers)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise UsageError(f"{name} must be an integer from {lo:,} to {hi:,}, got {_shown(v)}")
+    if not lo <= v <= hi:
+        raise UsageError(f"{name} must be from {lo:,} to {hi:,}, got {v:,}")
+    return v
+
+
+def _shown(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"a {type(v).__name__} of {len(text):,} characters"
+
+
+def bounded(doc: dict[str, Any], cap: int = MAX_ANSWER_BYTES) -> dict[str, Any]:
+    """`doc` with `truncated`: the lists cut (halved, the longest first) until its JSON fits in `cap` bytes, each
+    named with how many items it had ("findings: 12 of 3,000"); then, if still too big, the longest strings cut."""
+    import orjson
+
+    doc = dict(doc)
+    doc["truncated"] = []
+    cut: dict[str, tuple[int, int]] = {}
+    for _ in range(200):
+        if len(orjson.dumps(doc)) <= cap:
+            break
+        found = _largest_list(doc)
+        if found is not None:
+            path, holder, key, items = found
+            keep = len(items) // 2
+            holder[key] = items[:keep]
+            cut[path] = (keep, cut.get(path, (0, len(items)))[1])
+        elif not _cut_longest_string(doc, cut):
+            break
+    doc["truncated"] = [f"{p}: {k:,} of {n:,}" for p, (k, n) in cut.items()]
+    return doc
+
+
+def _largest_list(doc: dict[str, Any]) -> tuple[str, Any, Any, list] | None:
+    """(path, holder, key, list) of the list of 2 or more items with the most JSON bytes in `doc`."""
+    import orjson
+
+    best: tuple[int, str, Any, Any, list] | None = None
+    todo: list[tuple[Any, str]] = [(doc, "")]
+    while todo:
+        v, path = todo.pop()
+        for k, x in v.items() if isinstance(v, dict) else enumerate(v):
+            p = f"{path}.{k}" if path else str(k)
+            if isinstance(x, list) and len(x) > 1:
+                size = len(orjson.dumps(x))
+                if best is None or size > best[0]:
+                    best = (size, p, v, k, x)
+            if isinstance(x, (dict, list)):
+                todo.append((x, p))
+    return None if best is None else best[1:]
+
+
+def _cut_longest_string(doc: dict[str, Any], cut: dict[str, tuple[int, int]]) -> bool:
+    """Cut the longest string in `doc` to _CUT_STRING characters; False when none is longer."""
+    best: tuple[int, Any, Any, str] | None = None
+    todo: list[tuple[Any, str]] = [(doc, "")]
+    while todo:
+        v, path = todo.pop()
+        for k, x in v.items() if isinstance(v, dict) else enumerate(v):
+            p = f"{path}.{k}" if path else str(k)
+            if isinstance(x, str) and len(x) > _CUT_STRING and (best is None or len(x) > best[0]):
+                best = (len(x), v, k, p)
+            elif isinstance(x, (dict, list)):
+                todo.append((x, p))
+    if best is None:
+        return False
+    n, holder, key, path = best
+    holder[key] = holder[key][:_CUT_STRING] + "…"
+    cut[f"{path} (characters)"] = (_CUT_STRING, n)
+    return True
 
 
 def jsonable(v: Any) -> Any:
@@ -71,19 +165,75 @@ def summary(doc: dict[str, Any], run: Path) -> dict[str, Any]:
 
 class Workspace:
     """The tools over one folder of runs: `analyze` without `out` writes `runs_dir/run-N`; a Parquet store given
-    as a run is analysed into it once."""
+    as a run is analysed into it once.
 
-    def __init__(self, runs_dir: Path) -> None:
+    `access` (tracediag.agent.roots.Access): the roots every path argument must lie in (None: any path, as on
+    the command line, where naming a path is consent). `cancel`: the call's cancellation flag. Both are per call:
+    `scoped(access, cancel)` is this workspace (its runs and analysed stores shared) for one call."""
+
+    def __init__(self, runs_dir: Path, access: Access | None = None, cancel: Cancel | None = None) -> None:
         self.runs_dir = Path(runs_dir)
+        self.access = access
+        self.cancel = cancel
         self._stores: dict[Path, Path] = {}
+        self._store_locks: dict[Path, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def scoped(self, access: Access | None, cancel: Cancel | None) -> Workspace:
+        ws = copy.copy(self)  # the same dicts and locks: one workspace, one call's view of it
+        ws.access, ws.cancel = access, cancel
+        return ws
 
     def _new_run_dir(self) -> Path:
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-        for n in itertools.count(1):
-            p = self.runs_dir / f"run-{n}"
-            if not p.exists():
-                return p
+        """A new run folder, created now (exist_ok=False): two concurrent calls never get the same one."""
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            for n in itertools.count(1):
+                p = self.runs_dir / f"run-{n}"
+                try:
+                    p.mkdir()
+                    return p
+                except FileExistsError:
+                    continue
+        except OSError as exc:
+            raise UsageError(f"cannot create a run folder in {self.runs_dir} ({exc.strerror or exc})") from None
         raise AssertionError("unreachable")
+
+    # --- arguments ----------------------------------------------------------------------------------------
+    def _read(self, arg: str, value: str | None) -> Path | None:
+        """A read argument as the path to read: resolved and inside the roots when the call has them."""
+        if value is None:
+            return None
+        return self.access.read(arg, value) if self.access else Path(clean_path(arg, value))
+
+    def _write(self, arg: str, value: str | None) -> Path | None:
+        """An output argument (`out`): resolved, inside the roots and outside tracediag's checkout (with roots)."""
+        if value is None:
+            return None
+        return self.access.write(arg, value) if self.access else Path(clean_path(arg, value))
+
+    def _inputs(self, inputs: list[str]) -> list[Path]:
+        if not isinstance(inputs, list):
+            raise UsageError(f"inputs: a list of paths, got {type(inputs).__name__}")
+        return [self._read(f"inputs[{i}]", p) for i, p in enumerate(inputs)]
+
+    def _extra(self, log: str | None, metrics: str | None, bench: str | None) -> list[tuple[Path, str]]:
+        given = (("log", log, "vllm-log"), ("metrics", metrics, "prometheus"), ("bench", bench, "vllm-bench"))
+        return [(self._read(arg, p), fmt) for arg, p, fmt in given if p is not None]
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None:
+            self.cancel.check()
+
+    def _say(self, progress: Progress | None) -> Progress:
+        """`progress` that first stops the work when the call was cancelled (between the pipeline's stages)."""
+
+        def say(stage: str) -> None:
+            self._check_cancel()
+            if progress is not None:
+                progress(stage)
+
+        return say
 
     # --- runs -------------------------------------------------------------------------------------------
     def resolve(self, run: str, progress: Progress | None = None) -> tuple[Path, dict[str, Any], Path | None]:
@@ -91,7 +241,7 @@ class Workspace:
         from tracediag.runs import read_findings
         from tracediag.store.parquet import is_store
 
-        p = Path(run)
+        p = self._read("run", run)
         if not p.exists():
             raise InputError(p, "no such file or directory")
         if p.is_dir() and is_store(p):
@@ -108,16 +258,24 @@ class Workspace:
         return folder, read_findings(findings), db if db.is_file() else None
 
     def _analysed_store(self, store: Path, progress: Progress | None) -> Path:
-        key = store.resolve()
-        if key not in self._stores:
-            from tracediag.analysis import analyze
-            from tracediag.output import staged_outputs
+        from tracediag.analysis import analyze
+        from tracediag.output import staged_outputs
 
-            out = self._new_run_dir()
-            staged_outputs(out, lambda staging: analyze([], db_path=staging / "trace.duckdb", store=store,
-                                                        progress=progress))  # fmt: skip
-            self._stores[key] = out
-        return self._stores[key]
+        key = store.resolve()
+        with self._lock:
+            lock = self._store_locks.setdefault(key, threading.Lock())
+        with lock:  # one analysis per store, however many calls ask for it at once
+            if key not in self._stores:
+                out = self._new_run_dir()
+                try:
+                    staged_outputs(out, lambda staging: analyze([], db_path=staging / "trace.duckdb", store=store,
+                                                                progress=self._say(progress)))  # fmt: skip
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        out.rmdir()  # the reserved folder, still empty
+                    raise
+                self._stores[key] = out
+            return self._stores[key]
 
     # --- the tools --------------------------------------------------------------------------------------
     def analyze(
@@ -137,32 +295,44 @@ class Workspace:
 
         from tracediag.analysis import analyze
         from tracediag.files import OutputGuard
-        from tracediag.output import staged_outputs
+        from tracediag.output import findings_json, staged_outputs
 
-        if tp is not None and tp < 1:
-            raise UsageError(f"tp must be at least 1, got {tp}")
-        extra = [(Path(p), fmt) for p, fmt in ((log, "vllm-log"), (metrics, "prometheus"), (bench, "vllm-bench")) if p]
-        out_dir = Path(out) if out else self._new_run_dir()
+        tp = int_arg("tp", tp, 1, TP_MAX)
+        if out is not None and isinstance(out, str) and not out.strip():
+            raise UsageError("out: empty path; give a folder, or leave it out for a new one")
+        paths, model_path, extra = self._inputs(inputs), self._read("model", model), self._extra(log, metrics, bench)
+        out_dir = self._write("out", out)
+        say = self._say(progress)
 
         def produce(staging: Path):
-            return analyze([Path(p) for p in inputs], model=model, tp=tp, db_path=staging / "trace.duckdb",
-                           extra_inputs=extra, progress=progress)  # fmt: skip
+            return analyze(paths, model=model_path, tp=tp, db_path=staging / "trace.duckdb", extra_inputs=extra,
+                           progress=say)  # fmt: skip
 
-        if out is not None and not out.strip():
-            raise UsageError("out: empty path; give a folder, or leave it out for a new one")
-        guard = OutputGuard.of(inputs, model, [p for p, _ in extra])  # never an input, never a file not ours
-        staged_outputs(out_dir, produce, guard=guard)
-        return summary(orjson.loads((out_dir / "findings.json").read_bytes()), out_dir)
+        guard = OutputGuard.of(paths, model_path, [p for p, _ in extra])  # never an input, never a file not ours
+        self._check_cancel()
+        reserved = out_dir is None
+        out_dir = out_dir or self._new_run_dir()
+        try:
+            report = staged_outputs(out_dir, produce, guard=guard)
+        except BaseException:
+            if reserved:
+                with contextlib.suppress(OSError):
+                    out_dir.rmdir()  # the reserved folder, still empty: the failed call leaves nothing
+            raise
+        # this call's own result, not findings.json read back (another call may write the same folder)
+        return bounded(summary(orjson.loads(findings_json(report)), out_dir))
 
     def findings(self, run: str, progress: Progress | None = None) -> dict[str, Any]:
         folder, doc, _ = self.resolve(run, progress)
-        return summary(doc, folder)
+        return bounded(summary(doc, folder))
 
     def explain(self, run: str, rule: str) -> dict[str, Any]:
         """One rule's outcome on a run: its status, formula, values plugged in, evidence events, next check."""
         from tracediag.engine import load_rules
 
         folder, doc, _ = self.resolve(run)
+        if not isinstance(rule, str) or len(rule) > 200:
+            raise UsageError("explain: rule must be a rule id such as COL002 or a finding id")
         want = rule.strip().upper()
         matches = [c for c in doc["checks"] if want in (c["rule"].upper(), finding_id(c).upper())]
         if not matches:
@@ -171,7 +341,7 @@ class Workspace:
         c = matches[0]
         module = next((m for m in load_rules() if m.RULE.id == c["rule"]), None)
         table = c.get("table") or []
-        return {
+        return bounded({
             "run": str(folder),
             "id": finding_id(c),
             "rule": c["rule"],
@@ -195,16 +365,35 @@ class Workspace:
             "table_rows": len(table),
             "also": [finding_id(x) for x in matches[1:]],
             "about": (module.__doc__ or "").strip() if module else None,
-        }
+        })  # fmt: skip
 
-    def query(self, run: str, sql: str, max_rows: int | None = None, time_limit_s: float | None = None) -> dict:
-        """One read-only SELECT over the run's trace.duckdb (readonly_sql)."""
-        from tracediag.agent.readonly_sql import MAX_ROWS, TIME_LIMIT_S, read_only_query
+    def query(
+        self,
+        run: str,
+        sql: str,
+        max_rows: int | None = None,
+        time_limit_s: float | None = None,
+        max_bytes: int | None = None,
+    ) -> dict:
+        """One read-only SELECT over the run's trace.duckdb (readonly_sql), within its row, byte, memory and time
+        bounds; interrupted when the call is cancelled."""
+        from tracediag.agent.readonly_sql import MAX_BYTES, MAX_ROWS, ROW_CAP, TIME_LIMIT_S, read_only_query
 
+        max_rows = int_arg("query: max_rows", max_rows, 1, ROW_CAP)
+        max_bytes = int_arg("query: max_bytes", max_bytes, 1024, MAX_BYTES)
+        if not isinstance(sql, str):
+            raise UsageError("query: sql must be one SELECT statement as a string")
         folder, _, db = self.resolve(run)
         if db is None:
             raise InputError(folder, "no trace.duckdb beside findings.json: nothing to query")
-        res = read_only_query(db, sql, max_rows or MAX_ROWS, time_limit_s or TIME_LIMIT_S)
+        res = read_only_query(
+            db,
+            sql,
+            MAX_ROWS if max_rows is None else max_rows,
+            TIME_LIMIT_S if time_limit_s is None else time_limit_s,
+            MAX_BYTES if max_bytes is None else max_bytes,
+            cancel=self.cancel,
+        )
         return {"run": str(folder)} | res
 
     def diff(
@@ -219,10 +408,11 @@ class Workspace:
         verdict with both fingerprints, and — when comparable or forced — what changed."""
         from tracediag.diff import run_diff
 
-        m = Path(model) if model else None
-        d = run_diff(Path(before), Path(after), before_model=m, after_model=m, out=Path(out) if out else None,
-                     force_compare=force_compare)  # fmt: skip
-        return jsonable(d | {"out": out})
+        b, a, m = self._read("before", before), self._read("after", after), self._read("model", model)
+        out_dir = self._write("out", out)
+        self._check_cancel()
+        d = run_diff(b, a, before_model=m, after_model=m, out=out_dir, force_compare=bool(force_compare))
+        return bounded(jsonable(d | {"out": None if out_dir is None else str(out_dir)}))
 
     def check(
         self,
@@ -245,24 +435,30 @@ class Workspace:
         from tracediag.gate.run import run_check
         from tracediag.gate.text import print_result
 
-        extra = [(Path(p), fmt) for p, fmt in ((log, "vllm-log"), (metrics, "prometheus"), (bench, "vllm-bench")) if p]
+        tp = int_arg("tp", tp, 1, TP_MAX)
+        paths, extra = self._inputs(inputs), self._extra(log, metrics, bench)
+        model_path, baseline_path = self._read("model", model), self._read("baseline", baseline)
+        config_path, out_dir = self._read("config", config), self._write("out", out)
+        say = self._say(progress)
+        self._check_cancel()
         result, warnings = run_check(
-            [Path(p) for p in inputs],
-            model=Path(model) if model else None,
+            paths,
+            model=model_path,
             tp=tp,
             fail_on=fail_on,
-            baseline=Path(baseline) if baseline else None,
+            baseline=baseline_path,
             rules=rules,
             require=require,
-            config=Path(config) if config else None,
-            out=Path(out) if out else None,
+            config=config_path,
+            out=out_dir,
             extra_inputs=extra,
-            progress=progress,
+            progress=say,
         )
+        out_text = None if out_dir is None else str(out_dir)
         text = io.StringIO()
-        print_result(result, file=text, out=out)
+        print_result(result, file=text, out=out_text)
         d = result.to_dict()
-        return {
+        return bounded({
             "outcome": result.outcome,
             "exit_code": result.exit_code,
             "fail_on": result.fail_on,
@@ -276,5 +472,5 @@ class Workspace:
             ],
             "warnings": warnings,
             "text": text.getvalue(),
-            "out": out,
-        }
+            "out": out_text,
+        })  # fmt: skip
