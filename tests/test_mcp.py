@@ -35,8 +35,12 @@ def _sha256(path: Path) -> str:
 
 async def _session(runs: Path, store: Path) -> dict[str, Any]:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "tracediag", "mcp", "--runs-dir", str(runs)], env=_env(), cwd=str(REPO)
-    )
+        command=sys.executable,
+        args=["-m", "tracediag", "mcp", "--runs-dir", str(runs), "--allow-root", str(REPO), "--allow-root",
+              str(store.parent)],
+        env=_env(),
+        cwd=str(REPO),
+    )  # fmt: skip
     got: dict[str, Any] = {"progress": []}
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:

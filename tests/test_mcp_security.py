@@ -111,3 +111,39 @@ def test_a_cancelled_query_stops_at_once(run):
     with pytest.raises(Cancelled):
         scoped.query(folder, "SELECT count(*) FROM range(10000000000) a, range(1000) b", time_limit_s=60)
     assert time.monotonic() - t0 < 10  # the interrupt, not the 60 s time limit
+
+
+def test_the_server_refuses_paths_outside_its_roots(tmp_path):
+    """Driven with the official SDK client over stdio: `--allow-root` bounds every path argument; a refusal is a tool
+    error naming the path and the roots, and the file's content never appears."""
+    import asyncio
+    import os
+    import sys
+
+    from conftest import REPO
+    from mcp import Client, StdioServerParameters
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "keys.env").write_text(f"KEY={SECRET}\n")
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "tracediag", "mcp", "--runs-dir", str(root / "runs"), "--allow-root", str(root)],
+        env=env,
+        cwd=str(root),
+    )
+
+    async def session():
+        async with Client(params, read_timeout_seconds=120) as c:
+            return [
+                await c.call_tool("analyze", {"inputs": [str(outside / "keys.env")]}),
+                await c.call_tool("analyze", {"inputs": [str(HEALTHY)]}),  # the sample is outside these roots too
+                await c.call_tool("query", {"run": str(outside), "sql": "SELECT 1"}),
+            ]
+
+    for r in asyncio.run(session()):
+        text = r.content[0].text
+        assert r.is_error and "outside the allowed roots" in text and str(root) in text, text
+        assert SECRET not in text

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions before Python 3.12
 
 from tracediag import __version__
+from tracediag.agent.roots import Access
 from tracediag.agent.tools import Workspace, jsonable
 from tracediag.errors import TracediagError
 
@@ -201,9 +202,11 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
 
-def build_server(runs_dir: Path) -> MCPServer:
-    """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir`."""
-    ws = Workspace(runs_dir)
+def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
+    """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir`. Every path
+    argument must lie inside the allowed roots (tracediag.agent.roots): `allow_roots` (--allow-root), else the folder
+    the server was started in; the runs folder always."""
+    ws = Workspace(runs_dir).scoped(Access.of([], list(allow_roots), runs_dir), None)
     server = MCPServer("tracediag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(annotations=WRITES)
@@ -323,6 +326,6 @@ def _add_table_resources(server: MCPServer) -> None:
         )
 
 
-def serve(runs_dir: Path) -> None:
+def serve(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> None:
     """Serve over stdio until the client closes it."""
-    build_server(runs_dir).run("stdio")
+    build_server(runs_dir, allow_roots).run("stdio")

@@ -26,6 +26,15 @@ def mcp(
             "removed when the server stops.",
         ),
     ] = None,
+    allow_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-root",
+            metavar="DIR",
+            help="A folder the tools may read and write in (repeatable); default: the folder the server was started "
+            "in. The runs folder is always allowed; every path is resolved (links, ..) before the check.",
+        ),
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Serve tracediag's tools over stdio for MCP clients: analyze, findings, explain, query, diff, check.
@@ -37,6 +46,7 @@ def mcp(
     Examples:
       tracediag mcp
       tracediag mcp --runs-dir ~/tracediag-runs
+      tracediag mcp --allow-root ~/traces --allow-root ~/incidents
     """
     from tracediag.cli import _guard
     from tracediag.errors import UsageError
@@ -48,10 +58,11 @@ def mcp(
             if exc.name and exc.name.split(".")[0] in ("mcp", "mcp_types", "pydantic", "typing_extensions"):
                 raise UsageError(MISSING_SDK) from None
             raise
+        roots = list(allow_root or [])
         if runs_dir is not None:
-            serve(runs_dir)
+            serve(runs_dir, roots)
             return
         with tempfile.TemporaryDirectory(prefix="tracediag-mcp-") as tmp:
-            serve(Path(tmp))
+            serve(Path(tmp), roots)
 
     _guard(run, debug)
