@@ -1,18 +1,30 @@
-"""The agent surface as an attack surface (issue 38), at the level of the tools' workspace (tracediag/agent/tools.py)
-that the MCP server calls: no byte of a file that is not the format asked for reaches an answer; paths outside the
-allowed roots (and links out of them) are refused, naming the path and the roots, and nothing is written there;
-concurrent calls get their own run folders and their own answers; answers are bounded; arguments are validated
-like the CLI's; a cancelled query stops."""
+"""The agent surface as an attack surface (issue 38): no byte of a file that is not the format asked for reaches an
+answer; paths outside the allowed roots (and links out of them) are refused, naming the path and the roots, and
+nothing is written there; concurrent calls get their own run folders and their own answers; answers are bounded;
+arguments are validated like the CLI's; a cancelled query stops; the server exits when its stdin closes.
+
+First at the level of the tools' workspace (tracediag/agent/tools.py), then through `tracediag mcp` driven by the
+official SDK client over stdio (one server session for most of them, each test reading what it did), and the
+CLI's own errors about a file that is not the format asked for."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
-from conftest import SAMPLES
+from conftest import REPO, SAMPLES
+from mcp import Client, StdioServerParameters, types
 
 from tracediag.agent.cancel import Cancel, Cancelled
 from tracediag.agent.readonly_sql import MAX_BYTES
@@ -113,37 +125,260 @@ def test_a_cancelled_query_stops_at_once(run):
     assert time.monotonic() - t0 < 10  # the interrupt, not the 60 s time limit
 
 
-def test_the_server_refuses_paths_outside_its_roots(tmp_path):
-    """Driven with the official SDK client over stdio: `--allow-root` bounds every path argument; a refusal is a tool
-    error naming the path and the roots, and the file's content never appears."""
-    import asyncio
-    import os
-    import sys
+# --- through the server, driven by the SDK client over stdio -------------------------------------------------
 
-    from conftest import REPO
-    from mcp import Client, StdioServerParameters
+HUGE = "SELECT repeat('x', 5000) AS s FROM range(10000)"
+SPIN = "SELECT count(*) FROM range(10000000000) a, range(1000) b"  # minutes of CPU, unless interrupted
 
-    root, outside = tmp_path / "root", tmp_path / "outside"
-    root.mkdir()
-    outside.mkdir()
+
+def _env() -> dict[str, str]:
+    # the checkout under test first (the client passes only a safe subset of the environment on)
+    return {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def _server(runs: Path, cwd: Path, *roots: Path) -> StdioServerParameters:
+    allow = [a for r in roots for a in ("--allow-root", str(r))]
+    return StdioServerParameters(command=sys.executable, args=["-m", "tracediag", "mcp", "--runs-dir", str(runs),
+                                 *allow], env=_env(), cwd=str(cwd))  # fmt: skip
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pid() -> int:
+    """The pid of the `tracediag mcp` child of this process (the SDK client starts it directly)."""
+    me = os.getpid()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == me and b"tracediag\x00mcp" in cmd:
+                return int(d.name)
+    raise AssertionError("no tracediag mcp child")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> dict[str, Any]:
+    """One server session with `--allow-root root`, started in `root`, and a second one whose client offers roots of
+    its own; every answer kept (`texts`: all the text that came back)."""
+    tmp = tmp_path_factory.mktemp("served")
+    root, outside, other = tmp / "root", tmp / "outside", tmp / "other"
+    for d in (root, outside, other):
+        d.mkdir()
+    for sample in (HEALTHY, MATH):
+        shutil.copytree(sample, root / sample.name)
+    shutil.copytree(HEALTHY, other / HEALTHY.name)
+    (root / ".env").write_text(f"OPENAI_API_KEY={SECRET}\nDB_PASSWORD=hunter2\n")
     (outside / "keys.env").write_text(f"KEY={SECRET}\n")
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "tracediag", "mcp", "--runs-dir", str(root / "runs"), "--allow-root", str(root)],
-        env=env,
-        cwd=str(root),
-    )
+    (root / "link").symlink_to(outside)
+    (root / "traces").mkdir()
+    (root / "traces" / "rank0.json").symlink_to(outside / "keys.env")  # a folder argument holding a link out
+    got: dict[str, Any] = {"root": root, "outside": outside, "other": other, "texts": []}
+    tp1, math = str(root / HEALTHY.name), str(root / MATH.name)
 
-    async def session():
-        async with Client(params, read_timeout_seconds=120) as c:
-            return [
-                await c.call_tool("analyze", {"inputs": [str(outside / "keys.env")]}),
-                await c.call_tool("analyze", {"inputs": [str(HEALTHY)]}),  # the sample is outside these roots too
-                await c.call_tool("query", {"run": str(outside), "sql": "SELECT 1"}),
-            ]
+    async def session() -> None:
+        async with Client(_server(root / "runs", root, root), read_timeout_seconds=120) as c:
 
-    for r in asyncio.run(session()):
-        text = r.content[0].text
-        assert r.is_error and "outside the allowed roots" in text and str(root) in text, text
-        assert SECRET not in text
+            async def call(name: str, args: dict[str, Any]) -> types.CallToolResult:
+                r = await c.call_tool(name, args)
+                got["texts"] += [x.text for x in r.content if isinstance(x, types.TextContent)]
+                return r
+
+            got["secret"] = {
+                (tool, arg): await call(tool, {"inputs": [tp1], arg: ".env"})
+                for tool in ("analyze", "check")
+                for arg in ("log", "metrics", "bench")
+            }
+            got["refused"] = {
+                value: await call("analyze", {"inputs": [tp1], "log": value})
+                for value in (str(outside / "keys.env"), "link/keys.env", "../outside/keys.env", "/proc/self/environ")
+            }
+            got["refused_input"] = await call("analyze", {"inputs": [str(HEALTHY)]})  # the sample: outside the roots
+            got["refused_folder"] = await call("analyze", {"inputs": [str(root / "traces")]})
+            got["refused_run"] = await call("query", {"run": str(outside), "sql": "SELECT 1"})
+            got["refused_out"] = await call("analyze", {"inputs": [tp1], "out": str(outside / "run")})
+            got["refused_out_link"] = await call("analyze", {"inputs": [tp1], "out": "link/run"})
+            got["solo"] = {p: await call("analyze", {"inputs": [p]}) for p in (tp1, math)}
+            together = [tp1, math, tp1, math]
+            answers = await asyncio.gather(*(call("analyze", {"inputs": [p]}) for p in together))
+            got["together"] = list(zip(together, answers, strict=True))
+            run = got["solo"][tp1].structured_content["run"]
+            got["huge"] = await call("query", {"run": run, "sql": HUGE, "max_rows": 10_000})
+            got["tp_huge"] = await call("analyze", {"inputs": [tp1], "tp": 1e30})
+            got["tp_big"] = await call("analyze", {"inputs": [tp1], "tp": 99999})
+            got["tp_string"] = await call("analyze", {"inputs": [tp1], "tp": "a" * 10_000})
+            got["inputs_not_list"] = await call("analyze", {"inputs": {"a": 1}})
+            got["rows_0"] = await call("query", {"run": run, "sql": "SELECT 1", "max_rows": 0})
+            got["nul"] = await call("analyze", {"inputs": ["a\x00b"]})
+            got["nul_log"] = await call("analyze", {"inputs": [tp1], "log": "x\x00.log"})
+            got["long"] = await call("analyze", {"inputs": ["x" * 100_000]})
+            pid = _server_pid()
+            t0 = time.monotonic()
+            with anyio.move_on_after(1.0):  # the client gives up: the SDK sends notifications/cancelled
+                await c.call_tool("query", {"run": run, "sql": SPIN, "time_limit_s": 60})
+            got["cancel_after_s"] = time.monotonic() - t0
+            await anyio.sleep(0.3)
+            cpu0 = _cpu_seconds(pid)
+            await anyio.sleep(1.0)
+            got["cpu_after_cancel"] = _cpu_seconds(pid) - cpu0
+            got["alive"] = await call("query", {"run": run, "sql": "SELECT 42 AS n"})
+        got["files_outside"] = sorted(str(p.relative_to(outside)) for p in outside.rglob("*"))
+
+        async def client_roots(_ctx: Any) -> types.ListRootsResult:
+            return types.ListRootsResult(roots=[types.Root(uri=other.as_uri(), name="other")])
+
+        # the client's roots win over --allow-root
+        async with Client(_server(tmp / "runs2", root, root), list_roots_callback=client_roots,
+                          read_timeout_seconds=120) as c:  # fmt: skip
+            got["client_in"] = await c.call_tool("analyze", {"inputs": [str(other / HEALTHY.name)]})
+            got["client_out"] = await c.call_tool("analyze", {"inputs": [tp1]})
+
+    asyncio.run(session())
+    return got
+
+
+def _error_line(r: types.CallToolResult) -> str:
+    assert r.is_error, r.structured_content
+    text = r.content[0].text
+    assert text.startswith("tracediag: error: ") and "\n" not in text, text
+    return text
+
+
+def test_a_secret_in_a_file_that_is_not_a_log_never_reaches_any_answer(served):
+    for (tool, arg), r in served["secret"].items():
+        text = _error_line(r)
+        assert ".env" in text, (tool, arg, text)  # the file is named, with what it looks like
+    everything = "\n".join(served["texts"])
+    for secret in (SECRET, "hunter2", "OPENAI_API_KEY", "KEY="):
+        assert secret not in everything
+
+
+def test_paths_outside_the_roots_links_out_and_dotdot_are_refused_naming_the_path_and_the_roots(served):
+    root = str(served["root"])
+    for value, r in served["refused"].items():
+        text = _error_line(r)
+        assert text.startswith("tracediag: error: log: ") and "outside the allowed roots" in text, text
+        assert value in text and root in text and "--allow-root" in text, text
+    for key in ("refused_input", "refused_run"):
+        text = _error_line(served[key])
+        assert "outside the allowed roots" in text and root in text, text
+    text = _error_line(served["refused_folder"])
+    assert "rank0.json, a link to" in text and "outside the allowed roots" in text, text
+
+
+def test_out_outside_the_roots_is_refused_and_nothing_is_created_there(served):
+    for key in ("refused_out", "refused_out_link"):
+        text = _error_line(served[key])
+        assert text.startswith("tracediag: error: out: ") and "outside the allowed roots" in text, text
+    assert served["files_outside"] == ["keys.env"]
+
+
+def test_concurrent_analyze_calls_each_get_their_own_folder_and_the_solo_headline(served):
+    solo = {p: r.structured_content for p, r in served["solo"].items()}
+    assert len({s["verdict"]["headline"] for s in solo.values()}) == 2  # the two inputs tell apart
+    runs = [r.structured_content["run"] for _, r in served["together"]]
+    assert len(set(runs) | {s["run"] for s in solo.values()}) == 6
+    for p, r in served["together"]:
+        s = r.structured_content
+        assert not r.is_error and s["verdict"] == solo[p]["verdict"] and s["findings"] == solo[p]["findings"]
+        doc = json.loads((Path(s["run"]) / "findings.json").read_text())
+        assert doc["verdict"]["headline"] == solo[p]["verdict"]["headline"]
+
+
+def test_a_huge_query_answer_comes_back_cut_at_the_byte_cap_and_says_so(served):
+    r = served["huge"]
+    s = r.structured_content
+    assert not r.is_error and s["truncated"] and s["truncated_by"] == "max_bytes" and s["max_bytes"] == MAX_BYTES
+    assert 0 < s["row_count"] == len(s["rows"]) < 10_000
+    assert len(json.dumps(s["rows"])) <= MAX_BYTES
+    assert len(r.content[0].text) < 1.25 * MAX_BYTES and json.loads(r.content[0].text) == s
+
+
+def test_out_of_range_numbers_nul_bytes_and_long_paths_are_one_line_errors_naming_the_argument(served):
+    assert _error_line(served["tp_huge"]).startswith("tracediag: error: tp: ")  # the schema's integer, one line
+    text = _error_line(served["tp_string"])
+    assert text.startswith("tracediag: error: tp: Input should be a valid integer") and "aaa" not in text, text
+    assert _error_line(served["inputs_not_list"]).startswith("tracediag: error: inputs: ")
+    assert "tp must be from 1 to 4,096, got 99,999" in _error_line(served["tp_big"])
+    assert "max_rows must be" in _error_line(served["rows_0"])
+    assert "inputs[0]: the path holds a NUL byte" in _error_line(served["nul"])
+    assert "log: the path holds a NUL byte" in _error_line(served["nul_log"])
+    assert "inputs[0]: a path of 100,000 characters" in _error_line(served["long"])
+
+
+def test_a_cancelled_call_stops_its_query_and_the_server_goes_on(served):
+    assert served["cancel_after_s"] < 5
+    assert served["cpu_after_cancel"] < 0.2  # idle: the query was interrupted, not left to its 60 s limit
+    assert served["alive"].structured_content["rows"] == [[42]]
+
+
+def test_the_clients_roots_replace_the_servers(served):
+    assert not served["client_in"].is_error, served["client_in"].content[0].text
+    text = _error_line(served["client_out"])
+    assert "outside the allowed roots" in text and str(served["other"]) in text and "client's roots" in text, text
+
+
+def test_the_server_exits_when_its_stdin_closes_even_mid_query(served):
+    """The client dies mid-call: its end of the pipe closes, and the server stops its query and exits."""
+    root = served["root"]
+    run = served["solo"][str(root / HEALTHY.name)].structured_content["run"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracediag", "mcp", "--runs-dir", str(root / "runs")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=os.environ | _env(), cwd=str(root),
+    )  # fmt: skip
+
+    def send(msg: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+              "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})  # fmt: skip
+        assert b'"id":1' in proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "query", "arguments": {"run": run, "sql": SPIN, "time_limit_s": 60}}})  # fmt: skip
+        time.sleep(1.0)
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# --- the CLI: an input that is not the format asked for is described, never quoted -------------------------
+
+
+@pytest.mark.parametrize("flag", ["--log", "--metrics", "--bench"])
+def test_the_cli_names_a_file_that_is_not_the_format_without_its_content(tmp_path, flag):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    r = subprocess.run([sys.executable, "-m", "tracediag", "analyze", flag, str(passwd), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, env=os.environ | _env(), timeout=120)  # fmt: skip
+    err = r.stderr.strip()
+    assert r.returncode == 2 and err.startswith("tracediag: error: ") and "\n" not in err, r.stderr
+    assert str(passwd) in err
+    for content in ("root:x", "/bin/bash", "daemon", "nologin"):
+        assert content not in err and content not in r.stdout
+
+
+def test_unrecognised_describes_the_shape_of_a_line_never_the_line():
+    from tracediag.ingest.unrecognised import file_text, line_shape, not_a_record
+
+    assert line_shape("root:*:20228:0:99999:7:::") == "25 characters, no timestamp"
+    assert line_shape("2025-06-26 07:25:31 hello") == "25 characters, with a timestamp"
+    assert line_shape("\x00\x01binary") == "8 characters, not text (control or undecodable bytes), no timestamp"
+    assert line_shape("y" * 500, cap=120) == "120+ characters, no timestamp"
+    described = "line 1 is not a vLLM record: 44 characters, no timestamp"
+    assert not_a_record("a vLLM record", 1, f"KEY={SECRET}") == described
+    assert file_text("/no/such/file", 3) == "3 lines"
+    assert file_text("/proc/self/environ") == ""  # a size of 0 is the kernel's, not the file's

@@ -8,24 +8,38 @@ error too (`tracediag: internal error: …`, traceback on stderr) — the server
 analysis reports each stage as a progress notification when the client asks for progress. The store's column
 docs (every column's unit and meaning, from the schema files) are resources: `tracediag://tables` and
 `tracediag://tables/{table}`.
+
+Each call is scoped (Workspace.scoped): its own allowed roots — the client's `roots` when it offers them (asked
+through the SDK's ListRoots resolver: an input request on 2026-07-28 connections, a `roots/list` request on older
+ones), else `--allow-root`, else the folder the server was started in; the runs folder always — and its own
+cancellation flag. The work runs in a worker thread; when the client cancels the call (`notifications/cancelled`)
+or goes away, the SDK cancels the handler, which sets the flag, so that a query is interrupted and an analysis stops
+at its next stage, its staged files removed, before the handler returns. So the server exits as soon as its stdin
+closes instead of finishing the work no one will read.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import anyio
 import anyio.from_thread
-from mcp.server.mcpserver import Context, MCPServer
+import anyio.to_thread
+from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources import FunctionResource
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, ListRootsResult, TextContent, ToolAnnotations
+from pydantic import ValidationError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions before Python 3.12
 
 from tracediag import __version__
-from tracediag.agent.roots import Access
+from tracediag.agent.cancel import Cancel
+from tracediag.agent.roots import Access, file_roots
 from tracediag.agent.tools import Workspace, jsonable
 from tracediag.errors import TracediagError
 
@@ -200,17 +214,100 @@ def _call(work: Callable[[Callable[[str], None]], dict[str, Any]], ctx: Context 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+CANCEL_GRACE_S = 5.0  # how long a cancelled call waits for its work to stop (staged files removed) before it returns
+
+
+def _argument_error(exc: ValidationError) -> str:
+    """The CLI's one-line error for arguments that do not match the tool's input schema: the first argument named
+    (`inputs[0]`, `tp`) with what was wrong — never the value, which is the caller's data and may be huge."""
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return "tracediag: error: the arguments do not match the tool's input schema"
+    first = errors[0]
+    name = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(first["loc"]))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return " ".join(f"tracediag: error: {name or 'arguments'}: {first['msg']}{more}".split())
+
+
+class _Server(MCPServer):
+    """MCPServer whose argument-validation errors are one tracediag line naming the argument (the SDK's are
+    pydantic's multi-line report, with the rejected value)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(_argument_error(exc.__cause__)) from exc.__cause__
+
+
+def _ask_client_roots(ctx: Context) -> ListRoots | None:
+    """Ask for the client's roots when it declared the capability; None (use the server's own roots) otherwise."""
+    caps = ctx.client_capabilities
+    return ListRoots() if caps is not None and caps.roots is not None else None
+
+
+# a parameter the SDK fills before the tool runs (not part of the tool's input schema)
+ClientRoots = Annotated[ListRootsResult | None, Resolve(_ask_client_roots)]
+
+
+async def _in_worker(work: Callable[[], Any], cancel: Cancel) -> Any:
+    """`work()` in a worker thread; when this call is cancelled (the client cancelled it or went away), set `cancel`
+    so the work stops, and wait for it (at most CANCEL_GRACE_S) so that it has cleaned up when the call ends."""
+    done = threading.Event()
+
+    def run() -> Any:
+        try:
+            return work()
+        finally:
+            done.set()
+
+    try:
+        # abandon_on_cancel: the thread cannot be cancelled, but this task must see the cancellation at once
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        cancel.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_GRACE_S):
+            while not done.is_set():
+                await anyio.sleep(0.02)
+        raise
 
 
 def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
     """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir`. Every path
-    argument must lie inside the allowed roots (tracediag.agent.roots): `allow_roots` (--allow-root), else the folder
-    the server was started in; the runs folder always."""
-    ws = Workspace(runs_dir).scoped(Access.of([], list(allow_roots), runs_dir), None)
-    server = MCPServer("tracediag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    argument must lie inside the call's allowed roots (tracediag.agent.roots): the client's roots when it offers
+    them, else `allow_roots` (--allow-root), else the folder the server was started in; the runs folder always."""
+    base = Path.cwd()
+    allow = list(allow_roots)
+    shared = Workspace(runs_dir)  # the runs and analysed stores of all calls; each call gets its own scoped view
+
+    def access(roots: ListRootsResult | None) -> Access:
+        client = file_roots(str(r.uri) for r in roots.roots) if roots is not None else []
+        return Access.of(client, allow, runs_dir, base)
+
+    async def call(
+        work: Callable[[Workspace, Callable[[str], None]], dict[str, Any]],
+        ctx: Context | None,
+        roots: ListRootsResult | None,
+    ) -> Any:
+        cancel = Cancel()
+
+        def job() -> Any:
+            try:
+                ws = shared.scoped(access(roots), cancel)
+            except TracediagError as exc:  # a client root that cannot be read, etc.: the CLI's one-line error
+                from tracediag.errors import one_line
+
+                return _error(f"tracediag: error: {one_line(exc)}")
+            return _call(lambda say: work(ws, say), ctx)
+
+        return await _in_worker(job, cancel)
+
+    server = _Server("tracediag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(annotations=WRITES)
-    def analyze(
+    async def analyze(
         inputs: list[str],
         model: str | None = None,
         out: str | None = None,
@@ -219,6 +316,7 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
         bench: str | None = None,
         tp: int | None = None,
         ctx: Context | None = None,
+        roots: ClientRoots = None,
     ) -> RunSummary:
         """Analyse profiler traces (Kineto .json/.json.gz, nsys .sqlite, or folders of them, one file per rank)
         and serving telemetry (log: a vLLM/SGLang engine log; metrics: /metrics scrapes; bench: a `vllm bench
@@ -226,42 +324,57 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
         degree `tp` when the trace does not say. Writes report.html, findings.json and trace.duckdb into `out`
         (default: a new folder of the server's runs folder) and returns the run folder, the verdict, the
         coverage and the findings ranked by impact. Reports each stage as progress."""
-        return _call(lambda say: ws.analyze(inputs, model, out, log, metrics, bench, tp, progress=say), ctx)
+        return await call(lambda ws, say: ws.analyze(inputs, model, out, log, metrics, bench, tp, progress=say), ctx,
+                          roots)  # fmt: skip
 
     @server.tool(annotations=READ_ONLY)
-    def findings(run: str, ctx: Context | None = None) -> RunSummary:
+    async def findings(run: str, ctx: Context | None = None, roots: ClientRoots = None) -> RunSummary:
         """The verdict, coverage and ranked findings of an existing run: an analyze or `check --out` folder, its
         findings.json or trace.duckdb, or a Parquet store made by `tracediag ingest` (analysed once)."""
-        return _call(lambda say: ws.findings(run, progress=say), ctx)
+        return await call(lambda ws, say: ws.findings(run, progress=say), ctx, roots)
 
     @server.tool(annotations=READ_ONLY)
-    def explain(run: str, rule: str) -> Explanation:
+    async def explain(run: str, rule: str, ctx: Context | None = None, roots: ClientRoots = None) -> Explanation:
         """One rule's outcome on a run (rule id such as COL002, or a finding id): status, formula, the formula
         with the values plugged in, the values by name, the evidence events (rank, step, ts_ns, name), the next
         check, why it could not run when it did not, and the rule's own documentation."""
-        return _call(lambda say: ws.explain(run, rule), None)
+        return await call(lambda ws, say: ws.explain(run, rule), None, roots)
 
     @server.tool(annotations=READ_ONLY)
-    def query(run: str, sql: str, max_rows: int | None = None, time_limit_s: float | None = None) -> QueryResult:
+    async def query(
+        run: str,
+        sql: str,
+        max_rows: int | None = None,
+        time_limit_s: float | None = None,
+        ctx: Context | None = None,
+        roots: ClientRoots = None,
+    ) -> QueryResult:
         """One read-only SQL SELECT over the run's trace.duckdb (DuckDB SQL; the tables and their columns with
         units: the tracediag://tables resources). Writes and other statements are refused; at most `max_rows`
-        rows come back (default 200, at most 10,000; `truncated` says when there were more), and the query is
-        stopped after `time_limit_s` seconds (default 10)."""
-        return _call(lambda say: ws.query(run, sql, max_rows, time_limit_s), None)
+        rows come back (default 200, at most 10,000) and at most 1 MiB of them (`truncated` and `truncated_by` say
+        which cap cut the answer); the query runs under a memory limit and is stopped after `time_limit_s` seconds
+        (default 10) or when the call is cancelled."""
+        return await call(lambda ws, say: ws.query(run, sql, max_rows, time_limit_s), None, roots)
 
     @server.tool(annotations=READ_ONLY)
-    def diff(
-        before: str, after: str, model: str | None = None, force_compare: bool = False, out: str | None = None
+    async def diff(
+        before: str,
+        after: str,
+        model: str | None = None,
+        force_compare: bool = False,
+        out: str | None = None,
+        ctx: Context | None = None,
+        roots: ClientRoots = None,
     ) -> DiffResult:
         """What changed between two runs (output folders, findings.json files, traces or stores): first whether
         they are comparable — their fingerprints (model, layout, GPU, engine, step shapes, serving load, trace
         fitness) and each difference; then, when they are (or with force_compare), step time, shares,
         kernel-family time, collectives, payloads, dispatch and findings added/fixed. `out`: also write
         diff.json and diff.html there."""
-        return _call(lambda say: ws.diff(before, after, model, force_compare, out), None)
+        return await call(lambda ws, say: ws.diff(before, after, model, force_compare, out), None, roots)
 
     @server.tool(annotations=WRITES)
-    def check(
+    async def check(
         inputs: list[str],
         model: str | None = None,
         tp: int | None = None,
@@ -275,16 +388,18 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
         metrics: str | None = None,
         bench: str | None = None,
         ctx: Context | None = None,
+        roots: ClientRoots = None,
     ) -> CheckOutcome:
         """The rules as a CI gate, as `tracediag check` gives it: outcome passed (exit 0), failed (1: a new
         finding at or above fail_on — info, warning or error — against `baseline` when given) or inconclusive
         (4: a rule in `require` could not run, or the run cannot be diagnosed); the judged items that are not
         plain passes, the verdict, the coverage and the command's own text. `rules` / `require`: ids or globs
         such as 'COL*,SHP001'."""
-        return _call(
-            lambda say: ws.check(inputs, model, tp, fail_on, baseline, rules, require, config, out, log, metrics,
-                                 bench, progress=say),
+        return await call(
+            lambda ws, say: ws.check(inputs, model, tp, fail_on, baseline, rules, require, config, out, log, metrics,
+                                     bench, progress=say),
             ctx,
+            roots,
         )  # fmt: skip
 
     _add_table_resources(server)

@@ -31,8 +31,9 @@ def mcp(
         typer.Option(
             "--allow-root",
             metavar="DIR",
-            help="A folder the tools may read and write in (repeatable); default: the folder the server was started "
-            "in. The runs folder is always allowed; every path is resolved (links, ..) before the check.",
+            help="A folder the tools may read and write in (repeatable), when the client offers no roots of its "
+            "own; default: the folder the server was started in. The runs folder is always allowed; every path is "
+            "resolved (links, ..) before the check.",
         ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
@@ -41,6 +42,9 @@ def mcp(
 
     The client starts this command and speaks JSON-RPC on its stdin and stdout; register it once, e.g.
     `claude mcp add tracediag -- tracediag mcp`. Tool errors carry the one-line message the CLI would print.
+    The tools read and write only inside the client's roots (the folders open in the host) when it offers them,
+    else the --allow-root folders, else the folder the server was started in. A call the client cancels stops
+    its query or analysis; the server exits when the client closes its stdin.
 
     \b
     Examples:
