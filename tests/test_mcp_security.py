@@ -227,6 +227,21 @@ def served(tmp_path_factory) -> dict[str, Any]:
             await anyio.sleep(1.0)
             got["cpu_after_cancel"] = _cpu_seconds(pid) - cpu0
             got["alive"] = await call("query", {"run": run, "sql": "SELECT 42 AS n"})
+            runs_before = sorted(p.name for p in (root / "runs").iterdir())
+            with anyio.CancelScope() as scope:
+
+                async def cancel_once_it_derives(progress: float, total: float | None, stage: str | None) -> None:
+                    if stage and stage.startswith("deriving"):
+                        scope.cancel()  # mid-analysis: after reading, before the rules
+
+                await c.call_tool("analyze", {"inputs": [math]}, progress_callback=cancel_once_it_derives)
+            got["analyze_cancelled"] = scope.cancelled_caught
+            t0 = time.monotonic()  # the client does not wait for the server's clean-up: poll for it
+            while sorted(p.name for p in (root / "runs").iterdir()) != runs_before and time.monotonic() - t0 < 5:
+                await anyio.sleep(0.05)
+            got["cleanup_s"] = time.monotonic() - t0
+            got["runs_before_cancel"] = runs_before
+            got["runs_after_cancel"] = {p.name: sorted(x.name for x in p.iterdir()) for p in (root / "runs").iterdir()}
         got["files_outside"] = sorted(str(p.relative_to(outside)) for p in outside.rglob("*"))
 
         async def client_roots(_ctx: Any) -> types.ListRootsResult:
@@ -315,6 +330,12 @@ def test_a_cancelled_call_stops_its_query_and_the_server_goes_on(served):
     assert served["cancel_after_s"] < 5
     assert served["cpu_after_cancel"] < 0.2  # idle: the query was interrupted, not left to its 60 s limit
     assert served["alive"].structured_content["rows"] == [[42]]
+
+
+def test_a_cancelled_analysis_leaves_no_run_folder_and_no_staged_files(served):
+    assert served["analyze_cancelled"]
+    assert sorted(served["runs_after_cancel"]) == served["runs_before_cancel"], served["runs_after_cancel"]
+    assert served["cleanup_s"] < 3
 
 
 def test_the_clients_roots_replace_the_servers(served):
