@@ -344,6 +344,23 @@ def test_the_clients_roots_replace_the_servers(served):
     assert "outside the allowed roots" in text and str(served["other"]) in text and "client's roots" in text, text
 
 
+def _start_query(proc: subprocess.Popen, run: str) -> None:
+    """Speak JSON-RPC to the server on its pipes (a 2025-06-18 client) and leave a long query running."""
+
+    def send(msg: dict[str, Any]) -> None:
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+
+    send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+          "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})  # fmt: skip
+    assert b'"id":1' in proc.stdout.readline()
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+          "params": {"name": "query", "arguments": {"run": run, "sql": SPIN, "time_limit_s": 60}}})  # fmt: skip
+    time.sleep(1.0)
+    assert proc.poll() is None
+
+
 def test_the_server_exits_when_its_stdin_closes_even_mid_query(served):
     """The client dies mid-call: its end of the pipe closes, and the server stops its query and exits."""
     root = served["root"]
@@ -352,24 +369,46 @@ def test_the_server_exits_when_its_stdin_closes_even_mid_query(served):
         [sys.executable, "-m", "tracediag", "mcp", "--runs-dir", str(root / "runs")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=os.environ | _env(), cwd=str(root),
     )  # fmt: skip
-
-    def send(msg: dict[str, Any]) -> None:
-        proc.stdin.write(json.dumps(msg).encode() + b"\n")
-        proc.stdin.flush()
-
     try:
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
-              "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})  # fmt: skip
-        assert b'"id":1' in proc.stdout.readline()
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-              "params": {"name": "query", "arguments": {"run": run, "sql": SPIN, "time_limit_s": 60}}})  # fmt: skip
-        time.sleep(1.0)
-        assert proc.poll() is None
+        _start_query(proc, run)
         t0 = time.monotonic()
         proc.stdin.close()
         assert proc.wait(timeout=10) == 0
         assert time.monotonic() - t0 < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+STUBBORN = """
+import runpy, sys, time
+from tracediag.agent import tools
+
+def query(self, *args, **kwargs):  # a stage that never looks at its cancellation flag
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        pass
+
+tools.Workspace.query = query
+sys.argv = ["tracediag", *sys.argv[1:]]
+runpy.run_module("tracediag", run_name="__main__")
+"""
+
+
+def test_the_server_is_no_orphan_even_when_the_work_ignores_its_cancellation(tmp_path):
+    """Work that never stops by itself (its worker thread would keep the process alive) does not outlive the client
+    by more than the grace the server gives it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN, "mcp", "--runs-dir", str(tmp_path / "runs")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=os.environ | _env(), cwd=str(tmp_path),
+    )  # fmt: skip
+    try:
+        _start_query(proc, str(tmp_path))
+        t0 = time.monotonic()
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+        assert time.monotonic() - t0 < 8  # the handler's grace and a second, not the work's 60 s
     finally:
         if proc.poll() is None:
             proc.kill()

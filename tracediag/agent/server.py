@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -214,7 +215,7 @@ def _call(work: Callable[[Callable[[str], None]], dict[str, Any]], ctx: Context 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-CANCEL_GRACE_S = 5.0  # how long a cancelled call waits for its work to stop (staged files removed) before it returns
+CANCEL_GRACE_S = 3.0  # how long a cancelled call waits for its work to stop (staged files removed) before it returns
 
 
 def _argument_error(exc: ValidationError) -> str:
@@ -231,7 +232,16 @@ def _argument_error(exc: ValidationError) -> str:
 
 class _Server(MCPServer):
     """MCPServer whose argument-validation errors are one tracediag line naming the argument (the SDK's are
-    pydantic's multi-line report, with the rejected value)."""
+    pydantic's multi-line report, with the rejected value); that knows which calls' work is still running."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.working: set[threading.Event] = set()  # the `done` of each call whose worker thread has not ended
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no call's work is running (at most `timeout_s`); False when some still is."""
+        deadline = time.monotonic() + timeout_s
+        return all(done.wait(max(0.0, deadline - time.monotonic())) for done in list(self.working))
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -252,16 +262,19 @@ def _ask_client_roots(ctx: Context) -> ListRoots | None:
 ClientRoots = Annotated[ListRootsResult | None, Resolve(_ask_client_roots)]
 
 
-async def _in_worker(work: Callable[[], Any], cancel: Cancel) -> Any:
+async def _in_worker(work: Callable[[], Any], cancel: Cancel, working: set[threading.Event]) -> Any:
     """`work()` in a worker thread; when this call is cancelled (the client cancelled it or went away), set `cancel`
-    so the work stops, and wait for it (at most CANCEL_GRACE_S) so that it has cleaned up when the call ends."""
+    so the work stops, and wait for it (at most CANCEL_GRACE_S) so that it has cleaned up when the call ends.
+    `working` holds the call's `done` while its thread runs."""
     done = threading.Event()
+    working.add(done)
 
     def run() -> Any:
         try:
             return work()
         finally:
             done.set()
+            working.discard(done)
 
     try:
         # abandon_on_cancel: the thread cannot be cancelled, but this task must see the cancellation at once
@@ -302,7 +315,7 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
                 return _error(f"tracediag: error: {one_line(exc)}")
             return _call(lambda say: work(ws, say), ctx)
 
-        return await _in_worker(job, cancel)
+        return await _in_worker(job, cancel, server.working)
 
     server = _Server("tracediag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
@@ -441,6 +454,11 @@ def _add_table_resources(server: MCPServer) -> None:
         )
 
 
-def serve(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> None:
-    """Serve over stdio until the client closes it."""
-    build_server(runs_dir, allow_roots).run("stdio")
+def serve(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> bool:
+    """Serve over stdio until the client closes it. True when every call's work has ended; False when some is still
+    running a second after (the cancelled handlers already waited CANCEL_GRACE_S: a stage that does not look at its
+    cancellation flag): the caller then ends the process rather than wait for work no one will read (the worker
+    threads would keep it alive)."""
+    server = build_server(runs_dir, allow_roots)
+    server.run("stdio")
+    return server.wait_idle(1.0)

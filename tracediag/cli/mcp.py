@@ -3,6 +3,8 @@ Desktop, Claude Code, VS Code or Cursor. Needs the `mcp` extra (the official MCP
 
 from __future__ import annotations
 
+import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -64,9 +66,13 @@ def mcp(
             raise
         roots = list(allow_root or [])
         if runs_dir is not None:
-            serve(runs_dir, roots)
-            return
-        with tempfile.TemporaryDirectory(prefix="tracediag-mcp-") as tmp:
-            serve(Path(tmp), roots)
+            return serve(runs_dir, roots)
+        with tempfile.TemporaryDirectory(prefix="tracediag-mcp-", ignore_cleanup_errors=True) as tmp:
+            return serve(Path(tmp), roots)
 
-    _guard(run, debug)
+    idle = _guard(run, debug)
+    if idle is False:
+        # the client is gone and a call's work is still in a stage that does not stop when cancelled: end the process
+        # now (its worker threads would keep it alive as an orphan); its staged files go at the next run's start
+        sys.stderr.flush()
+        os._exit(0)
