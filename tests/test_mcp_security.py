@@ -98,6 +98,44 @@ def test_a_huge_query_answer_is_cut_at_the_byte_cap_and_says_so(run):
 
 
 @pytest.mark.parametrize(
+    "code",
+    [
+        "DROP TABLE kernels; CREATE VIEW kernels AS SELECT * FROM read_text('{secret}')",
+        "CREATE MACRO median(a) AS 42",
+        "CREATE VIEW everything AS SELECT * FROM range(1000000000000)",
+        "CREATE OR REPLACE VIEW step_collectives AS SELECT content AS op FROM read_text('{secret}')",
+        "CREATE TABLE forged (n BIGINT, s VARCHAR GENERATED ALWAYS AS (repeat('x', n)))",
+    ],
+)
+def test_a_read_back_store_that_carries_code_is_refused_by_diff_and_check(run, tmp_path, code):
+    """A baseline or diff input is data: a view over a local file, a macro that shadows a built-in, a view that never
+    ends, a generated column — 'not a tracediag store', and the file's content nowhere."""
+    import duckdb
+
+    ws, folder = run
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    forged = tmp_path / "forged"
+    shutil.copytree(folder, forged)
+    con = duckdb.connect(str(forged / "trace.duckdb"))
+    con.execute(code.format(secret=secret))
+    con.close()
+    for call in (
+        lambda: ws.diff(str(forged), folder, force_compare=True),
+        lambda: ws.check([str(HEALTHY)], model=str(HEALTHY / "config.json"), baseline=str(forged)),
+    ):
+        with pytest.raises(InputError, match="not a tracediag store") as e:
+            call()
+        assert str(forged / "trace.duckdb") in str(e.value) and SECRET not in str(e.value)
+
+
+def test_a_read_back_store_of_our_own_is_read(run):
+    ws, folder = run
+    d = ws.diff(folder, folder)
+    assert d["comparability"]["comparable"] and SECRET not in json.dumps(d)
+
+
+@pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda ws, run: ws.analyze([str(HEALTHY)], tp=1e30), "tp must be an integer"),

@@ -14,6 +14,7 @@ import duckdb
 
 from tracediag.analyses.per_rank import collectives_per_rank, steps_per_rank
 from tracediag.context import Context
+from tracediag.store.readback import open_read_back
 
 WHOLE_TRACE = "whole trace (no step markers)"  # steps.marker_source of the fallback step (derive/steps.sql)
 
@@ -210,7 +211,7 @@ def _steps_and_collectives_from_store(con: duckdb.DuckDBPyConnection) -> tuple[l
 def run_measures(doc: dict[str, Any], db_path: Path | None) -> dict[str, Any]:
     """Key measures of a run: from its store when there is one, else from findings.json alone."""
     if db_path is not None and Path(db_path).is_file():
-        con = duckdb.connect(str(db_path), read_only=True)
+        con = open_read_back(db_path)  # data, not code: a baseline or diff input may come from anywhere
         try:
             steps, colls = _steps_and_collectives_from_store(con)
             m = step_measures(steps, colls) | store_measures(con)

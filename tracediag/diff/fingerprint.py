@@ -14,11 +14,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import orjson
 
 from tracediag.measures import WHOLE_TRACE
 from tracediag.runs import RunData
+from tracediag.store.readback import open_read_back
 
 # Model fields that make two configs the same model: shape, architecture, dtype, MoE/MLA/sliding-window layout
 # and the quantization config verbatim. The file's path and how fields were resolved (notes) are not identity.
@@ -59,7 +59,7 @@ class _Source:
         self.doc = run.doc
         self.con = None
         if run.db_path is not None and Path(run.db_path).is_file():
-            self.con = duckdb.connect(str(run.db_path), read_only=True)
+            self.con = open_read_back(run.db_path)  # data, not code: a diff input may come from anywhere
 
     def close(self) -> None:
         if self.con is not None:

@@ -15,6 +15,7 @@ from tracediag.findings import Check
 from tracediag.gate.config import CheckConfig, Tolerances
 from tracediag.gate.outcome import BASELINE_RULE, Outcome, OutcomeStatus, at_or_above
 from tracediag.measures import WHOLE_TRACE, fmt_measure, t_bucket
+from tracediag.store.readback import open_read_back
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def judge_baseline(
     baseline_label: str,
     db_path: Path | None,
 ) -> list[Outcome]:
-    con = duckdb.connect(str(db_path), read_only=True) if db_path and Path(db_path).is_file() else None
+    con = open_read_back(db_path) if db_path and Path(db_path).is_file() else None  # data, not code
     out = []
     try:
         for ch in changes:
