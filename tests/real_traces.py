@@ -101,6 +101,12 @@ class Inventory:
     # the first kernel's start to the last kernel's end their union covers
     graph_captures: int = 0
     graph_capture_share: float | None = None
+    # what the per-op roofline (op_roofline, KRN012) rests on: CPU ops with recorded input dims; kernels whose External
+    # id names a CPU op (Nsight: PyTorch's emit_nvtx op ranges); GEMM ops with dims that launched a kernel themselves
+    ops_with_shapes: int = 0
+    kernels_linked_to_ops: int = 0
+    gemm_ops_launching_with_shapes: int = 0
+    gemm_kernel_share: float = 0.0  # the kernel time those GEMM ops launched, as a share of all kernel time
 
 
 def _kineto(path: Path) -> Inventory:
@@ -147,7 +153,18 @@ def _kineto(path: Path) -> Inventory:
         [(e.get("tid"), e["ts"], e["ts"] + e.get("dur", 0), str(e.get("name", ""))) for e in runtime],
         [(e["ts"], e["ts"] + e.get("dur", 0)) for e in kernels],
     )
+    op_ids = {(e.get("args") or {}).get("External id") for e in cat("cpu_op")} - {None, 0}
+    kernel_ids = {(e.get("args") or {}).get("External id") for e in kernels} - {None, 0}
+    shaped = [e for e in cat("cpu_op") if (e.get("args") or {}).get("Input Dims") not in (None, [])]
+    gemm_ids = {(e.get("args") or {}).get("External id") for e in shaped if e.get("name") in GEMM_OPS} & kernel_ids
+    gemm_us = sum(e.get("dur", 0) for e in kernels if (e.get("args") or {}).get("External id") in gemm_ids)
     return Inventory(
+        ops_with_shapes=len(shaped),
+        kernels_linked_to_ops=sum(1 for e in kernels if (e.get("args") or {}).get("External id") in op_ids),
+        gemm_ops_launching_with_shapes=sum(
+            1 for e in shaped if e.get("name") in GEMM_OPS and (e.get("args") or {}).get("External id") in kernel_ids
+        ),
+        gemm_kernel_share=gemm_us / (sum(e.get("dur", 0) for e in kernels) or 1),
         graph_captures=captures,
         graph_capture_share=capture_share,
         slow_first_launches=slow_first,
@@ -291,6 +308,9 @@ def _nsys(path: Path) -> Inventory:
         slow_repeat_launches=slow_repeat,
         recorded_events=len(names) + copies + len(rt_names) + len(nvtx),
         gpu_copies=copies,
+        ops_with_shapes=sum(1 for n in nvtx if "sizes = [[" in n),
+        kernels_linked_to_ops=sum(1 for n in nvtx if n.startswith("aten::")),
+        gemm_ops_launching_with_shapes=sum(1 for n in nvtx if n.split(",")[0] in GEMM_OPS and "sizes = [[" in n),
         gpu_backend=bool(names or rt_names),
         external_id_gap_median=None,
         correlation_gap_median=_gap_median(corr) if gpu_pids <= 1 else None,

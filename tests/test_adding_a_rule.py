@@ -102,7 +102,7 @@ from tracediag.rules import RULE_MODULES
 
 name = "tracediag.rules.step5_kernels.krn990_ops_per_layer"
 i = RULE_MODULES.index(name)
-assert RULE_MODULES[i - 1].endswith(".krn011_dominant_copies") and ".step6_" in RULE_MODULES[i + 1], RULE_MODULES
+assert RULE_MODULES[i - 1].endswith(".krn012_buyable_kernel_time") and ".step6_" in RULE_MODULES[i + 1], RULE_MODULES
 mine = [p.values for p in cases._cases() if p.values[0] == "KRN990"]
 assert sorted(c["status"] for _, c in mine) == ["finding", "not_applicable", "pass"], mine
 for rule, case in mine:

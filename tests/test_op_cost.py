@@ -291,3 +291,58 @@ def test_in_the_parquet_store(tmp_path):
     store = tmp_path / "store"
     ingest_store([kineto_file(H100_QWEN)], store)
     assert pq.read_manifest(store).tables["op_roofline"]["rows"] > 0
+
+
+# --- buyable time (tracediag/analyses/roofline.py, KRN012) and the report's roofline --------------------------
+
+
+def test_buyable_time_is_the_rows_above_their_roofline(stores):
+    """Σ max(0, kernel − roofline) per family and phase over the rows that have a roofline, are not launch-bound and
+    lie in a step, computed here from op_roofline directly; the share is of the summed step time."""
+    from tracediag.analyses.roofline import amdahl, buyable
+    from tracediag.context import Context
+
+    con = stores(MI300X_QWEN)
+    b = buyable(Context(con=con, model=None, tp=None))
+    want = dict(
+        con.execute(
+            "SELECT family || '/' || phase, sum(greatest(buyable_ns, 0)) FROM op_roofline "
+            "WHERE roofline_ns IS NOT NULL AND NOT launch_bound AND phase IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    assert {f"{g.family}/{g.phase}": g.buyable_ns for g in b.groups} == pytest.approx(want)
+    assert b.basis_ns == con.execute("SELECT sum(dur_ns) FROM steps").fetchone()[0]
+    lead = b.groups[0]
+    assert (lead.family, lead.phase) == ("GEMM", "prefill") and lead.best_pct == pytest.approx(48.1, abs=0.05)
+    # at the family's best % of roofline each row would take roofline / best: the lower estimate
+    assert lead.demonstrated_ns == pytest.approx(
+        sum(max(0, r["kernel_ns"] - r["roofline_ns"] * 100 / lead.best_pct) for r in lead.rows)
+    )
+    assert 0 < lead.demonstrated_ns < lead.buyable_ns
+    assert amdahl(0.5) == 2.0 and amdahl(1.0) is None
+
+
+def test_the_report_draws_the_roofline_and_the_buyable_table(tmp_path):
+    """One mark per GEMM / attention row with a roofline in the phase; both roofs; the table per family."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from tracediag.cli import app
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["analyze", str(kineto_file(H100_QWEN)), "-o", str(out), "-q", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    html = (out / "report.html").read_text()
+    (chart,) = [s for s in re.findall(r"<svg.*?</svg>", html, re.S) if "Roofline, prefill" in s]
+    con = duckdb.connect(str(out / "trace.duckdb"), read_only=True)
+    marks = con.execute(
+        "SELECT count(*) FROM op_roofline WHERE flops > 0 AND roofline_ns IS NOT NULL AND phase = 'prefill' "
+        "AND tflops_s > 0"
+    ).fetchone()[0]
+    assert chart.count("<circle") == marks > 0
+    assert "memory roof 3.35 TB/s" in chart and "bf16 dense 989.5 TFLOP/s" in chart
+    findings = json.loads((out / "findings.json").read_text())
+    table = findings["sections"]["roofline"]["tables"]["buyable time per op family and phase"]
+    assert {row["family"] for row in table} >= {"GEMM", "attention", "elementwise"}
+    assert all(row["buyable_ns"] >= row["buyable_at_best_ns"] >= 0 for row in table)

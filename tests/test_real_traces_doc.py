@@ -84,6 +84,11 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "missing GEMM input shapes": inv.gemm_ops_with_shapes == 0,
         "missing runtime": inv.runtime_calls == 0,
         "missing GPU kernels": inv.kernels == 0,
+        "missing CPU ops that launched the kernels": inv.kernels_linked_to_ops == 0,
+        "missing input shapes": inv.ops_with_shapes == 0,
+        # GEMMs are the ops with a cost that carry time: with under 5 % of the kernel time in GEMM ops with shapes,
+        # whatever has a cost is launch-bound or negligible
+        "missing an op with a cost": inv.gemm_kernel_share < 0.05,
         "missing GPU work inside engine steps": inv.runtime_calls == 0,
         "missing GPU or CPU work inside engine steps": inv.runtime_calls == 0 and inv.cpu_ops <= 1,
     }

@@ -124,8 +124,9 @@ def _cost_table(con: duckdb.DuckDBPyConnection):  # -> pa.Table
 
     roofs = _Roofs(con)
     sigs = con.execute("SELECT DISTINCT sig, name, input_dims, input_types FROM _op_calls").fetchall()
-    cols: dict[str, list] = {k: [] for k in ("sig", "shape", "dtype", "model", "flops", "bytes", "causal", "note",
-                                             "peak_flops_s", "bandwidth_bytes_s", "gpu", "peak_source")}  # fmt: skip
+    keys = ("sig", "shape", "dtype", "model", "family", "flops", "bytes", "causal", "note", "peak_flops_s",
+            "bandwidth_bytes_s", "gpu", "peak_source")  # fmt: skip
+    cols: dict[str, list] = {k: [] for k in keys}
     for sig, name, dims_json, types_json in sigs:
         dims, types = op_cost.parse_json(dims_json), op_cost.parse_json(types_json)
         cost = op_cost.op_cost(name, dims, types)
@@ -136,6 +137,7 @@ def _cost_table(con: duckdb.DuckDBPyConnection):  # -> pa.Table
         cols["shape"].append(op_cost.shape_text(dims))
         cols["dtype"].append(dtype)
         cols["model"].append(kind)
+        cols["family"].append(op_cost.family(name))
         cols["flops"].append(cost.flops if cost else None)
         cols["bytes"].append(cost.bytes if cost else None)
         cols["causal"].append(cost.causal if cost else None)

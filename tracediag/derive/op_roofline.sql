@@ -11,6 +11,7 @@ CREATE OR REPLACE TABLE op_roofline (
     shape VARCHAR,                 -- the op's 'Input Dims', compact JSON (NULL: the trace recorded no shapes)
     dtype VARCHAR,                 -- canonical dtypes of its tensor inputs, distinct, in input order ('bf16', 'fp32,bf16')
     model VARCHAR,                 -- the cost formula: 'gemm', 'attention' or 'memory' (bytes only); NULL: no cost (see note)
+    family VARCHAR,                -- op family: GEMM, attention, elementwise, reduction, normalisation, copy / fill (NULL: an op the cost model does not know)
     calls BIGINT,                  -- calls of the op with this shape and dtype in the phase that launched kernels
     kernels BIGINT,                -- GPU kernels those calls launched
     kernel_ns BIGINT,              -- summed GPU time of those kernels, ns
@@ -34,7 +35,7 @@ CREATE OR REPLACE TABLE op_roofline (
 
 INSERT INTO op_roofline
 WITH rows AS (
-    SELECT c.rank, c.name AS op, c.phase, x.shape, x.dtype, x.model, x.flops, x.bytes, x.causal, x.note,
+    SELECT c.rank, c.name AS op, c.phase, x.shape, x.dtype, x.model, x.family, x.flops, x.bytes, x.causal, x.note,
            x.peak_flops_s, x.bandwidth_bytes_s, x.gpu, x.peak_source,
            sum(c.calls) AS calls, sum(c.kernels) AS kernels, sum(c.kernel_ns) AS kernel_ns
     FROM _op_calls c JOIN _op_cost x USING (sig)
@@ -46,7 +47,7 @@ roof AS (
                 THEN calls * greatest(coalesce(flops / peak_flops_s, 0), bytes / bandwidth_bytes_s) * 1e9 END AS roof_ns
     FROM rows
 )
-SELECT rank, op, phase, shape, dtype, model, calls, kernels, kernel_ns, flops, bytes,
+SELECT rank, op, phase, shape, dtype, model, family, calls, kernels, kernel_ns, flops, bytes,
        CASE WHEN bytes > 0 THEN flops / bytes END,
        CASE WHEN kernel_ns > 0 THEN flops * calls / kernel_ns / 1e3 END,
        CASE WHEN kernel_ns > 0 THEN bytes * calls / kernel_ns / 1e3 END,

@@ -52,6 +52,7 @@ DEEP_TABLES = (
     "host_stalls",
     "eager_cpu_ops",
     "sdpa_ops",
+    "op_roofline",
 )
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")

@@ -455,6 +455,23 @@ def op_cost(name: str, dims: Any, types: Any, concrete_inputs: Any = None) -> Op
     return None if nbytes is None else OpCost(MEMORY, None, nbytes, dtype, note=note)
 
 
+# op family of a memory-bound op's formula kind: the rows of the report's "buyable time" table and KRN012's unit
+_MEMORY_FAMILY = {"elementwise": "elementwise", "inplace": "elementwise", "compare": "elementwise",
+                  "reduce": "reduction", "copy": "copy / fill", "clone": "copy / fill", "fill": "copy / fill",
+                  "layer_norm": "normalisation", "rms_norm": "normalisation"}  # fmt: skip
+
+
+def family(name: str) -> str | None:
+    """The op family of a CPU op the cost model knows: 'GEMM', 'attention', 'elementwise', 'reduction',
+    'normalisation' or 'copy / fill'; None for an op it does not know."""
+    if name in _GEMM_OPS:
+        return "GEMM"
+    if name in _ATTENTION:
+        return "attention"
+    kind = _MEMORY.get(name)
+    return _MEMORY_FAMILY[kind] if kind else None
+
+
 def op_cost_json(name: str, dims_json: str | None, types_json: str | None) -> OpCost | None:
     """op_cost of a call as the store keeps it (cpu_ops.input_dims / input_types: verbatim JSON text)."""
     return op_cost(name, parse_json(dims_json), parse_json(types_json))

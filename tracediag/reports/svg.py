@@ -84,7 +84,7 @@ def plain(v: float) -> str:
 
 def _frame(title: str, xlabel: str, ylabel: str, x0: float, x1: float, y0: float, y1: float, *,
            xfmt: Fmt = plain, yfmt: Fmt = plain, xticks: bool = True, height: int = H,
-           yticks: Sequence[float] | None = None):  # fmt: skip
+           yticks: Sequence[float] | None = None, xtick_values: Sequence[float] | None = None):  # fmt: skip
     pw, ph = W - PAD_L - PAD_R, height - PAD_T - PAD_B
 
     def sx(x: float) -> float:
@@ -104,7 +104,7 @@ def _frame(title: str, xlabel: str, ylabel: str, x0: float, x1: float, y0: float
         parts.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#eaeef2"/>')
         parts.append(f'<text x="{PAD_L - 5}" y="{y + 4:.1f}" text-anchor="end">{escape(yfmt(t))}</text>')
     if xticks:
-        for t in nice_ticks(x0, x1, 6):
+        for t in nice_ticks(x0, x1, 6) if xtick_values is None else xtick_values:
             x = sx(t)
             parts.append(f'<line x1="{x:.1f}" y1="{height - PAD_B}" x2="{x:.1f}" y2="{height - PAD_B + 4}" '
                          'stroke="#57606a"/>')  # fmt: skip
@@ -160,7 +160,7 @@ def _legend(parts: list[str], entries: list[tuple[str, str, str]]) -> None:
     """Legend entries (name, color, kind: point / line / dashed / box) in rows along the top of the plot."""
     x, y = PAD_L + 8, PAD_T + 8
     for name, color, kind in entries:
-        w = 26 + 6.8 * len(name)
+        w = 28 + 7.2 * len(name)
         if x + w > W - PAD_R and x > PAD_L + 8:
             x, y = PAD_L + 8, y + 14
         if kind == "point":
@@ -259,7 +259,7 @@ def _scatter(
         y0, y1 = nice_bounds(min(0.0, min(ys)) if y_from_zero else min(ys), max(ys) * 1.04 or 1.0)
         yticks = None
     n_series = len(series) + len(lines)
-    legend_rows = 1 + (sum(26 + 6.8 * len(k) for k in [*series, *lines]) > W - PAD_L - PAD_R - 16)
+    legend_rows = 1 + (sum(28 + 7.2 * len(k) for k in [*series, *lines]) > W - PAD_L - PAD_R - 16)
     y1 = y1 + (y1 - y0) * 0.08 * legend_rows * (n_series > 0)  # room for the legend above the data
     parts, sx, sy = _frame(title, xlabel, ylabel, x0, x1, y0, y1, xfmt=xfmt, yfmt=yfmt, yticks=yticks)
     legend = []
@@ -296,6 +296,66 @@ def _scatter(
         d = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         parts.append(f'<polyline points="{d}" fill="none" stroke="{c}" stroke-width="2" stroke-dasharray="6 3"/>')
         legend.append((name, c, "dashed"))
+    _legend(parts, legend)
+    return "".join(parts) + "</svg>"
+
+
+def roofline(
+    title: str,
+    points: Sequence[tuple[float, float, float, str, str, bool]],
+    roofs: Sequence[tuple[str, float]],
+    bandwidth_tb_s: float,
+) -> str:
+    """A log–log roofline: achieved TFLOP/s against arithmetic intensity (FLOP/byte), one mark per point
+    (intensity, TFLOP/s, time ns, series, hover text, hollow) with its area proportional to its time; the memory
+    roof (bandwidth × intensity) and one compute roof per (label, TFLOP/s), each meeting the memory roof at its
+    ridge (a dashed vertical). Hollow marks: bounded by launch latency. Colours by series (the op family)."""
+    pts = [p for p in points if p[0] > 0 and p[1] > 0 and math.isfinite(p[0]) and math.isfinite(p[1])]
+    peaks = [(name, v) for name, v in roofs if v and v > 0]
+    if not pts or not peaks or not bandwidth_tb_s > 0:
+        return ""
+    ridges = [v / bandwidth_tb_s for _, v in peaks]
+    xs = [math.log10(p[0]) for p in pts] + [math.log10(r) for r in ridges]
+    ys = [math.log10(p[1]) for p in pts] + [math.log10(v) for _, v in peaks]
+    x0, x1 = math.floor(min(xs) - 0.3), math.ceil(max(xs) + 0.3)
+    y0, y1 = math.floor(min(ys) - 0.3), math.ceil(max(ys) + 0.5)
+    y0 = min(y0, math.floor(math.log10(bandwidth_tb_s * 10**x0)))  # the memory roof enters on the left edge
+    parts, sx, sy = _frame(title, "arithmetic intensity (FLOP/byte, log)", "achieved TFLOP/s (log)", x0, x1, y0, y1,
+                           xfmt=lambda t: plain(float(f"{10**t:.3g}")), yfmt=lambda t: plain(float(f"{10**t:.3g}")),
+                           yticks=_log_ticks(y0, y1), xtick_values=_log_ticks(x0, x1))  # fmt: skip
+    top = max(v for _, v in peaks)
+    x_top = math.log10(top / bandwidth_tb_s)
+    y_left = math.log10(bandwidth_tb_s) + x0
+    x_start = x0 if y_left >= y0 else y0 - math.log10(bandwidth_tb_s)
+    parts.append(
+        f'<polyline points="{sx(x_start):.1f},{sy(math.log10(bandwidth_tb_s) + x_start):.1f} '
+        f'{sx(x_top):.1f},{sy(math.log10(top)):.1f}" fill="none" stroke="#57606a" stroke-width="2"/>'
+    )
+    parts.append(
+        f'<text x="{sx(x_start) + 6:.1f}" y="{sy(math.log10(bandwidth_tb_s) + x_start) - 6:.1f}" fill="#57606a" '
+        f'font-size="11">memory roof {bandwidth_tb_s:.3g} TB/s</text>'
+    )
+    for name, v in sorted(peaks, key=lambda nv: -nv[1]):
+        xr = math.log10(v / bandwidth_tb_s)
+        yv = sy(math.log10(v))
+        parts.append(f'<line x1="{sx(xr):.1f}" y1="{yv:.1f}" x2="{sx(x1):.1f}" y2="{yv:.1f}" stroke="#57606a" '
+                     'stroke-width="2"/>')  # fmt: skip
+        parts.append(f'<line x1="{sx(xr):.1f}" y1="{yv:.1f}" x2="{sx(xr):.1f}" y2="{sy(y0):.1f}" stroke="#8c959f" '
+                     'stroke-dasharray="4 3"/>')  # fmt: skip
+        parts.append(f'<text x="{sx(x1) - 4:.1f}" y="{yv - 5:.1f}" text-anchor="end" fill="#57606a" font-size="11">'
+                     f"{escape(name)} {v:,.4g} TFLOP/s (ridge {v / bandwidth_tb_s:,.0f} FLOP/B)</text>")  # fmt: skip
+    tmax = max(p[2] for p in pts) or 1
+    series = list(dict.fromkeys(p[3] for p in pts))
+    shown = sorted(pts, key=lambda p: -p[2])[:MAX_POINTS]
+    for p in sorted(shown, key=lambda p: -p[2]):  # small marks drawn last, on top
+        c = COLORS[series.index(p[3]) % len(COLORS)]
+        r = 2.5 + 9 * math.sqrt(max(p[2], 0) / tmax)
+        fill = f'fill="none" stroke="{c}" stroke-width="1.5"' if p[5] else f'fill="{c}" fill-opacity="0.6" stroke="{c}"'
+        parts.append(f'<circle cx="{sx(math.log10(p[0])):.1f}" cy="{sy(math.log10(p[1])):.1f}" r="{r:.1f}" {fill}>'
+                     f"<title>{escape(p[4])}</title></circle>")  # fmt: skip
+    legend = [(name, COLORS[i % len(COLORS)], "point") for i, name in enumerate(series)]
+    if len(shown) < len(pts):
+        legend.append((f"{len(shown)} of {len(pts)} largest shown", "#57606a", "point"))
     _legend(parts, legend)
     return "".join(parts) + "</svg>"
 

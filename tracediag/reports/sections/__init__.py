@@ -20,6 +20,7 @@ SECTION_BUILDERS = (
     "tracediag.reports.sections.collectives",
     "tracediag.reports.sections.comm",
     "tracediag.reports.sections.kernels",
+    "tracediag.reports.sections.roofline",
     "tracediag.reports.sections.moe",
     "tracediag.reports.sections.phases",
     "tracediag.reports.sections.serving",
