@@ -346,3 +346,21 @@ def test_the_report_draws_the_roofline_and_the_buyable_table(tmp_path):
     table = findings["sections"]["roofline"]["tables"]["buyable time per op family and phase"]
     assert {row["family"] for row in table} >= {"GEMM", "attention", "elementwise"}
     assert all(row["buyable_ns"] >= row["buyable_at_best_ns"] >= 0 for row in table)
+
+
+def test_measured_roofs_by_flag_replace_the_catalogue(tmp_path):
+    """--peak-tflops (the activation dtype's GEMM and attention rows) and --hbm-bandwidth (every row) reach
+    op_roofline: the roofs, the bound, the roofline time and the % follow, and peak_source says they were given."""
+    from tracediag.context import Settings
+
+    db = tmp_path / "flags.duckdb"
+    analyze([kineto_file(H100_QWEN)], db_path=str(db), settings=Settings(peak_tflops=700, hbm_bandwidth_gbs=3000))
+    rows = _rows(duckdb.connect(str(db), read_only=True), "SELECT * FROM op_roofline WHERE roofline_ns IS NOT NULL")
+    assert rows and all(r["peak_tb_s"] == 3.0 and "--hbm-bandwidth 3000" in r["peak_source"] for r in rows)
+    for r in rows:
+        if r["flops"] and r["dtype"].split(",")[0] == "bf16":
+            assert r["peak_tflops"] == 700 and "--peak-tflops 700" in r["peak_source"]
+        peak = r["peak_tflops"] * 1e12 if r["flops"] else None
+        want = r["calls"] * max(r["flops"] / peak if peak else 0, r["bytes"] / 3e12) * 1e9
+        assert r["roofline_ns"] == pytest.approx(want)
+        assert r["pct_of_roofline"] == pytest.approx(100 * want / r["kernel_ns"])

@@ -15,6 +15,7 @@ from tracediag.analyses.stragglers import rank_groups
 from tracediag.context import Baseline, Context, Settings
 from tracediag.derive.graph_capture import drop_gemm_overlay, overlay_gemm_shapes
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
+from tracediag.derive.op_roofline import apply_measured_roofs
 from tracediag.engine import load_rules, run_rules
 from tracediag.errors import UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
@@ -277,6 +278,8 @@ def evaluate(
         if len(plan.groups) <= 1 and plan.all_deep:
             if settings.graph_capture and store is None:
                 overlaid = overlay_gemm_shapes(con, settings.graph_capture) is not None
+            if store is None:  # measured roofs by flag replace the catalogue's in op_roofline (a --store is read-only)
+                apply_measured_roofs(con, settings.peak_tflops, settings.hbm_bandwidth_gbs)
             mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
                 say(f"running {len(mods)} rules")

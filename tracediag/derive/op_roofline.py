@@ -159,3 +159,49 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     finally:
         con.unregister("_op_cost")
         con.execute("DROP TABLE IF EXISTS _op_calls")
+
+
+_GIVEN_PEAK = "$peak IS NOT NULL AND flops IS NOT NULL AND split_part(dtype, ',', 1) = $dtype"
+_MEASURED_ROOFS_SQL = (
+    f"""
+UPDATE op_roofline SET
+    peak_tflops = CASE WHEN {_GIVEN_PEAK} THEN $peak ELSE peak_tflops END,
+    peak_tb_s = coalesce($tb_s, peak_tb_s),
+    peak_source = concat_ws('; ',
+        CASE WHEN {_GIVEN_PEAK}
+             THEN 'compute: --peak-tflops ' || $peak || ' TFLOP/s (given, for the activation dtype ' || $dtype || ')'
+        END,
+        CASE WHEN $tb_s IS NOT NULL THEN 'memory: --hbm-bandwidth ' || ($tb_s * 1000) || ' GB/s (given)' END,
+        'in place of the GPU catalogue''s where given (' || peak_source || ')')
+WHERE ({_GIVEN_PEAK}) OR $tb_s IS NOT NULL""",
+    """
+UPDATE op_roofline SET
+    bound = CASE WHEN model = 'memory' AND bytes IS NOT NULL THEN 'memory'
+                 WHEN flops IS NOT NULL AND bytes > 0 AND peak_tflops > 0 AND peak_tb_s > 0
+                 THEN CASE WHEN flops / bytes >= peak_tflops / peak_tb_s THEN 'compute' ELSE 'memory' END END,
+    roofline_ns = CASE WHEN bytes > 0 AND peak_tb_s > 0 AND (flops IS NULL OR peak_tflops > 0)
+                       THEN calls * greatest(coalesce(flops / (peak_tflops * 1e12), 0), bytes / (peak_tb_s * 1e12))
+                            * 1e9 END""",
+    """
+UPDATE op_roofline SET pct_of_roofline = CASE WHEN kernel_ns > 0 THEN 100.0 * roofline_ns / kernel_ns END,
+                       buyable_ns = kernel_ns - roofline_ns""",
+)
+
+
+def apply_measured_roofs(con: duckdb.DuckDBPyConnection, peak_tflops: float | None, hbm_gbs: float | None) -> None:
+    """Replace the catalogue's roofs with measured ones given by flag (--peak-tflops, --hbm-bandwidth), as KRN005
+    and KRN007 take them: the bandwidth for every row, the peak for the GEMM and attention rows of the activation
+    dtype (the first dtype of the GEMM rows with the most kernel time), and recompute the columns that follow."""
+    if not (peak_tflops or hbm_gbs):
+        return
+    dtype = con.execute(
+        "SELECT split_part(dtype, ',', 1) FROM op_roofline WHERE model = 'gemm' AND dtype IS NOT NULL "
+        "GROUP BY 1 ORDER BY sum(kernel_ns) DESC, 1 LIMIT 1"
+    ).fetchone()
+    params = {
+        "peak": peak_tflops or None,
+        "tb_s": hbm_gbs / 1e3 if hbm_gbs else None,
+        "dtype": dtype[0] if dtype else None,
+    }
+    for statement in _MEASURED_ROOFS_SQL:
+        con.execute(statement, params if "$" in statement else None)

@@ -92,10 +92,16 @@ def build(ctx) -> Section | None:
         for r in rows[:TOP_ROWS]
     ]
     notes = [
-        f"Roofs of {b.gpu}: {_roofs_text(rows)}, datasheet figures from the GPU catalogue (op_roofline.peak_source "
-        "names each document): upper bounds no kernel reaches, so every % of roofline is understated and every "
-        "buyable time an upper bound. 'Buyable at best' is the time saved if each row of the family ran at "
-        "the best % of roofline one of its rows reaches in this trace (a rate this GPU and library reach).",
+        (
+            f"Roofs of {b.gpu}: {_roofs_text(rows)}, given by flag where op_roofline.peak_source says so, else "
+            "datasheet figures from the GPU catalogue"
+            if any("(given" in (r["peak_source"] or "") for r in rows)
+            else f"Roofs of {b.gpu}: {_roofs_text(rows)}, datasheet figures from the GPU catalogue"
+        )
+        + " (op_roofline.peak_source names each document): a datasheet peak is an upper bound no kernel reaches, so "
+        "every % of roofline against it is understated and every buyable time an upper bound. 'Buyable at best' is "
+        "the time saved if each row of the family ran at the best % of roofline one of its rows reaches in this "
+        "trace (a rate this GPU and library reach).",
         "Bound: compute or memory by the op's intensity against the ridge (peak / bandwidth); launch: kernels of under "
         f"{LAUNCH_BOUND_US} µs per call, bounded by launch latency, not by the roofline (not counted as buyable); "
         "the rows without a roofline (no cost model for the op, or no shapes) are in op_roofline with a note.",
