@@ -59,6 +59,9 @@ MEASURE_JS = """
     client_width: de.clientWidth, scroll_width: de.scrollWidth, body_scroll_width: document.body.scrollWidth,
     page_height: de.scrollHeight, verdict: box(v), headline: box(h), wider_than_viewport: wide,
     verdict_text: v ? v.innerText : null,
+    // the smallest chart text as drawn: 12 viewBox units scaled by the chart's rendered width over its viewBox
+    chart_text_px: Math.min(...[...document.querySelectorAll('.chart svg')].map(
+      (s) => 12 * s.getBoundingClientRect().width / (s.viewBox.baseVal.width || 640)), 99),
   });
 })()
 """

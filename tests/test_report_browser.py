@@ -56,6 +56,8 @@ def _check_layout(browser: Browser, page: Path, name: str) -> list[dict]:
         assert m["headline"] is not None, (name, width)
         assert m["headline"]["top"] >= 0 and m["headline"]["bottom"] <= SCREEN_HEIGHT, (name, width, m["headline"])
         assert m["verdict_text"].lstrip().lower().startswith("verdict"), m["verdict_text"][:80]
+        # chart text is readable: at least 11 px as drawn (a phone keeps a chart 600 px wide, scrolling in its box)
+        assert m["chart_text_px"] >= 11, (name, width, m["chart_text_px"])
         out.append(m)
     return out
 

@@ -235,8 +235,8 @@ def _scatter(
     lines = {k: list(v) for k, v in (lines or {}).items() if v}
     pts = [p for s in series.values() for p in s] + [p for s in lines.values() for p in s]
     pts = [p for p in pts if math.isfinite(p[0]) and math.isfinite(p[1])]
-    if not pts:
-        return ""
+    if len({p[0] for s in series.values() for p in s if math.isfinite(p[0])}) < 2:
+        return ""  # one x (one step, one size): an axis around it would invent its ticks; the caller says why
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
     top = max(ys)
     if clip_outliers:

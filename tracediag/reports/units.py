@@ -142,6 +142,8 @@ def label(key: str) -> str:
     t = _tokens(key)
     while len(t) > 1 and t[-1].lower() in _UNIT_TOKENS:
         t.pop()
+    # a unit inside the name ('step_ns_median') is shown by the value: 'step median' (not before 'per': 'ns per token')
+    t = [w for i, w in enumerate(t) if i == 0 or w.lower() not in _UNIT_TOKENS or t[i + 1 : i + 2] == ["per"]]
     if len(t) > 1 and t[-1] == "id":
         t.pop()
     words = [_WORDS.get(w.lower(), w) if w not in _VERBATIM else w for w in t]

@@ -32,7 +32,7 @@ def _t_words(steps: list[dict]) -> str:
         vals = sorted({s["T"] for s in steps if s["phase"] == ph and s["T"] is not None})
         n = sum(1 for s in steps if s["phase"] == ph and s["T"] is not None)
         if vals:
-            parts.append(f"{PHASE_LABEL[ph]} T = {' or '.join(str(v) for v in vals)} ({n} rank-steps)")
+            parts.append(f"{PHASE_LABEL[ph]} T = {' or '.join(str(v) for v in vals)} ({n} rank-step{'s' * (n != 1)})")
     return "Tokens per step: " + "; ".join(parts) + "."
 
 
@@ -60,7 +60,11 @@ def build(ctx) -> Section | None:
         notes.append(f"{fit_text}: t_step = {line}, R² = {fit['r2']:.3f}.")
     else:
         notes.append("No fit of t_step = a·T + b: it needs ≥ 3 steps with T and ≥ 2 distinct T.")
-    if pts:
+    if pts and len({t for t, _ in pts}) < 2:
+        notes.append(
+            f"{len(pts)} step{'s' * (len(pts) != 1)} of one size (T = {pts[0][0]}): no chart of step time against T."
+        )
+    elif pts:
         series = {
             PHASE_LABEL[ph]: [
                 (s["T"], s["step_ns"] / 1e6)

@@ -138,17 +138,31 @@ def check(ctx: Context) -> Check:
         share = b / decode_med
         values |= {"decode_step_ns_median": decode_med, "fixed_cost_share_decode": share}
         substituted += f"; b / median decode step = {ms(b)} / {ms(decode_med)} = {share:.2f}"
+        if share > 1:  # the intercept above the steps it should bound: the line does not describe decode
+            ts = [st["T"] for st in steps if st["T"] is not None]
+            values["fit_reliability"] = (
+                f"b = {ms(b)} exceeds the median decode step ({ms(decode_med)}): the line, fitted over T "
+                f"{min(ts)}–{max(ts)}, overshoots the decode steps; read b as an upper bound of their fixed cost, "
+                "not a measurement"
+            )
+            substituted += f" > 1: {values['fit_reliability']}"
         if share >= FIXED_COST_SHARE:
             dec = next(r for r in table if r["phase"] == "decode")
+            unreliable = share > 1
             return finding(
                 RULE,
                 severity="info",
-                confidence="high" if fit["r2"] >= 0.5 else "medium",
+                confidence="low" if unreliable else "high" if fit["r2"] >= 0.5 else "medium",
                 impact=dec["time_share"] * min(share, 1.0),
                 impact_basis="step time (the fixed cost of decode steps)",
                 title=(
                     f"Decode steps are fixed-cost bound: b / t_decode = {share:.2f} (b = {ms(b)}, median decode "
                     f"step {ms(decode_med)}, a = {a / 1e3:.3g} µs/token); {split}"
+                    + (
+                        "; the fit overshoots decode (b above the median decode step): an upper bound"
+                        if unreliable
+                        else ""
+                    )
                 ),
                 formula=formula,
                 substituted=substituted,
