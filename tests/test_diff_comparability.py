@@ -34,8 +34,9 @@ def cli(*args):
 
 def diffed(out: Path, *args) -> tuple[dict, str]:
     r = cli("diff", *args, "--out", out, "-j", "1")
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return json.loads((out / "diff.json").read_text()), r.stdout
+    d = json.loads((out / "diff.json").read_text())
+    assert r.exit_code == (0 if d["comparability"]["comparable"] else 1), r.stdout + r.stderr
+    return d, r.stdout
 
 
 def invalidating(d: dict) -> list[str]:
@@ -92,7 +93,12 @@ def test_the_same_set_up_is_comparable(tmp_path):
     assert fb["step_shapes"]["phase_mix"] == {"decode": pytest.approx(12 / 14), "prefill": pytest.approx(2 / 14)}
     assert "GPU: not known for either run (no device name in the inputs)" in comp["not_checked"]
     assert [f["id"] for f in d["findings"]["added"]] == ["COL002"]  # the regression is reported
-    assert "  comparable\n" in text
+    assert comp["checked"] == 5
+    assert [a["label"] for a in comp["aspects"] if a["status"] == "not checked"] == ["GPU", "serving load"]
+    assert text.splitlines()[1] == (
+        "  comparable on 5 of 7 aspects; not checked: GPU (not known for either run: no device name in the inputs), "
+        "serving load (not known for either run: no benchmark result or engine stats lines)"
+    )
 
 
 @pytest.mark.parametrize(

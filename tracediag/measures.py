@@ -172,6 +172,7 @@ def store_measures(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     all_ns = sum(f["total_ns"] for f in fam.values())
     for f in fam.values():
         f["per_step_ns"] = f["total_ns"] / n_steps if n_steps else None
+        f["calls_per_step"] = f["calls"] / n_steps if n_steps else None
         f["mean_ns"] = f["total_ns"] / f["calls"] if f["calls"] else None
         f["share"] = f["total_ns"] / all_ns if all_ns else None
     dispatch: dict[str, dict[str, Any]] = {}

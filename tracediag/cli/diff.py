@@ -9,6 +9,8 @@ import typer
 
 from tracediag.cli import options as opt
 
+EXIT_NOT_COMPARABLE = 1  # as `git diff --exit-code` says "they differ": 0 comparable, 2 usage/input, 3 internal
+
 
 def register(app: typer.Typer) -> None:
     app.command("diff")(diff)
@@ -96,13 +98,10 @@ def diff(
 
     d = _guard(run, debug)
     if not quiet:  # typer.echo never wraps: one line per headline in CI logs
-        typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
-        comp = d["comparability"]
-        typer.echo(f"  {comp['verdict']}")
-        if not comp["comparable"] and not comp["forced"]:
-            lines = ["no change is reported (pass --force-compare to compare anyway)"]
-        else:
-            lines = d["headlines"] or ["no change beyond the thresholds (see the tables)"]
-        for line in lines:
-            typer.echo(f"  {line}")
+        from tracediag.diff.render import terminal_lines
+
+        for line in terminal_lines(d):
+            typer.echo(line)
         typer.echo(f"report: {out}/diff.html  data: {out}/diff.json")
+    if not d["comparability"]["comparable"]:  # forced or not: the verdict is the status
+        raise typer.Exit(EXIT_NOT_COMPARABLE)
