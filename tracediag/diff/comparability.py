@@ -80,7 +80,7 @@ def _model(j: _Judge, b: dict | None, a: dict | None) -> None:
 
 
 def _layout(j: _Judge, b: dict | None, a: dict | None) -> None:
-    if not j.both(b, a, "parallel layout"):
+    if not j.both(b, a, "parallel layout", "no TP degree, layout groups or ranks in the inputs"):
         return
     if b["tp"] is not None and a["tp"] is not None and b["tp"] != a["tp"]:
         j.differ("layout", f"TP {b['tp']} → {a['tp']}", b["tp"], a["tp"], True)
@@ -171,7 +171,7 @@ def _workload(j: _Judge, b: dict | None, a: dict | None) -> None:
 
 
 def _fitness(j: _Judge, b: dict | None, a: dict | None) -> None:
-    j.both(b, a, "trace fitness", "findings.json has no fitness field (written by an older tracediag)")
+    j.both(b, a, "trace fitness", "no fitness in findings.json: no trace given, or an older tracediag")
     for side, f in (("BEFORE", b), ("AFTER", a)):
         if f is not None and f["fit"] is False:
             why = f": {f['reason']}" if f.get("reason") else ""
