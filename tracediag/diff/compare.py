@@ -11,6 +11,7 @@ from typing import Any
 from tracediag.diff.comparability import comparability
 from tracediag.diff.efficiency import efficiency_diff
 from tracediag.diff.fingerprint import fingerprint
+from tracediag.diff.predictions import predictions
 from tracediag.gate.outcome import finding_id
 from tracediag.measures import fmt_measure
 from tracediag.reports.html import fmt
@@ -291,6 +292,9 @@ def headlines(d: dict[str, Any]) -> list[str]:
         else:
             what = f"{f['severity']}, impact {percent(f['before_impact'])} → {percent(f['impact'])}"
         out.append(f"finding changed: {f['id']} {what}: {f['title']}")
+    for p in d["predictions"]:
+        if p["status"] in ("within", "beyond", "confounded"):
+            out.append(f"prediction checked: {p['text']}")
     for c in d["dispatch_changes"]:
         out.append(f"dispatch: {c['what']}")
     for r in d["collectives_per_step"]:
@@ -378,7 +382,7 @@ STORE_MEASURES = ("kernel_family_time", "dispatch", "attention_share")
 
 
 COMPARED = ("step_time", "communication_share", "attention_share", "kernel_family_time", "collectives_per_step",
-            "payload_per_call", "payload_by_dtype", "dispatch", "dispatch_changes")  # fmt: skip
+            "payload_per_call", "payload_by_dtype", "dispatch", "dispatch_changes", "predictions")  # fmt: skip
 FINDING_CHANGES = ("added", "removed", "fixed", "no_longer_evaluated", "changed", "unchanged")
 
 
@@ -431,6 +435,7 @@ def diff_runs(before: RunData, after: RunData, force_compare: bool = False) -> d
         "dispatch": dispatch,
         "dispatch_changes": dispatch_changes,
         "findings": _findings(before.doc, after.doc),
+        "predictions": predictions(before, after, marked_steps=all(f["step_shapes"] for f in fps.values())),
         "notes": notes,
     }
     d["headlines"] = headlines(d)

@@ -289,6 +289,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
         efficiency=d.get("efficiency"),
         efficiency_table=efficiency,
         findings=finding_rows,
+        predictions=d.get("predictions") or [],
         charts=[Markup(c) for c in charts(d)],  # built by tracediag with every label XML-escaped
     )
 
