@@ -167,6 +167,7 @@ class DiffResult(TypedDict):
     payload_by_dtype: list[dict[str, Any]]
     dispatch_changes: list[dict[str, Any]]
     efficiency: dict[str, Any]  # per-op % of each GPU's own roofline, before and after
+    predictions: list[dict[str, Any]]  # the earlier run's priced changes against the measured ones
     out: str | None
     truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 

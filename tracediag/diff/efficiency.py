@@ -171,9 +171,11 @@ def efficiency_diff(before: RunData, after: RunData, comp: dict[str, Any], force
     out["rows"] = [_row(k, b["rows"].get(k), a["rows"].get(k), costed) for k in keys]
     gpus = "" if b["gpu"] == a["gpu"] else f" on {', '.join(b['gpu'])} → {', '.join(a['gpu'])}"
     whole = a["pct"] - b["pct"]
-    head = [
-        f"per-op efficiency, all ops with a roofline: {b['pct']:.1f}% → {a['pct']:.1f}% of roofline "
-        f"({whole:+.1f} points){gpus}"
-    ]
+    head = []
+    if gpus or abs(whole) >= EFFICIENCY_POINTS:  # across GPUs the whole is the first thing to read
+        head.append(
+            f"per-op efficiency, all ops with a roofline: {b['pct']:.1f}% → {a['pct']:.1f}% of roofline "
+            f"({whole:+.1f} points){gpus}"
+        )
     out["headlines"] = head + [h for h in (_headline(r, gpus) for r in out["rows"]) if h]
     return out
