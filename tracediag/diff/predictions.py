@@ -11,7 +11,10 @@ or that the model was wrong, and where to look.
   earlier W); within: the measured decode step speed-up (medians) is at most `S_read` (+10 %).
 
 Both rest on step times, so they are not checked on windows without step markers (a window is not a step). The
-other rules that price a fix (KRN005's floor, COL003's break-even and TP=1 projection) are named as not checked.
+other rules that price a fix (KRN005's floor, KRN012's buyable time) are named as not checked.
+- COL003 (TP=1 projection): a TP=p step costs `2L·α − c(1 − 1/p) − den·T` more than at TP=1, so a later run at
+  TP=1 is predicted at the earlier step minus that. Within: 10 % of the earlier step; else the model was wrong, and
+  the diff says by how much and where to look (the collectives' measured share against 2L·α, the estimated a).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ PREDICTION_TOL = 0.10  # a measurement within 10 % (of the earlier step) of the 
 UNCHANGED = 0.05  # attention per step within 5 %: the prediction is not exercised
 NOT_CHECKED = {
     "KRN005": "its decode floor is not checked by diff yet (it needs the same model, GPU and bandwidth on both)",
-    "COL003": "its break-even T* and TP=1 projection are not checked by diff yet",
     "KRN012": "its buyable time is not checked by diff yet",
 }
 
@@ -142,23 +144,81 @@ def _krn004(b: dict[str, Any], a: dict[str, Any], before: RunData, after: RunDat
     ]
 
 
+def _tp(run: RunData) -> int | None:
+    tp = run.doc.get("tp")
+    return tp.get("p") if isinstance(tp, dict) else tp
+
+
+def _col003(b: dict[str, Any], before: RunData, after: RunData) -> list[dict[str, Any]]:
+    """COL003's TP=1 projection: at TP=p a step costs 2L·α − c(1 − 1/p) − den·T more than at TP=1 (the per-token
+    model with the GEMM's fixed part c), so the TP=1 step is predicted at step_p − that."""
+    v = b["values"]
+    need = ("alpha_us", "calls_per_step", "c_saved_by_tp_ms_per_step", "breakeven_denominator_s", "median_T", "p")
+    if any(v.get(k) is None for k in need):
+        return []
+    phase = v.get("steps_compared") or "decode"
+    p_after = _tp(after)
+    if p_after != 1:
+        why = f"the later run is at TP={p_after}, so its TP=1 projection is not tested"
+        return [_row("COL003", phase, "not exercised", f"COL003 ({phase}): {why}")]
+    sb = ((before.measures.get("phase_step_ns") or {}).get(phase) or {}).get("median")
+    sa = ((after.measures.get("phase_step_ns") or {}).get(phase) or {}).get("median")
+    if not sb or not sa:
+        return [_row("COL003", phase, "not checked", f"COL003 ({phase}): a side has no {phase} steps")]
+    comm = v["calls_per_step"] * v["alpha_us"] * 1e3  # 2L·α, ns per step
+    extra = comm - v["c_saved_by_tp_ms_per_step"] * 1e6 - v["breakeven_denominator_s"] * 1e9 * v["median_T"]
+    predicted = sb - extra
+    other = sa - predicted
+    head = (
+        f"COL003 ({phase}): TP={v['p']} → 1; it predicted a TP=1 step of {_ms(predicted)} ({_ms(sb)} − (2L·α "
+        f"{_ms(comm)} − c(1 − 1/p) {_ms(v['c_saved_by_tp_ms_per_step'] * 1e6)} − den·T)), measured {_ms(sa)} (median)"
+    )
+    if abs(other) <= PREDICTION_TOL * sb:
+        status, verdict = "within", f"within {PREDICTION_TOL:.0%} of the prediction"
+    else:
+        status = "beyond"
+        share = ((before.measures.get("communication_share") or {}).get(phase) or {}).get("value")
+        measured = f"; the collectives took {share:.1%} of the TP={v['p']} step" if share is not None else ""
+        verdict = (
+            f"the model was wrong by {_signed(other)} per step{measured} against 2L·α = {_ms(comm)} in the model "
+            f"(α = {v['alpha_us']:g} µs, the median call time): look at the collective time per step and its "
+            "waiting (COL005), and at a"
+            + (" (estimated: pass the TP=1 run as --tp1-baseline)" if v.get("a_is_estimate") else "")
+        )
+    return [
+        _row(
+            "COL003",
+            phase,
+            status,
+            f"{head}: {verdict}",
+            formula="step_1 = step_p − (2L·α − c(1 − 1/p) − den·T)",
+            predicted={"step_ns": predicted, "saving_ns": extra},
+            measured={"step_ns_before": sb, "step_ns_after": sa},
+        )
+    ]
+
+
 def predictions(before: RunData, after: RunData, marked_steps: bool) -> list[dict[str, Any]]:
     """[{rule, phase, status, text, formula?, predicted?, measured?}] for every prediction the earlier run printed;
     status: within, beyond, confounded (other work changed more than what the prediction is about), not exercised
     (what it is about did not change), not checked."""
     b, a = _predicting(before.doc), _predicting(after.doc)
     out: list[dict[str, Any]] = []
-    for rule, check in (("KRN002", _krn002), ("KRN004", None)):
+    for rule in ("KRN002", "KRN004", "COL003"):
         if rule not in b:
             continue
-        if rule not in a:
+        if rule not in a and rule != "COL003":  # COL003 cannot run at TP=1, where its projection is checked
             out.append(_row(rule, None, "not checked", f"{rule}: its rule did not run on the later run"))
         elif not marked_steps:
             out.append(
                 _row(rule, None, "not checked", f"{rule}: no step markers on both runs (a window is not a step)")
             )
+        elif rule == "KRN002":
+            out += _krn002(b[rule], a[rule])
+        elif rule == "KRN004":
+            out += _krn004(b[rule], a[rule], before, after)
         else:
-            out += check(b[rule], a[rule]) if check else _krn004(b[rule], a[rule], before, after)
+            out += _col003(b[rule], before, after)
     for rule, why in NOT_CHECKED.items():
         if rule in b and b[rule]["status"] == "finding":
             out.append(_row(rule, None, "not checked", f"{rule}: {why}"))
