@@ -168,7 +168,8 @@ def efficiency_diff(before: RunData, after: RunData, comp: dict[str, Any], force
     keys = sorted(set(b["rows"]) | set(a["rows"]),
                   key=lambda k: -max((b["rows"].get(k) or {}).get("kernel_ns") or 0,
                                      (a["rows"].get(k) or {}).get("kernel_ns") or 0))  # fmt: skip
-    out["rows"] = [_row(k, b["rows"].get(k), a["rows"].get(k), costed) for k in keys]
+    rows = [_row(k, b["rows"].get(k), a["rows"].get(k), costed) for k in keys]
+    out["rows"] = sorted(rows, key=lambda r: r["change_points"] is None)  # compared first, each part by time
     gpus = "" if b["gpu"] == a["gpu"] else f" on {', '.join(b['gpu'])} → {', '.join(a['gpu'])}"
     whole = a["pct"] - b["pct"]
     head = []

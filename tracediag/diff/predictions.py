@@ -70,8 +70,9 @@ def _krn002(b: dict[str, Any], a: dict[str, Any]) -> list[dict[str, Any]]:
         other = step_a - predicted  # what the rest of the step did
         how = f"{s:.2f}× faster" if s >= 1 else f"{1 / s:.2f}× slower"
         head = (
-            f"KRN002 ({phase}): {attention} ({how}); Amdahl with f = {f:.1%} predicts a step of {_ms(predicted)} "
-            f"({step_b / predicted:.3f}×), measured {_ms(step_b)} → {_ms(step_a)} ({step_b / step_a:.3f}×)"
+            f"KRN002 ({phase}, means per step): {attention} ({how}); Amdahl with f = {f:.1%} predicts a step of "
+            f"{_ms(predicted)} ({step_b / predicted:.3f}×), measured {_ms(step_b)} → {_ms(step_a)} "
+            f"({step_b / step_a:.3f}×)"
         )
         if abs(other) <= PREDICTION_TOL * step_b:
             status, verdict = "within", f"within {PREDICTION_TOL:.0%} of the prediction"

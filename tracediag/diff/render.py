@@ -123,6 +123,13 @@ def _workload_text(x: dict[str, Any]) -> str:
     )
 
 
+def _fitness_text(x: dict[str, Any]) -> str:
+    reason = x.get("reason") or ""
+    if reason.startswith(f"{x['status']}:"):  # fitness.why opens with its class
+        return reason
+    return f"{x['status']}" + (f": {reason}" if reason else "")
+
+
 FINGERPRINT_ROWS = (
     ("model", "model", _model_text),
     ("layout", "parallel layout", _layout_text),
@@ -130,7 +137,7 @@ FINGERPRINT_ROWS = (
     ("engine", "engine", lambda x: f"{x['name']} {x['version'] or ''} ({x['source']})"),
     ("step_shapes", "step shapes", _shapes_text),
     ("workload", "serving load", _workload_text),
-    ("fitness", "trace fitness", lambda x: f"{x['status']}" + (f": {x['reason']}" if x.get("reason") else "")),
+    ("fitness", "trace fitness", lambda x: _fitness_text(x)),
 )
 
 
@@ -155,7 +162,7 @@ def _efficiency_table(e: dict[str, Any]) -> dict[str, Any]:
          "kernel time after", "shapes before", "shapes after", "in common", "no roofline because"],
         [[r["op"], r["phase"], pct(r["before_pct"]), pct(r["after_pct"]), _chg(r["change_points"], "roofline"),
           units.duration(r["before_kernel_ns"]), units.duration(r["after_kernel_ns"]), fmt(r["before_shapes"]),
-          fmt(r["after_shapes"]), fmt(r["common_shapes"]), r["why_none"] or ""]
+          fmt(r["after_shapes"]), fmt(r["common_shapes"]), {"text": r["why_none"] or "", "cls": "text"}]
          for r in e.get("rows") or []],
     )  # fmt: skip
 
