@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import EXTERNAL, SAMPLES
+from conftest import EXTERNAL, SAMPLES, kineto_file
 from typer.testing import CliRunner
 
 from tracediag.cli import check as check_cmd
@@ -40,8 +40,10 @@ def tmp_module(tmp_path_factory) -> str:
 def diffed(tmp: str, before: str, after: str, *extra: str) -> tuple[dict, str, Path]:
     out = Path(tmp) / f"{Path(before).name}__{Path(after).name}"
     r = cli("diff", before, after, "--out", out, *extra)
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return json.loads((out / "diff.json").read_text()), r.stdout, out
+    d = json.loads((out / "diff.json").read_text())
+    # exit 0 when comparable, 1 when not (forced or not), as `git diff --exit-code` says they differ
+    assert r.exit_code == (0 if d["comparability"]["comparable"] else 1), r.stdout + r.stderr
+    return d, r.stdout, out
 
 
 def rows(d: dict, section: str, **match) -> list[dict]:
@@ -144,12 +146,84 @@ def test_nsys_2xh100_before_after(tmp_module):
         tmp_module, str(NSYS / "nsysai_2xh100_before.sqlite"), str(NSYS / "nsysai_2xh100_after.sqlite")
     )
     assert d["before"]["measures_source"] == "store" and d["before"]["time_basis"] == "GPU kernels"
+    # comparable, and on what: 2 of 7 aspects (the exports name no GPU, no model was given, no step markers)
+    comp = d["comparability"]
+    assert comp["comparable"] and comp["checked"] == 2
+    assert {a["aspect"]: a["status"] for a in comp["aspects"]} == {
+        "model": "not checked", "layout": "same", "gpu": "not checked", "engine": "not checked",
+        "step_shapes": "not checked", "workload": "not checked", "fitness": "same"}  # fmt: skip
+    assert text.splitlines()[1] == (
+        "  comparable on 2 of 7 aspects; not checked: model (not known for either run: no --model config.json), "
+        "GPU (not known for either run: no device name in the inputs), engine (not known for either run: no engine "
+        "step markers, log or startup facts), step shapes (not known for either run: no step markers), serving load "
+        "(not known for either run: no benchmark result or engine stats lines)"
+    )
     fams = {(r["klass"], r["family"]): r for r in d["kernel_family_time"]}
-    nccl = fams[("collective", "nccl")]
-    attn = next(r for (k, _), r in fams.items() if k == "attention")
-    for r in (nccl, attn):
-        assert r["before_total_ns"] > 0 and r["after_total_ns"] > 0
-        assert r["change"] == pytest.approx(r["after_total_ns"] / r["before_total_ns"] - 1)
-    assert any(line.startswith("collective/nccl time in total: ") for line in d["headlines"])
-    assert text.count("\n") >= 3  # names the changes, with numbers
-    assert (out / "diff.html").read_text().count("<tr>") > 10
+    # no step markers and other call counts: compared per call; the totals follow the 68 → 60 calls captured
+    fa2, nccl = fams[("attention", "fa2")], fams[("collective", "nccl")]
+    assert (fa2["before_calls"], fa2["after_calls"]) == (68, 60) and fa2["change_basis"] == "mean_ns"
+    assert fa2["change"] == pytest.approx(fa2["after_mean_ns"] / fa2["before_mean_ns"] - 1)
+    assert fa2["change"] == pytest.approx(0.002, abs=0.001) and fa2["total_change"] == pytest.approx(-0.116, abs=1e-3)
+    assert (
+        "attention/fa2: fewer calls captured (68 → 60) at the same 4.005 ms per call (4.005 ms → 4.013 ms, +0.2%); "
+        "total 272.317 ms → 240.756 ms (-11.6%) follows the call count, not the kernels"
+    ) in d["headlines"]
+    assert nccl["change_basis"] == "mean_ns" and nccl["change"] == pytest.approx(0.414, abs=1e-3)
+    assert any(h.startswith("collective/nccl time per call: 0.385 ms → 0.544 ms (+41.4%); fewer calls captured "
+                            "(66 → 62)") for h in d["headlines"])  # fmt: skip
+    assert not any(h.startswith("attention/fa2 time") for h in d["headlines"])
+    html = (out / "diff.html").read_text()
+    # the fa2 row is compared per call, and +0.2 % per call is painted neither green nor red
+    (fa2_row,) = [r for r in html.split("<tr>") if '<td class="mono ">attention</td><td class="mono ">fa2</td>' in r]
+    assert 'per call (calls captured differ)</td><td class="mono ">+0.2%</td>' in fa2_row
+    assert "comparable on 2 of 7 aspects; not checked: model" in html
+    # an Nsight export has no input shapes: the efficiency section says what is missing
+    assert d["efficiency"]["rows"] == [] and d["efficiency"]["note"] == (
+        "per-op efficiency not applicable: both runs: no op has a roofline: no input shapes in the trace "
+        "(Kineto record_shapes=False, or an Nsight export)"
+    )
+    assert d["efficiency"]["note"] in text
+
+
+def test_two_gpus_not_comparable_but_efficiency_is(tmp_module):
+    """H100 (Hugging Face generate) against MI300X (SGLang): the times are not comparable (exit 1, no change
+    reported), the per-op % of each GPU's own roofline is, and says which shapes it rests on."""
+    import duckdb
+
+    outs = {}
+    for name in ("tracelens_h100_hf_qwen1.5-0.5b", "tracelens_mi300x_sglang_qwen3-8b_prefilldecode"):
+        outs[name] = Path(tmp_module) / name
+        r = cli("check", kineto_file(f"{name}.json.gz"), "-o", outs[name], "-q", "-j", "1")
+        assert r.exit_code in (0, 1), r.stdout + r.stderr
+    before, after = outs.values()
+    out = Path(tmp_module) / "h100_mi300x"
+    r = cli("diff", before, after, "--out", out)
+    assert r.exit_code == 1, r.stdout + r.stderr
+    d = json.loads((out / "diff.json").read_text())
+    comp = d["comparability"]
+    assert comp["verdict"] == "not comparable: GPU NVIDIA H100 80GB HBM3 → AMD Instinct MI300X"
+    assert r.stdout.splitlines()[1].startswith(f"  {comp['verdict']} (4 of 7 aspects checked; not checked: model (")
+    assert "  no change is reported (pass --force-compare to compare anyway)" in r.stdout
+    assert d["step_time"] == [] and d["kernel_family_time"] == [] and d["headlines"] == []
+    eff = d["efficiency"]
+    assert eff["comparable"] and eff["verdict"] == "comparable" and comp["efficiency_comparable"]
+    assert eff["before"]["gpu"] == ["NVIDIA H100 SXM5 80GB"] and eff["after"]["gpu"] == ["AMD Instinct MI300X"]
+    (mm,) = [x for x in eff["rows"] if (x["op"], x["phase"]) == ("aten::mm", "prefill")]
+    for side, folder in (("before", before), ("after", after)):  # the % from each run's own op_roofline
+        with duckdb.connect(str(folder / "trace.duckdb"), read_only=True) as con:
+            pct = con.execute("SELECT 100 * sum(roofline_ns) / sum(kernel_ns) FROM op_roofline WHERE op = 'aten::mm' "
+                              "AND phase = 'prefill' AND NOT launch_bound").fetchone()[0]  # fmt: skip
+        assert mm[f"{side}_pct"] == pytest.approx(pct)
+    assert mm["before_pct"] == pytest.approx(63.9, abs=0.05) and mm["after_pct"] == pytest.approx(38.9, abs=0.05)
+    assert (mm["before_shapes"], mm["after_shapes"], mm["common_shapes"]) == (3, 5, 0)
+    line = (
+        "aten::mm (prefill) efficiency: 63.9% → 38.9% of roofline (-25.0 points) on NVIDIA H100 SXM5 80GB → AMD "
+        "Instinct MI300X; 3 → 5 shape(s), 0 in common: other shapes reach other fractions of the roofline"
+    )
+    assert line in eff["headlines"] and f"  {line}" in r.stdout
+    assert "  per-op efficiency, comparable across GPUs: % of each GPU's own roofline" in r.stdout
+    (flash,) = [x for x in eff["rows"] if x["op"] == "aten::_flash_attention_forward"]
+    assert flash["after_pct"] is None and flash["why_none"] == "not run on AFTER"
+    html = (out / "diff.html").read_text()
+    assert "comparable across GPUs, although the times are not" in html and "What changed" not in html
+    assert '<td class="mono worse">-25.0 pts</td>' in html

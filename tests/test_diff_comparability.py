@@ -34,8 +34,9 @@ def cli(*args):
 
 def diffed(out: Path, *args) -> tuple[dict, str]:
     r = cli("diff", *args, "--out", out, "-j", "1")
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return json.loads((out / "diff.json").read_text()), r.stdout
+    d = json.loads((out / "diff.json").read_text())
+    assert r.exit_code == (0 if d["comparability"]["comparable"] else 1), r.stdout + r.stderr
+    return d, r.stdout
 
 
 def invalidating(d: dict) -> list[str]:
@@ -92,7 +93,12 @@ def test_the_same_set_up_is_comparable(tmp_path):
     assert fb["step_shapes"]["phase_mix"] == {"decode": pytest.approx(12 / 14), "prefill": pytest.approx(2 / 14)}
     assert "GPU: not known for either run (no device name in the inputs)" in comp["not_checked"]
     assert [f["id"] for f in d["findings"]["added"]] == ["COL002"]  # the regression is reported
-    assert "  comparable\n" in text
+    assert comp["checked"] == 5
+    assert [a["label"] for a in comp["aspects"] if a["status"] == "not checked"] == ["GPU", "serving load"]
+    assert text.splitlines()[1] == (
+        "  comparable on 5 of 7 aspects; not checked: GPU (not known for either run: no device name in the inputs), "
+        "serving load (not known for either run: no benchmark result or engine stats lines)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,3 +145,37 @@ def test_the_fitness_aspect_reads_what_findings_json_writes(tmp_path):
     assert not d["comparability"]["comparable"], r.stdout
     assert any(w.startswith("BEFORE trace is unfit for diagnosis (sampled): sampled: the CPU ops' external ids")
                for w in invalidating(d))  # fmt: skip
+
+
+def test_serving_inputs_per_side_and_the_memory_limit(tmp_path):
+    """--before-bench / --after-bench are read with each side's traces (as analyze --bench): the same traces
+    under two loads are not comparable, exit 1; given for an analysed run, or a bad --memory-limit, exit 2."""
+    args = (HEALTHY, HEALTHY, "-m", HEALTHY / "config.json", "--memory-limit", "1GiB")
+    bench = ("--before-bench", BENCH / "vllm-0.33.0_rate2_save-result.json",
+             "--after-bench", BENCH / "vllm-0.33.0_rate6_save-detailed.json")  # fmt: skip
+    d, text = diffed(tmp_path / "o", *args, *bench)
+    assert invalidating(d) == ["request rate (req/s) 2 → 6"]
+    (load,) = [a for a in d["comparability"]["aspects"] if a["aspect"] == "workload"]
+    assert load == {"aspect": "workload", "label": "serving load", "status": "not comparable",
+                    "why": "request rate (req/s) 2 → 6"}  # fmt: skip
+    assert text.splitlines()[1] == (
+        "  not comparable: request rate (req/s) 2 → 6 (6 of 7 aspects checked; not checked: GPU (not known for "
+        "either run: no device name in the inputs))"
+    )
+    from tracediag.analysis import analyze
+    from tracediag.output import findings_json
+
+    analysed = tmp_path / "findings.json"
+    analysed.write_bytes(findings_json(analyze([HEALTHY], model=HEALTHY / "config.json")))
+    log = BENCH / "vllm-0.33.0_rateinf_stdout.log"
+    r = cli("diff", analysed, HEALTHY, "--before-log", log, "--out", tmp_path / "refused")
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        f"tracediag: error: {log}: BEFORE ({analysed}) is an analysed run, whose logs, scrapes and benchmark results "
+        "were read when it was analysed; give them to `tracediag analyze`, or give the run's traces"
+    )
+    assert not (tmp_path / "refused").exists()
+    r = cli("diff", HEALTHY, HEALTHY, "--memory-limit", "1zz", "--out", tmp_path / "bad")
+    assert (
+        r.exit_code == 2
+        and r.stderr.strip() == "tracediag: error: --memory-limit: not a size: '1zz' (examples: 512MiB, 2GiB)"
+    )

@@ -48,7 +48,8 @@ def marked_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def step_measures(steps: list[dict[str, Any]], collectives: list[dict[str, Any]]) -> dict[str, Any]:
     """Measures from the steps and collectives tables as findings.json carries them."""
     steps = marked_steps(steps)
-    out: dict[str, Any] = {"step_time_ns": {}, "communication_share": {}, "collectives_per_step": {}}
+    out: dict[str, Any] = {"step_time_ns": {}, "communication_share": {}, "collectives_per_step": {},
+                           "phase_step_ns": {}}  # fmt: skip
     groups: dict[tuple[str, str], list[dict]] = {}
     for s in steps:
         groups.setdefault((_phase(s), t_bucket(s.get("T"))), []).append(s)
@@ -68,6 +69,8 @@ def step_measures(steps: list[dict[str, Any]], collectives: list[dict[str, Any]]
         by_phase.setdefault(_phase(s), []).append(s)
     for phase, rows in sorted(by_phase.items()):
         total = sum(r["dur_ns"] for r in rows)
+        durs = [r["dur_ns"] for r in rows]
+        out["phase_step_ns"][phase] = {"steps": len(rows), "median": statistics.median(durs), "mean": total / len(rows)}
         coll = sum(r.get("collective_ns") or 0 for r in rows)
         out["communication_share"][phase] = {"value": coll / total if total else None, "steps": len(rows)}
         for col, op in (("all_reduces", "all_reduce"), ("collectives", "all")):
@@ -172,6 +175,7 @@ def store_measures(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     all_ns = sum(f["total_ns"] for f in fam.values())
     for f in fam.values():
         f["per_step_ns"] = f["total_ns"] / n_steps if n_steps else None
+        f["calls_per_step"] = f["calls"] / n_steps if n_steps else None
         f["mean_ns"] = f["total_ns"] / f["calls"] if f["calls"] else None
         f["share"] = f["total_ns"] / all_ns if all_ns else None
     dispatch: dict[str, dict[str, Any]] = {}

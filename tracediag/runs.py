@@ -13,7 +13,7 @@ import msgspec
 import orjson
 
 from tracediag.context import Settings
-from tracediag.errors import InputError
+from tracediag.errors import InputError, UsageError
 from tracediag.measures import run_measures
 
 FINDINGS_SCHEMA_PREFIX = "tracediag/findings-"
@@ -155,12 +155,23 @@ def load_run(
     keep_python: bool = False,
     settings: Settings | None = None,
     memory_limit: int | None = None,
+    extra_inputs: list[tuple[Path, str]] = (),
+    side: str = "the run",
 ) -> RunData:
     """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs (analysed
-    within `memory_limit` bytes, tracediag.memory)."""
+    within `memory_limit` bytes, tracediag.memory, with the (path, format) `extra_inputs`: logs, scrapes, benchmark
+    results). An analysed run or a store already holds what it was analysed with: `extra_inputs` for it are refused,
+    naming `side`."""
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
+    analysed = is_findings_json(p) or (p.is_dir() and (p / "findings.json").is_file())
+    if extra_inputs and analysed:
+        given = ", ".join(str(x) for x, _ in extra_inputs)
+        raise UsageError(
+            f"{given}: {side} ({path}) is an analysed run, whose logs, scrapes and benchmark results were read "
+            "when it was analysed; give them to `tracediag analyze`, or give the run's traces"
+        )
     if is_findings_json(p):
         db = p.parent / "trace.duckdb"
         run = RunData(str(path), "findings", read_findings(p), db if db.exists() else None)
@@ -175,6 +186,12 @@ def load_run(
         db = workdir / f"run{len(list(workdir.glob('run*.duckdb')))}.duckdb"
         from tracediag.store.parquet import is_store
 
+        if is_store(p) and extra_inputs:
+            given = ", ".join(str(x) for x, _ in extra_inputs)
+            raise UsageError(
+                f"{given}: {side} ({path}) is a Parquet store, whose inputs were ingested with it; ingest the "
+                "logs, scrapes and benchmark results with the traces"
+            )
         if is_store(p):  # a Parquet store from `tracediag ingest`: its tables, not re-parsed
             report = analyze([], model=model, tp=tp, db_path=db, settings=settings, store=p, memory_limit=memory_limit)
         else:
@@ -187,6 +204,7 @@ def load_run(
                 keep_python=keep_python,
                 settings=settings,
                 memory_limit=memory_limit,
+                extra_inputs=list(extra_inputs),
             )
         run = RunData(str(path), "inputs", orjson.loads(findings_json(report)), db)  # exactly what findings.json holds
     if run.kind == "inputs":

@@ -142,6 +142,11 @@ class Comparability(TypedDict):
     forced: bool
     differences: list[dict[str, Any]]
     not_checked: list[str]
+    aspects: list[dict[str, Any]]  # each of the 7 aspects: same / differs / not comparable / not checked, with why
+    checked: int  # aspects both runs knew
+    summary: str  # "comparable on N of 7 aspects; not checked: ..."
+    efficiency_comparable: bool  # per-op % of roofline: another GPU does not invalidate it
+    efficiency_verdict: str
 
 
 class DiffResult(TypedDict):
@@ -161,6 +166,8 @@ class DiffResult(TypedDict):
     payload_per_call: list[dict[str, Any]]
     payload_by_dtype: list[dict[str, Any]]
     dispatch_changes: list[dict[str, Any]]
+    efficiency: dict[str, Any]  # per-op % of each GPU's own roofline, before and after
+    predictions: list[dict[str, Any]]  # the earlier run's priced changes against the measured ones
     out: str | None
     truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
 

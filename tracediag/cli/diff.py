@@ -9,6 +9,14 @@ import typer
 
 from tracediag.cli import options as opt
 
+EXIT_NOT_COMPARABLE = 1  # as `git diff --exit-code` says "they differ": 0 comparable, 2 usage/input, 3 internal
+
+
+def _side_input(flag: str, what: str, side: str):
+    return typer.Option(
+        flag, metavar="FILE", help=f"{what} of {side}, read with its traces (as analyze --{flag.split('-')[-1]})."
+    )
+
 
 def register(app: typer.Typer) -> None:
     app.command("diff")(diff)
@@ -56,6 +64,17 @@ def diff(
     ] = False,
     keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
     jobs: opt.Jobs = None,
+    memory_limit: opt.MemoryLimit = None,
+    before_log: Annotated[list[Path] | None, _side_input("--before-log", "vLLM engine/server logs", "BEFORE")] = None,
+    after_log: Annotated[list[Path] | None, _side_input("--after-log", "vLLM engine/server logs", "AFTER")] = None,
+    before_metrics: Annotated[list[Path] | None, _side_input("--before-metrics", "/metrics scrapes", "BEFORE")] = None,
+    after_metrics: Annotated[list[Path] | None, _side_input("--after-metrics", "/metrics scrapes", "AFTER")] = None,
+    before_bench: Annotated[
+        list[Path] | None, _side_input("--before-bench", "`vllm bench serve` result JSON", "BEFORE")
+    ] = None,
+    after_bench: Annotated[
+        list[Path] | None, _side_input("--after-bench", "`vllm bench serve` result JSON", "AFTER")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
@@ -63,7 +82,14 @@ def diff(
 
     First it fingerprints both runs (model, TP/EP/DP layout, GPU, engine, step shapes, serving load, trace
     fitness) and says which differ; runs that differ in the work itself are "not comparable" and no change
-    is reported unless --force-compare is given.
+    is reported unless --force-compare is given. Per-op efficiency (% of each GPU's own roofline) is
+    compared across GPUs all the same.
+
+    Serving inputs (--before-log, --after-metrics, ...) and --memory-limit apply to sides given as traces;
+    an analysed run (findings.json, output folder) already holds what it was analysed with.
+
+    Exit status: 0 the runs are comparable; 1 they are not (with or without --force-compare); 2 a usage or
+    input error; 3 an internal error.
 
     \b
     Examples:
@@ -71,14 +97,19 @@ def diff(
       tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
       tracediag diff tp2-run/ tp4-run/ --force-compare
     """
-    from tracediag.cli import _guard
+    from tracediag.cli import _guard, extra_inputs_from, memory_budget
     from tracediag.cli.progress import progress
     from tracediag.diff import DIFF_OUTPUT_NAMES, run_diff
     from tracediag.files import OutputGuard
 
     def run():
         out_dir = opt.output_path(out, "--out")
-        guard = OutputGuard.of(before, after, model, before_model, after_model, force=force)
+        sides = {
+            "before": extra_inputs_from(log=before_log, metrics=before_metrics, bench=before_bench),
+            "after": extra_inputs_from(log=after_log, metrics=after_metrics, bench=after_bench),
+        }
+        extra = [p for side in sides.values() for p, _ in side]
+        guard = OutputGuard.of(before, after, model, before_model, after_model, extra, force=force)
         guard.check_folder(out_dir, DIFF_OUTPUT_NAMES)
         with progress(enabled=not quiet) as say:
             say(f"reading {before} and {after}, analysing the sides given as traces, comparing")
@@ -92,17 +123,17 @@ def diff(
                 keep_python=keep_python,
                 jobs=jobs,
                 force_compare=force_compare,
+                memory_limit=memory_budget(memory_limit),
+                before_inputs=sides["before"],
+                after_inputs=sides["after"],
             )
 
     d = _guard(run, debug)
     if not quiet:  # typer.echo never wraps: one line per headline in CI logs
-        typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
-        comp = d["comparability"]
-        typer.echo(f"  {comp['verdict']}")
-        if not comp["comparable"] and not comp["forced"]:
-            lines = ["no change is reported (pass --force-compare to compare anyway)"]
-        else:
-            lines = d["headlines"] or ["no change beyond the thresholds (see the tables)"]
-        for line in lines:
-            typer.echo(f"  {line}")
+        from tracediag.diff.render import terminal_lines
+
+        for line in terminal_lines(d):
+            typer.echo(line)
         typer.echo(f"report: {out}/diff.html  data: {out}/diff.json")
+    if not d["comparability"]["comparable"]:  # forced or not: the verdict is the status
+        raise typer.Exit(EXIT_NOT_COMPARABLE)

@@ -30,17 +30,34 @@ def run_diff(
     keep_python: bool = False,
     jobs: int | None = None,
     force_compare: bool = False,
+    memory_limit: int | None = None,
+    before_inputs: list[tuple[Path, str]] = (),
+    after_inputs: list[tuple[Path, str]] = (),
 ) -> dict:
     """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given.
 
-    Runs that cannot be compared (diff.comparability) get their fingerprints and the reasons, and no changes,
-    unless `force_compare`."""
+    `before_inputs` / `after_inputs` are (path, format) serving inputs (CLI --before-log, ...) analysed with a side
+    given as traces, within `memory_limit` bytes (tracediag.memory). Runs that cannot be compared
+    (diff.comparability) get their fingerprints and the reasons, and no changes, unless `force_compare`."""
     if out is not None and Path(out).is_file():
         raise UsageError(f"--out {out} is a file; give a folder")
     with tempfile.TemporaryDirectory(prefix="tracediag-diff-") as tmp:
         runs = [
-            load_run(p, Path(tmp) / name, model=m, tp=tp, jobs=jobs, keep_python=keep_python)
-            for p, m, name in ((before, before_model, "before"), (after, after_model, "after"))
+            load_run(
+                p,
+                Path(tmp) / name,
+                model=m,
+                tp=tp,
+                jobs=jobs,
+                keep_python=keep_python,
+                memory_limit=memory_limit,
+                extra_inputs=x,
+                side=name.upper(),
+            )
+            for p, m, x, name in (
+                (before, before_model, before_inputs, "before"),
+                (after, after_model, after_inputs, "after"),
+            )
         ]
         with read_back(*runs):
             d = diff_runs(*runs, force_compare=force_compare)

@@ -46,6 +46,13 @@ class _Judge:
     def __init__(self) -> None:
         self.differences: list[dict[str, Any]] = []
         self.not_checked: list[str] = []
+        self.unchecked: dict[str, str] = {}  # aspect -> why it was not checked
+        self.aspect = ""  # the aspect being judged (set by `comparability`)
+
+    def skip(self, label: str, why: str) -> None:
+        """The aspect could not be judged: it counts as not checked, never as a match."""
+        self.not_checked.append(f"{label} ({why})")
+        self.unchecked.setdefault(self.aspect, why)
 
     def differ(self, aspect: str, what: str, before: Any, after: Any, blocking: bool) -> None:
         self.differences.append(
@@ -58,6 +65,7 @@ class _Judge:
             return True
         side = "either run" if b is None and a is None else ("BEFORE" if b is None else "AFTER")
         self.not_checked.append(f"{label}: not known for {side}" + (f" ({why})" if why else ""))
+        self.unchecked.setdefault(self.aspect, f"not known for {side}" + (f": {why}" if why else ""))
         return False
 
 
@@ -72,7 +80,7 @@ def _model(j: _Judge, b: dict | None, a: dict | None) -> None:
 
 
 def _layout(j: _Judge, b: dict | None, a: dict | None) -> None:
-    if not j.both(b, a, "parallel layout"):
+    if not j.both(b, a, "parallel layout", "no TP degree, layout groups or ranks in the inputs"):
         return
     if b["tp"] is not None and a["tp"] is not None and b["tp"] != a["tp"]:
         j.differ("layout", f"TP {b['tp']} → {a['tp']}", b["tp"], a["tp"], True)
@@ -133,7 +141,7 @@ def _workload(j: _Judge, b: dict | None, a: dict | None) -> None:
     if not j.both(b, a, "serving workload", "no benchmark result or engine stats lines"):
         return
     if b["source"] != a["source"]:
-        j.not_checked.append(f"serving workload (BEFORE from {b['source']}, AFTER from {a['source']})")
+        j.skip("serving workload", f"BEFORE from {b['source']}, AFTER from {a['source']}: not the same measure")
         return
     if b["source"] == "benchmark results":
         rb, ra = b["runs"], a["runs"]
@@ -163,6 +171,7 @@ def _workload(j: _Judge, b: dict | None, a: dict | None) -> None:
 
 
 def _fitness(j: _Judge, b: dict | None, a: dict | None) -> None:
+    j.both(b, a, "trace fitness", "no fitness in findings.json: no trace given, or an older tracediag")
     for side, f in (("BEFORE", b), ("AFTER", a)):
         if f is not None and f["fit"] is False:
             why = f": {f['reason']}" if f.get("reason") else ""
@@ -172,29 +181,73 @@ def _fitness(j: _Judge, b: dict | None, a: dict | None) -> None:
 
 
 ASPECTS = (
-    ("model", _model),
-    ("layout", _layout),
-    ("gpu", _gpu),
-    ("engine", _engine),
-    ("step_shapes", _step_shapes),
-    ("workload", _workload),
-    ("fitness", _fitness),
+    ("model", "model", _model),
+    ("layout", "parallel layout", _layout),
+    ("gpu", "GPU", _gpu),
+    ("engine", "engine", _engine),
+    ("step_shapes", "step shapes", _step_shapes),
+    ("workload", "serving load", _workload),
+    ("fitness", "trace fitness", _fitness),
 )
+# The aspect a roofline-normalised comparison removes: % of each GPU's own roofline compares across GPUs.
+ROOFLINE_NORMALISED = ("gpu",)
+
+
+def _aspect_rows(j: _Judge) -> list[dict[str, Any]]:
+    """Each aspect's status: 'not comparable' (an invalidating difference), 'differs' (stated, not invalidating),
+    'same', or 'not checked' (a side lacks the fact), with why."""
+    rows = []
+    for name, label, _ in ASPECTS:
+        diffs = [d for d in j.differences if d["aspect"] == name]
+        if any(d["invalidates"] for d in diffs):
+            status, why = "not comparable", "; ".join(d["what"] for d in diffs if d["invalidates"])
+        elif name in j.unchecked:
+            status, why = "not checked", j.unchecked[name]
+        elif diffs:
+            status, why = "differs", "; ".join(d["what"] for d in diffs)
+        else:
+            status, why = "same", None
+        rows.append({"aspect": name, "label": label, "status": status, "why": why})
+    return rows
+
+
+def summary(comp: dict[str, Any]) -> str:
+    """'comparable on N of 7 aspects; not checked: X (why), ...' or the verdict with what was checked."""
+    aspects = comp["aspects"]
+    checked = [a for a in aspects if a["status"] != "not checked"]
+    skipped = ", ".join(f"{a['label']} ({a['why']})" for a in aspects if a["status"] == "not checked")
+    tail = f"; not checked: {skipped}" if skipped else ""
+    if comp["comparable"]:
+        n = "all" if len(checked) == len(aspects) else str(len(checked))
+        return f"comparable on {n} of {len(aspects)} aspects" + tail
+    return f"{comp['verdict']} ({len(checked)} of {len(aspects)} aspects checked{tail})"
 
 
 def comparability(before: dict[str, Any], after: dict[str, Any], force: bool = False) -> dict[str, Any]:
-    """{comparable, verdict, forced, differences: [{aspect, what, before, after, invalidates}], not_checked}.
+    """{comparable, verdict, forced, differences: [{aspect, what, before, after, invalidates}], not_checked,
+    aspects: [{aspect, label, status, why}], checked, summary, efficiency_comparable, efficiency_verdict}.
 
-    `verdict` is "comparable" or "not comparable: <each invalidating difference>"; `force` (diff
-    --force-compare) keeps the verdict but lets the diff report its changes anyway (`forced`)."""
+    `verdict` is "comparable" or "not comparable: <each invalidating difference>"; `summary` says on how many of the
+    7 aspects that rests and names each one not checked, with why; `force` (diff --force-compare) keeps the verdict
+    but lets the diff report its changes anyway (`forced`). `efficiency_*` is the verdict for the per-op
+    efficiency section (% of each GPU's own roofline), which another GPU does not invalidate."""
     j = _Judge()
-    for name, judge in ASPECTS:
+    for name, _, judge in ASPECTS:
+        j.aspect = name
         judge(j, before.get(name), after.get(name))
     blocking = [d["what"] for d in j.differences if d["invalidates"]]
-    return {
+    # per-op efficiency (% of each GPU's own roofline) is blocked only by what the roofline does not normalise
+    eff_blocking = [d["what"] for d in j.differences if d["invalidates"] and d["aspect"] not in ROOFLINE_NORMALISED]
+    comp = {
         "comparable": not blocking,
         "verdict": "not comparable: " + "; ".join(blocking) if blocking else "comparable",
         "forced": bool(force and blocking),
         "differences": j.differences,
         "not_checked": j.not_checked,
+        "aspects": _aspect_rows(j),
+        "efficiency_comparable": not eff_blocking,
+        "efficiency_verdict": "not comparable: " + "; ".join(eff_blocking) if eff_blocking else "comparable",
     }
+    comp["checked"] = sum(a["status"] != "not checked" for a in comp["aspects"])
+    comp["summary"] = summary(comp)
+    return comp

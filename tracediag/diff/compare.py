@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tracediag.diff.comparability import comparability
+from tracediag.diff.efficiency import efficiency_diff
 from tracediag.diff.fingerprint import fingerprint
+from tracediag.diff.predictions import predictions
 from tracediag.gate.outcome import finding_id
 from tracediag.measures import fmt_measure
 from tracediag.reports.html import fmt
@@ -139,13 +141,23 @@ def _payloads(b: dict, a: dict, name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _basis(x: dict, y: dict) -> str:
+    """What a family's time is compared on: per step when both windows hold marked steps (the work per step);
+    else per call when the windows hold different call counts (a window that captured fewer calls is not less
+    time per unit of work); else the totals."""
+    if x.get("per_step_ns") is not None and y.get("per_step_ns") is not None:
+        return "per_step_ns"
+    if x.get("calls") and y.get("calls") and x["calls"] != y["calls"]:
+        return "mean_ns"
+    return "total_ns"
+
+
 def _families(b: dict, a: dict) -> list[dict[str, Any]]:
     rows = []
     for _, x, y in _pairs(b, a, "kernel_family_time"):
         x, y = x or {}, y or {}
         m = x or y
-        per_step = x.get("per_step_ns") is not None and y.get("per_step_ns") is not None
-        basis = "per_step_ns" if per_step else "total_ns"
+        basis = _basis(x, y) if x and y else ("new" if y else "gone")
         rows.append(
             {
                 "klass": m["klass"],
@@ -156,12 +168,16 @@ def _families(b: dict, a: dict) -> list[dict[str, Any]]:
                 "after_per_step_ns": y.get("per_step_ns"),
                 "before_calls": x.get("calls"),
                 "after_calls": y.get("calls"),
+                "before_calls_per_step": x.get("calls_per_step"),
+                "after_calls_per_step": y.get("calls_per_step"),
                 "before_mean_ns": x.get("mean_ns"),
                 "after_mean_ns": y.get("mean_ns"),
                 "before_share": x.get("share"),
                 "after_share": y.get("share"),
                 "change": _rel(x.get(basis), y.get(basis)) if x and y else None,
-                "change_basis": basis if x and y else ("new" if y else "gone"),
+                "change_basis": basis,
+                "total_change": _rel(x.get("total_ns"), y.get("total_ns")) if x and y else None,
+                "per_call_change": _rel(x.get("mean_ns"), y.get("mean_ns")) if x and y else None,
             }
         )
     return sorted(rows, key=lambda r: -max(r["before_total_ns"] or 0, r["after_total_ns"] or 0))
@@ -276,6 +292,9 @@ def headlines(d: dict[str, Any]) -> list[str]:
         else:
             what = f"{f['severity']}, impact {percent(f['before_impact'])} → {percent(f['impact'])}"
         out.append(f"finding changed: {f['id']} {what}: {f['title']}")
+    for p in d["predictions"]:
+        if p["status"] in ("within", "beyond", "confounded"):
+            out.append(f"prediction checked: {p['text']}")
     for c in d["dispatch_changes"]:
         out.append(f"dispatch: {c['what']}")
     for r in d["collectives_per_step"]:
@@ -309,29 +328,61 @@ def headlines(d: dict[str, Any]) -> list[str]:
                     f"{fmt_measure(r['after'], 'share')} ({r['change'] * 100:+.1f} points)"
                 )
     for r in d["kernel_family_time"]:
-        big = max(r["before_share"] or 0, r["after_share"] or 0) >= HEADLINE_MIN_FAMILY_SHARE
-        if not big:
-            continue
-        name = f"{r['klass']}/{r['family']}"
-        if r["change_basis"] in ("new", "gone"):
-            t = r["after_total_ns"] if r["change_basis"] == "new" else r["before_total_ns"]
-            out.append(f"{name} time: {r['change_basis']} ({fmt_measure(t, 'ns')} in total)")
-        elif r["change"] is not None and abs(r["change"]) >= 2 * HEADLINE_REL:
-            basis = "per step" if r["change_basis"] == "per_step_ns" else "in total"
-            out.append(
-                f"{name} time {basis}: {fmt_measure(r['before_' + r['change_basis']], 'ns')} → "
-                f"{fmt_measure(r['after_' + r['change_basis']], 'ns')} ({_pct(r['change'])}); "
-                f"{fmt(r['before_calls'])} → {fmt(r['after_calls'])} calls, mean "
-                f"{fmt_measure(r['before_mean_ns'], 'ns')} → {fmt_measure(r['after_mean_ns'], 'ns')} per call"
-            )
+        line = _family_headline(r)
+        if line:
+            out.append(line)
     return out
+
+
+FAMILY_REL = 2 * HEADLINE_REL  # a kernel family's time: ±10 %
+
+
+def _family_headline(r: dict[str, Any]) -> str | None:
+    """A family's change on its basis (per step, per call, total); a total that moved only because the windows
+    captured another number of calls at the same time per call is said as such, not as a change of time."""
+    if max(r["before_share"] or 0, r["after_share"] or 0) < HEADLINE_MIN_FAMILY_SHARE:
+        return None
+    name = f"{r['klass']}/{r['family']}"
+    ms = lambda v: fmt_measure(v, "ns")  # noqa: E731
+    if r["change_basis"] in ("new", "gone"):
+        t = r["after_total_ns"] if r["change_basis"] == "new" else r["before_total_ns"]
+        return f"{name} time: {r['change_basis']} ({ms(t)} in total)"
+    calls = f"{fmt(r['before_calls'])} → {fmt(r['after_calls'])}"
+    totals = f"total {ms(r['before_total_ns'])} → {ms(r['after_total_ns'])}"
+    c = r["change"]
+    if r["change_basis"] == "mean_ns":
+        fewer = "fewer" if r["after_calls"] < r["before_calls"] else "more"
+        if abs(c) < HEADLINE_REL:
+            if abs(r["total_change"] or 0) < FAMILY_REL:
+                return None
+            return (
+                f"{name}: {fewer} calls captured ({calls}) at the same {ms(r['before_mean_ns'])} per call "
+                f"({ms(r['before_mean_ns'])} → {ms(r['after_mean_ns'])}, {_pct(c)}); {totals} "
+                f"({_pct(r['total_change'])}) follows the call count, not the kernels"
+            )
+        if abs(c) < FAMILY_REL and abs(r["total_change"] or 0) < FAMILY_REL:
+            return None
+        return (
+            f"{name} time per call: {ms(r['before_mean_ns'])} → {ms(r['after_mean_ns'])} ({_pct(c)}); {fewer} "
+            f"calls captured ({calls}), {totals} ({_pct(r['total_change'])})"
+        )
+    if c is None or abs(c) < FAMILY_REL:
+        return None
+    basis = "per step" if r["change_basis"] == "per_step_ns" else "in total"
+    per_step = ""
+    if r["change_basis"] == "per_step_ns":
+        per_step = f" ({fmt(r['before_calls_per_step'])} → {fmt(r['after_calls_per_step'])} per step)"
+    return (
+        f"{name} time {basis}: {ms(r['before_' + r['change_basis']])} → {ms(r['after_' + r['change_basis']])} "
+        f"({_pct(c)}); {calls} calls{per_step}, mean {ms(r['before_mean_ns'])} → {ms(r['after_mean_ns'])} per call"
+    )
 
 
 STORE_MEASURES = ("kernel_family_time", "dispatch", "attention_share")
 
 
 COMPARED = ("step_time", "communication_share", "attention_share", "kernel_family_time", "collectives_per_step",
-            "payload_per_call", "payload_by_dtype", "dispatch", "dispatch_changes")  # fmt: skip
+            "payload_per_call", "payload_by_dtype", "dispatch", "dispatch_changes", "predictions")  # fmt: skip
 FINDING_CHANGES = ("added", "removed", "fixed", "no_longer_evaluated", "changed", "unchanged")
 
 
@@ -357,6 +408,7 @@ def diff_runs(before: RunData, after: RunData, force_compare: bool = False) -> d
         "comparability": comp,
         "fingerprints": fps,
     }
+    head["efficiency"] = efficiency_diff(before, after, comp, force=force_compare)
     if not comp["comparable"] and not force_compare:
         return head | _not_compared(comp)
     b, a = dict(before.measures), dict(after.measures)
@@ -383,6 +435,7 @@ def diff_runs(before: RunData, after: RunData, force_compare: bool = False) -> d
         "dispatch": dispatch,
         "dispatch_changes": dispatch_changes,
         "findings": _findings(before.doc, after.doc),
+        "predictions": predictions(before, after, marked_steps=all(f["step_shapes"] for f in fps.values())),
         "notes": notes,
     }
     d["headlines"] = headlines(d)

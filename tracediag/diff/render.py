@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from markupsafe import Markup
 
+from tracediag.diff.compare import HEADLINE_REL
 from tracediag.reports import svg, units
 from tracediag.reports.html import fmt
 from tracediag.reports.templating import environment
@@ -18,16 +19,23 @@ def diff_json(d: dict[str, Any]) -> bytes:
     return orjson.dumps(d, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
 
 
-def _chg(v: float | None, kind: str) -> dict[str, str]:
-    """Display and CSS class of a change: 'rel' (%), 'share' (points), 'count'."""
+def _chg(v: float | None, kind: str, noise: float = 0.0) -> dict[str, str]:
+    """Display and CSS class of a change: 'rel' (%), 'share' (points), 'count', 'roofline' (points of % of
+    roofline: up is better). A change within `noise` is not coloured."""
     if v is None:
         return {"text": "—", "cls": ""}
     if kind == "rel":
         text = f"{v * 100:+.1f}%"
     elif kind == "share":
         text = f"{v * 100:+.1f} pts"
+    elif kind == "roofline":
+        text = f"{v:+.1f} pts"
     else:
         text = f"{v:+g}"
+    if abs(v) <= noise:
+        return {"text": text, "cls": ""}
+    if kind == "roofline":
+        return {"text": text, "cls": "better" if v > 0 else "worse"}
     cls = "up" if v > 0 else "down" if v < 0 else ""
     return {"text": text, "cls": cls}
 
@@ -115,6 +123,13 @@ def _workload_text(x: dict[str, Any]) -> str:
     )
 
 
+def _fitness_text(x: dict[str, Any]) -> str:
+    reason = x.get("reason") or ""
+    if reason.startswith(f"{x['status']}:"):  # fitness.why opens with its class
+        return reason
+    return f"{x['status']}" + (f": {reason}" if reason else "")
+
+
 FINGERPRINT_ROWS = (
     ("model", "model", _model_text),
     ("layout", "parallel layout", _layout_text),
@@ -122,28 +137,38 @@ FINGERPRINT_ROWS = (
     ("engine", "engine", lambda x: f"{x['name']} {x['version'] or ''} ({x['source']})"),
     ("step_shapes", "step shapes", _shapes_text),
     ("workload", "serving load", _workload_text),
-    ("fitness", "trace fitness", lambda x: f"{x['status']}" + (f": {x['reason']}" if x.get("reason") else "")),
+    ("fitness", "trace fitness", lambda x: _fitness_text(x)),
 )
 
 
 def fingerprint_rows(d: dict[str, Any]) -> list[list[str]]:
-    """[aspect, before, after, verdict] per fingerprint aspect."""
+    """[aspect, before, after, verdict] per fingerprint aspect; the verdict says why an aspect was not checked."""
     comp, fps = d["comparability"], d["fingerprints"]
+    status = {a["aspect"]: a for a in comp.get("aspects") or []}
     rows = []
     for key, label, text in FINGERPRINT_ROWS:
         b, a = fps["before"].get(key), fps["after"].get(key)
-        diffs = [x for x in comp["differences"] if x["aspect"] == key]
-        if any(x["invalidates"] for x in diffs):
-            verdict = "not comparable: " + "; ".join(x["what"] for x in diffs if x["invalidates"])
-        elif diffs:
-            verdict = "differs (comparable): " + "; ".join(x["what"] for x in diffs)
-        elif b is None or a is None:
-            verdict = "not checked"
-        else:
-            verdict = "same"
+        s = status.get(key) or {"status": "not checked" if b is None or a is None else "same", "why": None}
+        word = {"differs": "differs (comparable)"}.get(s["status"], s["status"])
+        verdict = f"{word}: {s['why']}" if s.get("why") else word
         rows.append([label, "—" if b is None else text(b), "—" if a is None else text(a), verdict])
     return rows
 
+
+def _efficiency_table(e: dict[str, Any]) -> dict[str, Any]:
+    pct = lambda v: "—" if v is None else f"{v:.1f}%"  # noqa: E731
+    return _table(
+        ["op", "phase", "before % of roofline", "after % of roofline", "change", "kernel time before",
+         "kernel time after", "shapes before", "shapes after", "in common", "no roofline because"],
+        [[r["op"], r["phase"], pct(r["before_pct"]), pct(r["after_pct"]), _chg(r["change_points"], "roofline"),
+          units.duration(r["before_kernel_ns"]), units.duration(r["after_kernel_ns"]), fmt(r["before_shapes"]),
+          fmt(r["after_shapes"]), fmt(r["common_shapes"]), {"text": r["why_none"] or "", "cls": "text"}]
+         for r in e.get("rows") or []],
+    )  # fmt: skip
+
+
+# what a kernel family's change is computed on (diff.compare._basis)
+BASIS_WORDS = {"per_step_ns": "per step", "mean_ns": "per call (calls captured differ)", "total_ns": "total"}
 
 _CHANGE_WORDS = {
     "added": "new",
@@ -208,12 +233,13 @@ def render_diff_html(d: dict[str, Any]) -> str:
             _table(
                 ["class", "family", "before total", "after total", "before / step", "after / step",
                  "calls before", "calls after", "mean before", "mean after", "share before", "share after",
-                 "change"],
+                 "compared", "change"],
                 [[r["klass"], r["family"], ms(r["before_total_ns"]), ms(r["after_total_ns"]),
                   ms(r["before_per_step_ns"]), ms(r["after_per_step_ns"]), fmt(r["before_calls"]),
                   fmt(r["after_calls"]), ms(r["before_mean_ns"]), ms(r["after_mean_ns"]), share(r["before_share"]),
-                  share(r["after_share"]),
-                  _chg(r["change"], "rel") if r["change"] is not None else {"text": r["change_basis"], "cls": ""}]
+                  share(r["after_share"]), BASIS_WORDS.get(r["change_basis"], r["change_basis"]),
+                  _chg(r["change"], "rel", noise=HEADLINE_REL) if r["change"] is not None
+                  else {"text": r["change_basis"], "cls": ""}]
                  for r in d["kernel_family_time"]],
             ),
         ),
@@ -228,6 +254,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
             ),
         ),
     ]  # fmt: skip
+    efficiency = _efficiency_table(d.get("efficiency") or {})
     fd = d["findings"]
     sev = {
         "added": lambda f: ("—", f["severity"]),
@@ -252,7 +279,7 @@ def render_diff_html(d: dict[str, Any]) -> str:
         for kind in sev
         for f in fd.get(kind, [])
     ]
-    for _, t in tables:
+    for _, t in [*tables, ("efficiency", efficiency)]:
         t["rows"] = [[c if isinstance(c, dict) else {"text": str(c), "cls": ""} for c in row] for row in t["rows"]]
     template = environment().get_template("diff.html")
     return template.render(
@@ -266,9 +293,33 @@ def render_diff_html(d: dict[str, Any]) -> str:
         fingerprint=fingerprint_rows(d),
         compared=d["comparability"]["comparable"] or d["comparability"]["forced"],
         tables=tables,
+        efficiency=d.get("efficiency"),
+        efficiency_table=efficiency,
         findings=finding_rows,
+        predictions=d.get("predictions") or [],
         charts=[Markup(c) for c in charts(d)],  # built by tracediag with every label XML-escaped
     )
+
+
+def terminal_lines(d: dict[str, Any]) -> list[str]:
+    """The terminal summary of a diff, one line per headline (CI logs: never wrapped)."""
+    comp = d["comparability"]
+    lines = [
+        f"tracediag diff: {d['before']['path']} → {d['after']['path']}",
+        f"  {comp.get('summary') or comp['verdict']}",
+    ]
+    if not comp["comparable"] and not comp["forced"]:
+        body = ["no change is reported (pass --force-compare to compare anyway)"]
+    else:
+        body = d["headlines"] or ["no change beyond the thresholds (see the tables)"]
+    eff = d.get("efficiency") or {}
+    if eff.get("rows") and not (comp["comparable"] or comp["forced"]):
+        body.append(f"per-op efficiency, comparable across GPUs: {eff['basis']}")
+    if eff.get("rows"):
+        body += eff["headlines"]
+    elif eff.get("note"):
+        body.append(eff["note"])
+    return lines + [f"  {line}" for line in body]
 
 
 def write_diff(d: dict[str, Any], out_dir: Path) -> list[Path]:
