@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from tracediag.cli import fastparams
 from tracediag.errors import TracediagError, UsageError, one_line
 from tracediag.version import __version__
 
@@ -167,7 +166,6 @@ def _register_commands() -> None:
 
 
 _register_commands()
-fastparams.install()
 
 
 def main(argv: list[str] | None = None) -> None:
