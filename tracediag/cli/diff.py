@@ -57,6 +57,7 @@ def diff(
     keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
     jobs: opt.Jobs = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    fmt: opt.DiffFormat = "text",
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Compare two runs: step time, kernel-family time, collectives, payloads, dispatch, findings.
@@ -77,6 +78,7 @@ def diff(
     from tracediag.files import OutputGuard
 
     def run():
+        opt.output_format(fmt)
         out_dir = opt.output_path(out, "--out")
         guard = OutputGuard.of(before, after, model, before_model, after_model, force=force)
         guard.check_folder(out_dir, DIFF_OUTPUT_NAMES)
@@ -95,7 +97,12 @@ def diff(
             )
 
     d = _guard(run, debug)
-    if not quiet:  # typer.echo never wraps: one line per headline in CI logs
+    if fmt == "json":
+        from tracediag.cli import emit_json
+        from tracediag.diff.render import diff_json
+
+        emit_json(diff_json(d))
+    elif not quiet:  # typer.echo never wraps: one line per headline in CI logs
         typer.echo(f"tracediag diff: {d['before']['path']} → {d['after']['path']}")
         comp = d["comparability"]
         typer.echo(f"  {comp['verdict']}")
