@@ -62,7 +62,7 @@ def base_url(url: str) -> str:
 def _ask_profiler(
     res: CaptureResult, url: str, body: dict | None, timeout_s: float, deadline: float, say
 ) -> ProfilerAnswer:
-    """One profiler request with its retries, recorded in the result; a repeated request is said as it happens."""
+    """One profiler request with its retries, recorded in the result; one that took several tries says so."""
     answer = post_profiler(url, body, timeout_s, deadline=deadline)
     res.profiler_requests.append({"endpoint": answer.endpoint, "status": answer.status, "attempts": answer.attempts})
     if len(answer.attempts) > 1:
