@@ -47,6 +47,7 @@ FLOORS = [
             "tracediag.version",
             "tracediag.files",
             "tracediag.inputfile",
+            "tracediag.schemas",
         ],
     ),
 ]

@@ -197,11 +197,11 @@ def test_terminal_summary_leads_with_the_verdict_and_never_wraps_in_a_pipe():
     assert "\x1b[" not in buf.getvalue()
 
 
-def test_progress_is_silent_without_a_terminal():
+def test_a_run_shorter_than_the_heartbeat_prints_nothing_without_a_terminal():
     from tracediag.cli.progress import progress
 
     buf = io.StringIO()
-    with progress(stream=buf) as say:
+    with progress(stream=buf) as say:  # the heartbeat's first line comes after HEARTBEAT_S (5 s)
         say("reading 2 files")
     assert buf.getvalue() == ""
 

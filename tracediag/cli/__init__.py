@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from tracediag.cli import fastparams
 from tracediag.errors import TracediagError, UsageError, one_line
 from tracediag.version import __version__
 
@@ -116,6 +115,21 @@ def memory_budget(text: str | None) -> int | None:
         raise UsageError(f"--memory-limit: {exc}") from None
 
 
+def emit_json(document: bytes) -> None:
+    """A --format json document on stdout. A reader that stops early (`| head`) ends the output quietly, as for any
+    Unix filter, not with a traceback."""
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(document)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        # Python flushes stdout once more at exit; pointing it at /dev/null keeps that flush from failing as well
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None  # 128 + SIGPIPE, what the shell reports for a filter cut off
+
+
 def _guard(fn, debug: bool):
     try:
         return fn()
@@ -167,7 +181,6 @@ def _register_commands() -> None:
 
 
 _register_commands()
-fastparams.install()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -62,6 +62,8 @@ def analyze(
         ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    fmt: opt.FindingsFormat = "text",
+    show_progress: opt.Progress = None,
     debug: opt.Debug = False,
 ) -> None:
     """Ingest traces and telemetry, run the rules, write report.html, findings.json and trace.duckdb.
@@ -72,10 +74,11 @@ def analyze(
       tracediag analyze rank0.json.gz rank1.json.gz -m config.json --tp 2 -o incident-123/
       tracediag analyze --store incident-123.store -m config.json
       tracediag analyze --log server.log --metrics metrics.prom --bench result.json --slo ttft=500,tpot=50
+      tracediag analyze traces/ -m config.json --format json | jq .verdict
     """
     from tracediag.analysis import analyze as run_analysis
-    from tracediag.cli import _guard, extra_inputs_from, memory_budget
-    from tracediag.cli.progress import progress
+    from tracediag.cli import _guard, emit_json, extra_inputs_from, memory_budget
+    from tracediag.cli.progress import progress, wanted
     from tracediag.context import Settings, parse_slo
     from tracediag.files import OutputGuard
     from tracediag.output import staged_outputs
@@ -110,16 +113,19 @@ def analyze(
 
     def run():
         nonlocal out_dir
+        opt.output_format(fmt)
         out_dir = opt.output_path(out, "--out")
         budget = memory_budget(memory_limit)
         guard = OutputGuard.of(inputs, model, tp1_baseline, graph_capture, store, [p for p, _ in extra], force=force)
-        with progress(enabled=not quiet) as say:
+        with progress(enabled=wanted(show_progress, quiet)) as say:
             report = staged_outputs(out_dir, lambda staging: produce(staging, say, budget), guard=guard)
             say("writing report.html and findings.json")
             return report
 
     report = _guard(run, debug)
-    if not quiet:
+    if fmt == "json":  # the file as written, byte for byte
+        emit_json((out_dir / "findings.json").read_bytes())
+    elif not quiet:
         from tracediag.reports.terminal import print_summary  # rich: only for the summary
 
         print_summary(report, out_dir)

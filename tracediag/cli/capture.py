@@ -58,6 +58,7 @@ def capture(
     """
     from tracediag.analysis import analyze as run_analysis
     from tracediag.cli import _guard
+    from tracediag.cli.progress import progress
     from tracediag.context import Settings, parse_slo
     from tracediag.ingest.capture_folder import capture_inputs
     from tracediag.live.capture import capture as run_capture
@@ -96,7 +97,7 @@ def capture(
         traces = [p for p, fmt in inputs if fmt is None]
         extra = [(p, fmt) for p, fmt in inputs if fmt is not None]
 
-        def produce(staging: Path):
+        def produce(staging: Path, stage):
             return run_analysis(
                 traces,
                 model=model,
@@ -104,9 +105,11 @@ def capture(
                 db_path=staging / "trace.duckdb",
                 settings=Settings(slo_ms=parse_slo(slo)),
                 extra_inputs=extra,
+                progress=stage,
             )
 
-        return staged_outputs(out, produce)
+        with progress(enabled=not quiet) as stage:  # the analysis only: the window prints its own lines
+            return staged_outputs(out, lambda staging: produce(staging, stage))
 
     report = _guard(run, debug)
     if not quiet:

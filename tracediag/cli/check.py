@@ -93,6 +93,8 @@ def check(
     jobs: opt.Jobs = None,
     memory_limit: opt.MemoryLimit = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the verdict line.")] = False,
+    fmt: opt.CheckFormat = "text",
+    show_progress: opt.Progress = None,
     debug: opt.Debug = False,
 ) -> None:
     """Run the rules as a CI gate: exit 1 when a finding at or above --fail-on is new (vs --baseline).
@@ -107,9 +109,10 @@ def check(
       tracediag check traces/ -m config.json --baseline last-good/findings.json --fail-on error
       tracediag check traces/ -m config.json --rules 'COL*,SHP001' --annotated-trace marked.json
       tracediag check traces/ -m config.json --require 'SHP*,COL*'
+      tracediag check traces/ -m config.json --format json > check.json
     """
-    from tracediag.cli import _guard, extra_inputs_from, memory_budget
-    from tracediag.cli.progress import progress
+    from tracediag.cli import _guard, emit_json, extra_inputs_from, memory_budget
+    from tracediag.cli.progress import progress, wanted
     from tracediag.gate.run import run_check
 
     extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
@@ -117,13 +120,14 @@ def check(
     paths = {}
 
     def run():
+        opt.output_format(fmt)
         paths.update(
             junit=opt.output_path(junit, "--junit"),
             annotated_trace=opt.output_path(annotated_trace, "--annotated-trace"),
             out=opt.output_path(out, "--out"),
         )
         budget = memory_budget(memory_limit)
-        with progress(enabled=not quiet) as say:
+        with progress(enabled=wanted(show_progress, quiet)) as say:
             return run_check(
                 inputs or [],
                 model=model,
@@ -148,7 +152,12 @@ def check(
     result, warnings = _guard(run, debug)
     for w in warnings:
         typer.echo(f"tracediag: warning: {w}", err=True)
-    from tracediag.gate.text import print_result
+    if fmt == "json":
+        from tracediag.gate.run import check_json
 
-    print_result(result, quiet=quiet, **paths)
+        emit_json(check_json(result))
+    else:
+        from tracediag.gate.text import print_result
+
+        print_result(result, quiet=quiet, **paths)
     raise typer.Exit(result.exit_code)

@@ -76,6 +76,7 @@ def diff(
         list[Path] | None, _side_input("--after-bench", "`vllm bench serve` result JSON", "AFTER")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
+    fmt: opt.DiffFormat = "text",
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Compare two runs: step time, kernel-family time, collectives, payloads, dispatch, findings.
@@ -103,6 +104,7 @@ def diff(
     from tracediag.files import OutputGuard
 
     def run():
+        opt.output_format(fmt)
         out_dir = opt.output_path(out, "--out")
         sides = {
             "before": extra_inputs_from(log=before_log, metrics=before_metrics, bench=before_bench),
@@ -129,7 +131,12 @@ def diff(
             )
 
     d = _guard(run, debug)
-    if not quiet:  # typer.echo never wraps: one line per headline in CI logs
+    if fmt == "json":
+        from tracediag.cli import emit_json
+        from tracediag.diff.render import diff_json
+
+        emit_json(diff_json(d))
+    elif not quiet:  # typer.echo never wraps: one line per headline in CI logs
         from tracediag.diff.render import terminal_lines
 
         for line in terminal_lines(d):

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from tracediag.cli.progress import HEARTBEAT_S
 from tracediag.errors import UsageError
 
 Inputs = Annotated[
@@ -88,6 +89,34 @@ Scheduler = Annotated[
         "(tcp://HOST:8786) instead of local processes.",
     ),
 ]
+Progress = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Show progress on stderr, or not (default: unless --quiet): a spinner on a terminal, elsewhere a line "
+        f"every {HEARTBEAT_S:g} s with the stage and the elapsed time.",
+        show_default=False,
+    ),
+]
+
+
+def _format(document: str):
+    return Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help=f"text (default): the summary; json: {document} on stdout, nothing else there (progress, warnings "
+            "and errors stay on stderr).",
+            show_default=False,
+        ),
+    ]
+
+
+FindingsFormat = _format("the findings.json document")
+CheckFormat = _format("the check.json document (the judged result)")
+DiffFormat = _format("the diff.json document")
+OUTPUT_FORMATS = ("text", "json")
 Force = Annotated[
     bool,
     typer.Option(
@@ -105,3 +134,10 @@ def output_path(text: str | None, option: str) -> Path | None:
     if not text.strip():
         raise UsageError(f"{option}: empty path; give a file or folder name")
     return Path(text)
+
+
+def output_format(text: str) -> str:
+    """--format as given: text or json."""
+    if text not in OUTPUT_FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, got {text!r}")
+    return text

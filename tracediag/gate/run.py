@@ -23,6 +23,11 @@ from tracediag.output import OUTPUT_NAMES, staged_outputs
 from tracediag.runs import load_run, read_back
 
 
+def check_json(result) -> bytes:
+    """check.json: the judged result (also `tracediag check --format json`)."""
+    return orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
+
+
 def run_check(
     inputs: list[Path],
     *,
@@ -140,10 +145,7 @@ def run_check(
                     required=required,
                 )
             result.elapsed_s = time.monotonic() - t0
-            (staging / "check.json").write_bytes(
-                orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str)
-                + b"\n"
-            )
+            (staging / "check.json").write_bytes(check_json(result))
             holder["result"] = result
             return report
 

@@ -4,10 +4,11 @@ One bounded window: start the engine's torch profiler through its HTTP API (`POS
 registers the route only when the server runs with a profiler directory — `--profiler-config` /
 VLLM_TORCH_PROFILER_DIR — and answers 404 otherwise; SGLang takes `{"output_dir", "num_steps"}` and needs
 SGLANG_TORCH_PROFILER_DIR or the output_dir), scrape `/metrics` during the same window (as `tracediag scrape`),
-copy the lines the server log gained in that window from a file, `POST /stop_profile`, wait for the trace
-files to be written (their size stops changing), and analyze the bundle. The folder holds `capture.json` (the
-window, what was asked and answered), `metrics.prom`, `server.log`, `traces/` and the analysis outputs
-(report.html, findings.json, trace.duckdb); `tracediag analyze/check/diff FOLDER` read it again later.
+copy the lines the server log gained in that window from a file, `POST /stop_profile` (both profiler requests
+with retries: tracediag.live.profiler_requests), wait for the trace files to be written (their size stops
+changing), and analyze the bundle. The folder holds `capture.json` (the window, what was asked and answered),
+`metrics.prom`, `server.log`, `traces/` and the analysis outputs (report.html, findings.json, trace.duckdb);
+`tracediag analyze/check/diff FOLDER` read it again later.
 
 Bounded: `duration` (the window), `steps` (engine steps to profile, passed to the engine when it takes them),
 and a whole-run deadline; Ctrl-C ends the window early and keeps everything captured so far.
@@ -19,8 +20,6 @@ import json
 import os
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tracediag.errors import UsageError
 from tracediag.ingest.capture_folder import MANIFEST, TRACE_SUFFIXES
+from tracediag.live.profiler_requests import ProfilerAnswer, post_profiler
 from tracediag.live.scrape import fetch_checked, scrape_block
 
 
@@ -44,6 +44,9 @@ class CaptureResult:
     log_lines: int | None = None
     stopped: str = "duration elapsed"
     notes: list[str] = field(default_factory=list)
+    # each profiler request and what every attempt got, e.g. {"endpoint": "start_profile", "status": 200,
+    # "attempts": ["HTTP 503", "HTTP 200"]} (tracediag.live.profiler_requests)
+    profiler_requests: list[dict] = field(default_factory=list)
 
 
 def base_url(url: str) -> str:
@@ -56,15 +59,15 @@ def base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
-def _post(url: str, body: dict | None, timeout_s: float) -> int:
-    data = json.dumps(body).encode() if body is not None else b""
-    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read()
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+def _ask_profiler(
+    res: CaptureResult, url: str, body: dict | None, timeout_s: float, deadline: float, say
+) -> ProfilerAnswer:
+    """One profiler request with its retries, recorded in the result; one that took several tries says so."""
+    answer = post_profiler(url, body, timeout_s, deadline=deadline)
+    res.profiler_requests.append({"endpoint": answer.endpoint, "status": answer.status, "attempts": answer.attempts})
+    if len(answer.attempts) > 1:
+        say(f"/{answer.endpoint}: {len(answer.attempts)} attempts ({'; '.join(answer.attempts)})")
+    return answer
 
 
 def _new_traces(folders: list[Path], since: float) -> list[Path]:
@@ -125,11 +128,11 @@ def capture(
     elif steps:
         body = {"max_iterations": steps}
     res.started_unix_s = time.time()
-    try:  # starting a profiler can take seconds on a busy host
-        code = _post(root + "/start_profile", body, max(timeout_s, 30.0))
-    except OSError as exc:
-        code = None
-        res.profiler = f"failed: {exc}"
+    # starting a profiler can take seconds on a busy host
+    started = _ask_profiler(res, root + "/start_profile", body, max(timeout_s, 30.0), hard_deadline, say)
+    code = started.status
+    if code is None:
+        res.profiler = f"failed: {started.error}"
     if code == 200:
         res.profiler = "recording"
         say(f"profiler started on {root}")
@@ -173,11 +176,11 @@ def capture(
         res.stopped = "deadline"
     res.stopped_unix_s = time.time()
     if res.profiler == "recording":
-        try:
-            code = _post(root + "/stop_profile", {}, max(timeout_s, 30.0))
-            res.profiler = "recorded" if code == 200 else f"stop failed: HTTP {code}"
-        except OSError as exc:
-            res.profiler = f"stop failed: {exc}"
+        stop = _ask_profiler(res, root + "/stop_profile", {}, max(timeout_s, 30.0), hard_deadline, say)
+        if stop.status is None:
+            res.profiler = f"stop failed: {stop.error}"
+        else:
+            res.profiler = "recorded" if stop.status == 200 else f"stop failed: HTTP {stop.status}"
         folders = [traces_dir] + ([profile_dir] if profile_dir else [])
         found: list[Path] = []
         while time.monotonic() < hard_deadline and not found:
