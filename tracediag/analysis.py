@@ -17,7 +17,7 @@ from tracediag.derive.graph_capture import drop_gemm_overlay, overlay_gemm_shape
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
 from tracediag.derive.op_roofline import apply_measured_roofs
 from tracediag.engine import load_rules, run_rules
-from tracediag.errors import UsageError
+from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import without_pandas
@@ -44,6 +44,7 @@ class Report:
     layout: Layout | None = None
     ranks: dict[str, Any] | None = None  # which ranks were analysed, not deep-analysed, missing (fleet.ranks)
     fitness: dict[str, Any] | None = None  # the profiled window's class and numbers (tracediag/derive/fitness.py)
+    db_path: Path | None = field(default=None, repr=False, compare=False)  # the trace.duckdb analyze wrote, if any
 
     @property
     def findings(self) -> list[Check]:
@@ -66,6 +67,27 @@ class Report:
             f"{v.get('status')}: {v.get('headline')!r}; {n} finding{'s' if n != 1 else ''} of {len(self.checks)} "
             "checks>"
         )
+
+    def save(self, folder: str | Path, store: str | Path | None = None) -> Path:
+        """Write the files `tracediag analyze --out` writes into `folder`: findings.json and report.html, and
+        trace.duckdb when the analysis had one (its `db_path`, or `store`: a trace.duckdb to copy in). Written the
+        way the CLI writes them: staged beside the folder and moved in whole, never a partial file; returns
+        the folder."""
+        import shutil
+
+        from tracediag.output import staged_outputs
+
+        source = Path(store) if store is not None else self.db_path
+        if source is not None and not source.is_file():
+            raise InputError(source, "no trace.duckdb there to save with the report")
+
+        def produce(staging: Path) -> Report:
+            if source is not None:
+                shutil.copyfile(source, staging / "trace.duckdb")
+            return self
+
+        staged_outputs(Path(folder), produce)
+        return Path(folder)
 
     def _repr_html_(self) -> str:  # Jupyter
         from tracediag.reports.html import render_fragment
@@ -154,6 +176,56 @@ def _without_pandas(fn: Callable) -> Callable:
     return run
 
 
+# the CLI's bounds of the numeric inputs (tracediag/cli/options.py, cli/analyze.py), for callers of the library
+_BOUNDS = {"tp": (1, 4096), "jobs": (1, 1024), "hbm_bandwidth": (0.001, 100_000), "peak_tflops": (0.001, 100_000),
+           "memory_limit": (1, 1 << 50)}  # fmt: skip
+_KEYWORD_FORMATS = {"log": "vllm-log", "metrics": "prometheus", "bench": "vllm-bench", "nccl_tests": "nccl-tests",
+                    "topology": "topology"}  # fmt: skip
+
+
+def _check_numbers(**values: Any) -> None:
+    """Each given number is of its type and within the CLI's bounds, else a UsageError naming the argument."""
+    for name, v in values.items():
+        if v is None:
+            continue
+        lo, hi = _BOUNDS[name]
+        integral = name in ("tp", "jobs", "memory_limit")
+        if isinstance(v, bool) or not isinstance(v, int if integral else (int, float)) or not lo <= v <= hi:
+            kind = "an integer" if integral else "a number"
+            raise UsageError(f"{name}: must be {kind} from {lo:g} to {hi:g}, got {type(v).__name__} {v!r:.40}")
+
+
+def _keyword_inputs(**given: Any) -> list[tuple[Path, str]]:
+    out = []
+    for name, paths in given.items():
+        for p in [paths] if isinstance(paths, (str, Path)) else paths or []:
+            out.append((Path(p), _KEYWORD_FORMATS[name]))
+    return out
+
+
+def _keyword_settings(settings: Settings | None, **given: Any) -> Settings | None:
+    """`settings` with the keyword inputs filled in (the CLI's options of the same names)."""
+    import dataclasses
+
+    from tracediag.context import parse_slo
+
+    fields = {
+        "slo_ms": parse_slo(given["slo"]) if given["slo"] is not None else None,
+        "hbm_bandwidth_gbs": given["hbm_bandwidth"],
+        "peak_tflops": given["peak_tflops"],
+        "tp1_baseline": str(given["tp1_baseline"]) if given["tp1_baseline"] is not None else None,
+        "graph_capture": str(given["graph_capture"]) if given["graph_capture"] is not None else None,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if not fields:
+        return settings
+    base = settings or Settings()
+    twice = [k for k in fields if getattr(base, k) not in (None, ())]
+    if twice:
+        raise UsageError(f"{', '.join(twice)}: given both in settings and as a keyword argument")
+    return dataclasses.replace(base, **fields)
+
+
 @_without_pandas
 def analyze(
     paths: list[str | Path],
@@ -172,8 +244,24 @@ def analyze(
     scheduler: Any = None,
     memory_limit: int | None = None,
     rules: tuple[str, ...] | None = None,
+    *,
+    log: list[str | Path] | str | Path | None = None,
+    metrics: list[str | Path] | str | Path | None = None,
+    bench: list[str | Path] | str | Path | None = None,
+    nccl_tests: list[str | Path] | str | Path | None = None,
+    topology: list[str | Path] | str | Path | None = None,
+    slo: str | None = None,
+    hbm_bandwidth: float | None = None,
+    peak_tflops: float | None = None,
+    tp1_baseline: str | Path | None = None,
+    graph_capture: str | Path | None = None,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
+
+    The keyword inputs are the CLI's, with its checks (`tp` 1 to 4096, `jobs` 1 to 1024, bandwidth and peak > 0 and
+    ≤ 1e5, `slo` as 'ttft=500,tpot=50'): `log`, `metrics`, `bench`, `nccl_tests`, `topology` (a path or a list),
+    `slo`, `hbm_bandwidth` (GB/s), `peak_tflops`, `tp1_baseline`, `graph_capture`; each fills `extra_inputs` or
+    `settings` as the option of the same name does (a value given both ways is an error).
 
     `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
     (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
@@ -190,6 +278,11 @@ def analyze(
     `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
     """
     say = progress or (lambda stage: None)
+    _check_numbers(tp=tp, jobs=jobs, memory_limit=memory_limit, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops)
+    extra_inputs = [*extra_inputs, *_keyword_inputs(log=log, metrics=metrics, bench=bench, nccl_tests=nccl_tests,
+                                                     topology=topology)]  # fmt: skip
+    settings = _keyword_settings(settings, slo=slo, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops,
+                                 tp1_baseline=tp1_baseline, graph_capture=graph_capture)  # fmt: skip
     if isinstance(ranks, str):
         from tracediag.fleet.ranks import parse_ranks
 
@@ -226,6 +319,7 @@ def analyze(
         )
         if db_path is not None and store is None:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
+            report.db_path = Path(db_path)
         return report
     except duckdb.Error as exc:  # a store's file damaged after ingest: the input's fault, named, not a bug
         err = None
