@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import orjson
 
@@ -41,8 +41,8 @@ from tracediag.files import (
     write_atomic,
 )
 
-if TYPE_CHECKING:
-    from tracediag.analysis import Report
+# tracediag.analysis.Report, not imported: Report.save writes through this module
+Report = Any
 
 __all__ = ["OUTPUT_NAMES", "atomic_file", "findings_json", "remove_stale", "staged_outputs", "write_atomic"]
 _STAGING_INSIDE = ".tracediag-staging-"  # staging folder inside an existing --out
