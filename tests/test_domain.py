@@ -4,6 +4,8 @@ fit to the domain (KRN008), concatenation not labelled RoPE, all-to-all groups n
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import real_traces
 from test_real_traces_doc import _report  # the same cached analyses as the real-traces page
@@ -75,3 +77,73 @@ def test_the_table_has_the_columns_the_classifier_fills():
     con = duckdb.connect()
     run_sql_file(con, "tracediag.derive", "workload_domain.sql")
     assert tuple(r[0] for r in con.execute("DESCRIBE workload_domain").fetchall()) == COLUMNS
+
+
+@pytest.fixture(scope="module")
+def more_reports():
+    names = {
+        "hf_qwen": "tracelens_h100_hf_qwen1.5-0.5b.json.gz",
+        "nsys_attention": "nsysai_2xh100_after.sqlite",
+        "capture": "tracelens_mi300x_vllm_gptoss_piecewise_graph_capture_rank0.pt.trace.json.gz",
+        "simple_add": "hta_a100_simple_add.json.gz",
+    }
+    path = {p.name: str(p) for p in real_traces.TRACES}
+    return {k: _report(path[v]) for k, v in names.items()}
+
+
+def test_llm_only_on_a_causal_decoders_evidence(reports, more_reports):
+    """Attention alone is no LLM: Hugging Face Qwen's SDPA flash kernels say Is_causal = true in their template
+    (34 of them); the nsys-ai export's FlashAttention-2 kernels say (bool)0, and nothing else there is a decoder's,
+    so it is a transformer encoder; a vLLM graph capture is an LLM by its KV-cache writes and paged attention."""
+    qwen = more_reports["hf_qwen"]["fitness"]["domain"]
+    assert qwen["label"] == "LLM inference" and qwen["causal_attention"] == 34
+    assert qwen["workload_why"] == "a causal decoder: 34 causal attention kernels"
+    enc = more_reports["nsys_attention"]["fitness"]["domain"]
+    assert enc["label"] == "transformer encoder training" and enc["causal_attention"] == 0
+    assert enc["attention_kernels"] == 60 and "no engine step, KV-cache write" in enc["workload_why"]
+    cap = more_reports["capture"]["fitness"]["domain"]
+    assert cap["label"] == "LLM inference" and cap["kv_cache_writes"] == 48 and cap["paged_attention"] == 24
+    assert reports["gptoss"]["fitness"]["domain"]["lm_head_gemms"] == 1  # gpt-oss's 201,088-wide vocabulary
+
+
+def test_training_and_convolutions_from_kernel_names(reports):
+    """The ResNet DDP step's kernels say training and convolution by themselves (a GPU-only trace has no CPU ops):
+    MIOpen igemm_fwd/bwd/wrw and Composable Kernel grouped convolutions, batch_norm_backward_kernel."""
+    d = reports["ddp"]["fitness"]["domain"]
+    assert d["conv_kernels"] == 241 and d["backward_kernels"] == 125
+    assert "241 convolution kernels" in d["workload_why"] and "125 backward-pass or optimizer kernels" in d["mode_why"]
+    # inference traces launch none of them (SGLang's _foreach_ kernels are no optimizer)
+    assert reports["sglang_moe"]["fitness"]["domain"]["backward_kernels"] == 0
+
+
+def _phase_words(d) -> set[str]:
+    import re
+
+    return set(re.findall(r'"phase": "([^"]+)"', json.dumps(d)))
+
+
+def test_steps_are_named_by_the_workload(reports, more_reports):
+    """No 'unknown phase' where the workload is known: a training job's steps are training (findings and report
+    sections alike), a vision model's forward passes are forward, and SCH001 says why there is nothing to split."""
+    assert _phase_words(reports["ddp"]) == {"training"}
+    assert _phase_words(more_reports["nsys_attention"]) == {"training"}
+    assert _phase_words(more_reports["simple_add"]) == {"forward"}
+    k6 = _check(more_reports["simple_add"], "KRN006")
+    assert "forward steps" in k6["title"] and "unknown phase" not in json.dumps(more_reports["simple_add"])
+    sch = _check(reports["ddp"], "SCH001")
+    assert sch["status"] == "not_applicable" and "no prefill/decode phase" in sch["reason"]
+
+
+def test_causal_flag_read_from_the_kernel_template():
+    """Is_causal from real names: PyTorch's bundled FlashAttention-2 (Kineto), flash-attn's own (nsys rendering),
+    FA3's compute_attn_ws (DeepSeek's profile); a name without the flag says nothing."""
+    from tracediag.catalog import load_patterns
+    from tracediag.derive.domain import causal_flag
+
+    ws = next(p for p in load_patterns() if p.id == "fa3_compute_attn_ws").pos[0]
+    assert causal_flag(ws) is True
+    names = real_traces.kernel_names(next(p for p in real_traces.TRACES if p.name.startswith("tracelens_h100")))
+    assert {causal_flag(n) for n in names if "flash_fwd" in n} == {True}
+    nsys = real_traces.kernel_names(next(p for p in real_traces.TRACES if p.name == "nsysai_2xh100_after.sqlite"))
+    assert {causal_flag(n) for n in nsys if "flash_fwd" in n} == {False}
+    assert causal_flag("kernel_unified_attention_2d") is None
