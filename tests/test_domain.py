@@ -147,3 +147,37 @@ def test_causal_flag_read_from_the_kernel_template():
     nsys = real_traces.kernel_names(next(p for p in real_traces.TRACES if p.name == "nsysai_2xh100_after.sqlite"))
     assert {causal_flag(n) for n in nsys if "flash_fwd" in n} == {False}
     assert causal_flag("kernel_unified_attention_2d") is None
+
+
+def test_gpu_only_trace_says_the_host_side_is_missing(reports):
+    """pipit's MPI + CUDA saxpy export holds kernels, copies and runtime calls but no CPU op: the window is every GPU
+    event, not every event, and the fitness names the rules the missing host side leaves without an input."""
+    d = _report(next(str(p) for p in real_traces.TRACES if p.name == "pipit_saxpy_mpi_nvtx.sqlite"))
+    host = d["fitness"]["host_side"]
+    assert host["cpu_ops"] == 0 and host["runtime_calls"] == 95 and host["rules_disabled"] == ["KRN007", "SHP002"]
+    assert host["why"].startswith("the host side is missing: 5 kernels and no CPU ops")
+    assert d["fitness"]["why"].endswith("every GPU event recorded, no CPU op")
+    assert "host_side" not in reports["ddp"]["fitness"]  # 8,004 CPU ops
+
+
+def test_batch_norm_is_a_fused_norm_and_layout_transposes_are_named():
+    """Every BatchNorm kernel of the vendored CNN traces is a norm kernel (ATen's batch_norm_* and the
+    batch_norm_update_stats_and_invert TensorIterator kernel, cuDNN's bn_fw / bn_bw), and every NCHW <-> NHWC copy
+    (cuDNN nchwToNhwc / nhwcToNchw, MIOpen batched_transpose / transpose_NCHW2CNHW) is a named layout transpose whose
+    label says channels-last; on the ResNet DDP step KRN008 counts BatchNorm with the fused kernels, not as eager."""
+    import re
+
+    from tracediag.catalog import classify_kernel, family_label
+
+    names = set().union(*(real_traces.kernel_names(p) for p in real_traces.TRACES if p.name.endswith(".json.gz")))
+    bn = [n for n in names if re.search(r"batch_norm|bn_fw|bn_bw", n)]
+    layout = [n for n in names if re.search(r"transpose|nchwTo|nhwcTo", n)]
+    assert len(bn) == 12 and len(layout) == 11
+    assert {classify_kernel(n).klass for n in bn} == {"norm"}
+    assert {classify_kernel(n).family for n in layout} == {"layout_transpose"}
+    assert "channels_last" in family_label("layout_transpose")
+    ddp = _report(next(str(p) for p in real_traces.TRACES if p.name.startswith("tracelens_mi300x_rank0of8")))
+    k = _check(ddp, "KRN008")
+    assert k["values"]["fused_families_ns"]["aten_batch_norm"] == 6465671
+    assert k["values"]["fused_families_ns"]["layout_transpose"] == 4214740
+    assert k["values"]["by_kind_ns"]["norm"] == 40274  # was 6,505,945 with BatchNorm counted as eager
