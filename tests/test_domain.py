@@ -8,7 +8,7 @@ import json
 
 import pytest
 import real_traces
-from test_real_traces_doc import _report  # the same cached analyses as the real-traces page
+from test_real_traces_doc import _kernel_names, _report  # the real-traces page's cached analyses and names
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +142,9 @@ def test_causal_flag_read_from_the_kernel_template():
 
     ws = next(p for p in load_patterns() if p.id == "fa3_compute_attn_ws").pos[0]
     assert causal_flag(ws) is True
-    names = real_traces.kernel_names(next(p for p in real_traces.TRACES if p.name.startswith("tracelens_h100")))
+    names = _kernel_names(next(str(p) for p in real_traces.TRACES if p.name.startswith("tracelens_h100")))
     assert {causal_flag(n) for n in names if "flash_fwd" in n} == {True}
-    nsys = real_traces.kernel_names(next(p for p in real_traces.TRACES if p.name == "nsysai_2xh100_after.sqlite"))
+    nsys = _kernel_names(next(str(p) for p in real_traces.TRACES if p.name == "nsysai_2xh100_after.sqlite"))
     assert {causal_flag(n) for n in nsys if "flash_fwd" in n} == {False}
     assert causal_flag("kernel_unified_attention_2d") is None
 
@@ -169,7 +169,7 @@ def test_batch_norm_is_a_fused_norm_and_layout_transposes_are_named():
 
     from tracediag.catalog import classify_kernel, family_label
 
-    names = set().union(*(real_traces.kernel_names(p) for p in real_traces.TRACES if p.name.endswith(".json.gz")))
+    names = set().union(*(_kernel_names(str(p)) for p in real_traces.TRACES if p.name.endswith(".json.gz")))
     bn = [n for n in names if re.search(r"batch_norm|bn_fw|bn_bw", n)]
     layout = [n for n in names if re.search(r"transpose|nchwTo|nhwcTo", n)]
     assert len(bn) == 12 and len(layout) == 11
