@@ -43,6 +43,18 @@ GEMM_OPS = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul")
 EMBEDDING_BAG = re.compile(r"embedding_bag|torchrec|split_embedding|batched_embedding|fbgemm::", re.I)
 CONV = re.compile(r"^aten::(?:cudnn_|miopen_)?conv", re.I)
 BACKWARD = re.compile(r"autograd::engine::evaluate_function|Backward\d*$|PostBackward|^Optimizer\.step#")
+# a causal decoder in kernel and op names: KV-cache writes (vLLM reshape_and_cache, SGLang store_kvcache and its
+# paged token-slot allocation), attention over a paged / varlen / split KV cache, and attention kernels that say they
+# are causal (FlashAttention-2's second template bool after the traits, FA3's compute_attn_ws's first; `Causal`)
+DECODER_NAME = re.compile(
+    r"reshape_and_cache|store_kvcache|token_slots|paged|PagedKv|varlen|splitkv|unified_attention|BatchPrefill"
+    r"|Causal|flash_fwd_kernel<.*?_traits<.*?>\s*>,\s*(?:\(bool\))?\w+,\s*(?:true|\(bool\)1)"
+    r"|compute_attn_ws<[^<>]*_traits<[^<>]*>,\s*(?:true|\(bool\)1)",
+    re.I,
+)
+# kernels of a backward pass or an optimizer; convolution kernels (cuDNN, CUTLASS, MIOpen, Composable Kernel)
+BACKWARD_KERNEL = re.compile(r"backward|flash_bwd|FlashAttnBwd|grad_input|wgrad|igemm_wrw|bn_bw_|adam|adagrad", re.I)
+CONV_KERNEL = re.compile(r"conv|fprop|wgrad|winograd|igemm_(?:fwd|bwd|wrw)", re.I)
 # an engine-step annotation with decoding requests
 DECODING_STEP = re.compile(r"_generation_[1-9]|^step\[DECODE|^(?:draft )?step\[.*DECODE")
 # host calls that are not start-up work: a synchronize, a copy (KRN006's kinds when they block)
@@ -94,6 +106,9 @@ class Inventory:
     attention_ops: int = 0  # attention-named CPU ops (vLLM's unified_attention, SDPA), KV-cache writes left out
     embedding_bag_events: int = 0  # CPU ops / kernels of TorchRec / FBGEMM embedding bags
     conv_ops: int = 0  # aten::convolution-family CPU ops
+    decoder_events: int = 0  # kernels and CPU ops whose names show a causal decoder (DECODER_NAME)
+    backward_kernels: int = 0  # kernels of a backward pass or an optimizer (BACKWARD_KERNEL)
+    conv_kernels: int = 0  # convolution kernels (CONV_KERNEL)
     # kernel launches of >= 1 ms: the first launch of their kernel (by name, in the process), or a repeat
     slow_first_launches: int = 0
     slow_repeat_launches: int = 0
@@ -187,6 +202,9 @@ def _kineto(path: Path) -> Inventory:
         decoding_step_annotations=sum(1 for e in ann if DECODING_STEP.search(str(e.get("name", "")))),
         embedding_bag_events=sum(1 for e in cat("cpu_op") + kernels if EMBEDDING_BAG.search(str(e.get("name", "")))),
         conv_ops=sum(1 for e in cat("cpu_op") if CONV.search(str(e.get("name", "")))),
+        decoder_events=sum(1 for n in names + host if DECODER_NAME.search(n)),
+        backward_kernels=sum(1 for n in names if BACKWARD_KERNEL.search(n)),
+        conv_kernels=sum(1 for n in names if CONV_KERNEL.search(n) and not re.search(r"convert", n, re.I)),
         trace=path.name,
         format="kineto",
         device=device,
@@ -319,6 +337,9 @@ def _nsys(path: Path) -> Inventory:
         decoding_step_annotations=sum(1 for n in nvtx if DECODING_STEP.search(n)),
         embedding_bag_events=sum(1 for n in nvtx + names if EMBEDDING_BAG.search(n)),
         conv_ops=sum(1 for n in nvtx if CONV.search(n.split(",")[0])),
+        decoder_events=sum(1 for n in names if DECODER_NAME.search(n)),
+        backward_kernels=sum(1 for n in names if BACKWARD_KERNEL.search(n)),
+        conv_kernels=sum(1 for n in names if CONV_KERNEL.search(n) and not re.search(r"convert", n, re.I)),
         trace=path.name,
         format="nsys-sqlite",
         device=device,
@@ -423,17 +444,24 @@ def expected_window(i: Inventory) -> str:
 
 def expected_domain(i: Inventory) -> str:
     """The workload label these counts call for (tracediag/derive/domain.py's order), without tracediag: embedding
-    bags → recommender, attention-named kernels or ops or engine steps → LLM, convolutions → vision; training when a
-    backward pass or optimizer step was recorded, inference with engine steps or LLM attention."""
+    bags → recommender, a causal decoder's names or engine or decoding steps → LLM, attention beside convolutions →
+    vision transformer, attention alone → transformer encoder, convolutions → vision; training when a backward pass
+    or optimizer step was recorded (ops, annotations or kernels), inference with engine steps or an LLM."""
+    attention = i.attention_kernels or i.attention_ops
+    conv = i.conv_ops or i.conv_kernels
     if i.embedding_bag_events:
         work = "recommender"
-    elif i.attention_kernels or i.attention_ops or i.engine_step_annotations:
+    elif i.decoder_events or i.engine_step_annotations or i.decoding_step_annotations:
         work = "LLM"
-    elif i.conv_ops:
+    elif attention and conv:
+        work = "vision transformer"
+    elif attention:
+        work = "transformer encoder"
+    elif conv:
         work = "vision"
     else:
         work = "non-LLM"
-    if i.backward_or_optimizer_events:
+    if i.backward_or_optimizer_events or i.backward_kernels:
         return f"{work} training"
     if i.engine_step_annotations or work == "LLM":
         return f"{work} inference"
@@ -536,7 +564,8 @@ def render(checks_of=None, fitness_of=None) -> str:
         dom = f.get("domain") or {}
         dom_rows.append(
             f"| `{i.trace}` | {i.backward_or_optimizer_events} | {i.engine_step_annotations} | {i.attention_kernels} "
-            f"| {i.attention_ops} | {i.embedding_bag_events} | {i.conv_ops} | {expected_domain(i)} "
+            f"| {i.attention_ops} | {i.decoder_events} | {i.embedding_bag_events} | {i.conv_ops} / {i.conv_kernels} "
+            f"| {i.backward_kernels} | {expected_domain(i)} "
             f"| {dom.get('label', '—')} |"
         )
     out += [
@@ -545,13 +574,16 @@ def render(checks_of=None, fitness_of=None) -> str:
         "",
         "Counted by this script: backward/optimizer events, engine-step annotations and attention-named kernels (as",
         "above), attention-named CPU ops (Kineto), embedding-bag CPU ops and kernels (TorchRec / FBGEMM), convolution",
-        "CPU ops; vLLM's KV-cache writes (`reshape_and_cache…`) are not attention. `tracediag` is the label",
+        "CPU ops and kernels, kernels of a backward pass or optimizer; vLLM's KV-cache writes (`reshape_and_cache…`)",
+        "are not attention, they are with paged / varlen / split-KV and causal attention kernels a causal decoder's",
+        "names (LLM only on those, engine steps or decoding steps). `tracediag` is the label",
         "tracediag/derive/domain.py gives the workload (it counts catalogued attention kernels and attention ops);",
         "the test checks it against the label these counts call for.",
         "",
         "| trace | backward/optimizer events | engine steps | attention-named kernels | attention-named ops | "
-        "embedding-bag events | convolution ops | counts call for | tracediag |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "causal-decoder names | embedding-bag events | convolution ops / kernels | backward kernels | "
+        "counts call for | tracediag |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         *dom_rows,
     ]
     out += ["", "## Verdicts", "", "pass · **W** warning / **I** info / **E** error finding · n/a not applicable", ""]

@@ -55,6 +55,8 @@ OP_OF_PATTERN = {
     "vllm_custom_ar_op": "all_reduce",
     "quickreduce_op": "all_reduce",
     "trtllm_ar_op": "all_reduce",
+    "deepep_dispatch_combine": "all_to_all",
+    "deepep_notify": "barrier",
 }
 OP_OF_NAME = {
     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)": "all_reduce",

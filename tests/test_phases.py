@@ -14,7 +14,7 @@ import json
 import pytest
 from conftest import REPO, kineto_file
 
-from tracediag.analyses.kernels import fit_line, phase_table, step_rows
+from tracediag.analyses.kernels import fit_line, phase_table, step_rows, unphased_name
 from tracediag.analysis import analyze
 from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import phases as phases_section
@@ -125,7 +125,7 @@ def test_phase_table_shares_add_up():
     from tracediag.context import Context
 
     ctx = Context(con=con, model=None, tp=None)
-    table = phase_table(step_rows(ctx))
+    table = phase_table(step_rows(ctx), unphased_name(ctx))
     assert [t["phase"] for t in table] == ["prefill", "decode"]
     assert sum(t["time_share"] for t in table) == pytest.approx(1.0)
     assert (table[1]["T_min"], table[1]["T_max"]) == (1, 1)

@@ -80,6 +80,9 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "missing inference steps: a training job": inv.backward_or_optimizer_events > 0
         and inv.engine_step_annotations == 0,
         "missing phase: no step carries an engine step annotation": inv.engine_step_annotations == 0,
+        # SCH001 on an encoder's or a vision model's forward passes: the independent label is no LLM
+        "missing LLM steps: the workload is": inv.engine_step_annotations == 0
+        and not real_traces.expected_domain(inv).startswith(("LLM", "non-LLM")),
         "missing GEMM kernels": not any(GEMM_NAME.search(n) for n in names),
         "missing GEMM input shapes": inv.gemm_ops_with_shapes == 0,
         "missing runtime": inv.runtime_calls == 0,

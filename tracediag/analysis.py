@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -381,7 +382,7 @@ def evaluate(
                 plan.why = plan.why or {r: "every rank" for r in plan.present}
                 say("building the report")
                 sections = build_sections(ctx, extra=extra_sections)
-                fitness = ctx.fitness()  # the rules' summary, not a second one
+                fitness = with_host_rules(ctx.fitness(), checks)  # the rules' summary, not a second one
         else:
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
@@ -399,7 +400,7 @@ def evaluate(
             by_group = {r: g.name for g in plan.groups for r in g.ranks}
             with restricted(con, plan.present, plan.deep), rank_groups(con, by_group):
                 sections = build_sections(ctx, extra=extra_sections)
-            fitness = ctx.fitness()
+            fitness = with_host_rules(ctx.fitness(), checks)
         if plan.present:
             sections.append(ranks_section(plan))
         inputs = _input_rows(con)
@@ -419,6 +420,21 @@ def evaluate(
         ranks=plan.to_dict(),
         fitness=fitness,
     )
+
+
+# not-applicable reasons that name an input only the host side holds: recorded op shapes, CPU ops, launch calls
+_HOST_INPUT = re.compile(r"GEMM input shapes|CPU ops?\b|missing runtime")
+
+
+def with_host_rules(fitness: dict[str, Any] | None, checks: list[Check]) -> dict[str, Any] | None:
+    """The fitness with, for a GPU-only trace (fitness `host_side`, derive/fitness.py), the rules the missing host
+    side left without an input (`rules_disabled`) named in its why."""
+    host = (fitness or {}).get("host_side")
+    if not host:
+        return fitness
+    off = sorted(c.rule for c in checks if c.status == "not_applicable" and _HOST_INPUT.search(c.reason or ""))
+    why = host["why"] + (f"; rules without an input for it: {', '.join(off)}" if off else "")
+    return fitness | {"host_side": host | {"rules_disabled": off, "why": why}}
 
 
 def _failed_inputs(con: duckdb.DuckDBPyConnection, store: str | Path | None) -> list[dict[str, Any]]:

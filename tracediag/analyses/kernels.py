@@ -28,8 +28,33 @@ SOURCE_LABEL = {
 }
 
 
-def phase_name(phase: str | None) -> str:
-    return phase or "unknown phase"
+UNKNOWN_PHASE = "unknown phase"
+
+
+def unphased_word(domain: dict[str, Any] | None) -> str:
+    """What a step with no prefill/decode phase is called, by the workload's domain (derive/domain.py): a training
+    job's steps are training; a forward pass of a model that has no prefill or decode (an encoder, a vision,
+    diffusion or recommender model) is a forward; only an LLM's step, or one of a trace whose model nothing names,
+    is of an unknown phase."""
+    if not domain:
+        return UNKNOWN_PHASE
+    if domain.get("mode") == "training":
+        return "training"
+    if domain.get("workload") in ("llm", "other", None):
+        return UNKNOWN_PHASE
+    return "forward"
+
+
+def unphased_name(ctx: Context) -> str:
+    """unphased_word of the run's domain (read once per memoized context)."""
+    from tracediag.derive import domain
+
+    return unphased_word(ctx.once("workload_domain", lambda: domain.read(ctx.con)))
+
+
+def phase_name(phase: str | None, unphased: str) -> str:
+    """The step's phase, or `unphased` (unphased_name: training, forward or unknown phase) when it has none."""
+    return phase or unphased
 
 
 def phase_order(phase: str | None) -> int:
@@ -67,9 +92,9 @@ def call_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> di
     return event | extra | {"calls": r["calls"]}
 
 
-def phase_evidence(r: dict[str, Any], step_key: str = "step", **extra: Any) -> dict[str, Any]:
-    """call_evidence with the step's phase before `extra`, and the time (ns) after the calls."""
-    return call_evidence(r, step_key, phase=phase_name(r["phase"]), **extra) | {"time_ns": r["time_ns"]}
+def phase_evidence(r: dict[str, Any], unphased: str, step_key: str = "step", **extra: Any) -> dict[str, Any]:
+    """call_evidence with the step's phase (phase_name) before `extra`, and the time (ns) after the calls."""
+    return call_evidence(r, step_key, phase=phase_name(r["phase"], unphased), **extra) | {"time_ns": r["time_ns"]}
 
 
 def ms(ns: float | None) -> str:
@@ -90,7 +115,7 @@ def median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def phase_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def phase_table(steps: list[dict[str, Any]], unphased: str) -> list[dict[str, Any]]:
     """Per phase (prefill, decode, mixed, unknown): steps, time and its share, T distribution, GPU idle share."""
     total = sum(s["step_ns"] or 0 for s in steps) or 1
     out = []
@@ -104,7 +129,7 @@ def phase_table(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         span = sum(s["gpu_span_ns"] or 0 for s in gpu)
         out.append(
             {
-                "phase": phase_name(ph),
+                "phase": phase_name(ph, unphased),
                 "steps": len(rows),
                 "time_ns": sum(t_ns),
                 "time_share": sum(t_ns) / total,
@@ -230,10 +255,10 @@ def kernels_in_words(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def format_row(r: dict[str, Any]) -> dict[str, Any]:
+def format_row(r: dict[str, Any], unphased: str) -> dict[str, Any]:
     f = r["fmt"]
     return {
-        "phase": phase_name(r["phase"]),
+        "phase": phase_name(r["phase"], unphased),
         "name": r["name"],
         "family": r["family"],
         "weights": f.weight,
@@ -484,6 +509,7 @@ def group_dispatch(
     groups on the dense GEMMs; recorded GEMM shapes (CPU traces, eager GPU runs) tie dense GEMMs to their group.
     Returns (verdicts, GEMM rows with formats, shape-matched dense projection GEMMs or None)."""
     m = ctx.model
+    unphased = unphased_name(ctx)
     gemms = gemm_dispatch(ctx)
     dense = _mark_dequantized(ctx, dense_projection_gemms(ctx, p))
     moe_k = [r for r in gemms if r["fmt"].moe]
@@ -502,7 +528,7 @@ def group_dispatch(
         roles: dict[str, int] = {}
         for d in shaped:
             roles[d["role"]] = roles.get(d["role"], 0) + 1
-        fr = [format_row(r) for r in ok + wrong + unknown]
+        fr = [format_row(r, unphased) for r in ok + wrong + unknown]
         v = GroupVerdict(gq.group, fmt, "", "", fr, len(shaped), roles, dequantized)
         path = (
             f"; {dequantized} dense GEMM call{'s' if dequantized != 1 else ''} on weights a dequantize op of the "
@@ -517,10 +543,10 @@ def group_dispatch(
                 v.verdict, v.why = "not_applied", f"expert GEMMs read {wrong[0]['fmt'].weight} weights, not {fmt.name}"
             elif wide and not ok:
                 v.verdict, v.why = "not_applied", "expert GEMMs read 16-bit weights"
-                v.kernels = [format_row(r) for r in wide]
+                v.kernels = [format_row(r, unphased) for r in wide]
             elif ok and (wide or wrong):
                 v.verdict, v.why = "partly", "some expert GEMMs read 16-bit or other-width weights"
-                v.kernels = [format_row(r) for r in ok + wide + wrong]
+                v.kernels = [format_row(r, unphased) for r in ok + wide + wrong]
             elif unknown:
                 v.verdict, v.why = "unverified", "the expert GEMM kernels do not print their weight format"
             elif shaped:
@@ -549,7 +575,7 @@ def group_dispatch(
                     "not_applied",
                     "only dense 16-bit GEMM kernels ran (no GEMM shapes to tie them to roles)",
                 )
-                v.kernels = [format_row(r) for r in wide]
+                v.kernels = [format_row(r, unphased) for r in wide]
             else:
                 v.verdict, v.why = "not_seen", "no GEMM kernel in the trace"
         out.append(v)

@@ -85,7 +85,8 @@ REGISTRY: tuple[Derivation, ...] = (
     ),
     Derivation(
         "tracediag.derive.fitness",
-        (*_OPS, "memops", "annotations", "inputs", "gpu_timeline"),
+        # the domain (derive/domain.py, built here) reads the kernel classes, decode steps and GEMM shapes
+        (*_OPS, *_CLASSES, "memops", "annotations", "inputs", "gpu_timeline", "steps.phase", "gemm_shapes"),
         provides=("window_fitness",),
     ),
     Derivation(

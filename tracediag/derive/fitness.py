@@ -371,7 +371,9 @@ def classify(row: dict[str, Any], gpu_job: bool, capture_call: str | None = None
         )
     return "steady", (
         f"steady: {(row['steady_ns'] or 0) / 1e6:.3g} ms of steady GPU work ({row['steady_kernels'] or 0:,} kernels) "
-        f"after {(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, every event recorded"
+        f"after {(row['startup_ns'] or 0) / 1e6:.3g} ms of start-up, "
+        # a GPU-only trace holds every GPU event and nothing of the host side (summarize's host_side says what)
+        + ("every event recorded" if row["cpu_ops"] or not row["kernels"] else "every GPU event recorded, no CPU op")
     )
 
 
@@ -403,10 +405,37 @@ def summarize(con: duckdb.DuckDBPyConnection, graph_capture: str | None = None) 
     dom = domain.read(con)
     if dom is not None:
         out["domain"] = dom
+    host = host_side(ranks)
+    if host is not None:
+        out["host_side"] = host
     replay = graph_capture_statement(con, graph_capture)
     if replay is not None:
         out["graph_replay"] = replay
     return out
+
+
+def host_side(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What a GPU-only trace lacks: no rank with kernels recorded a CPU op (a profile taken without CPU activity, an
+    Nsight export without PyTorch's NVTX ranges), so operator names and shapes, the op that launched each kernel and
+    the host gaps between ops are not in it (and no launch call either when there are no runtime calls). None when
+    the host side is there. The analysis adds the rules this leaves without an input (analysis.py)."""
+    gpu = [r for r in ranks if r["kernels"]]
+    if not gpu or any(r["cpu_ops"] for r in gpu):
+        return None
+    runtime = sum(r["runtime_calls"] or 0 for r in gpu)
+    missing = "CPU ops" if runtime else "CPU ops and no runtime (launch) calls"
+    lacks = "operator names and shapes, the op that launched each kernel and the host time between ops"
+    if not runtime:
+        lacks += ", and when each kernel was launched"
+    return {
+        "cpu_ops": 0,
+        "runtime_calls": runtime,
+        "why": (
+            f"the host side is missing: {sum(r['kernels'] for r in gpu):,} kernels and no {missing} (a profile "
+            "without CPU activity, or an Nsight export without PyTorch's NVTX op ranges): "
+            f"{lacks} are not in the trace; kernels are classified by their names alone"
+        ),
+    }
 
 
 def unfit_reason(fitness: dict[str, Any] | None, need: str | None) -> str | None:

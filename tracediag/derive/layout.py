@@ -95,12 +95,14 @@ TP_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 def workload(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """('training', why) when the trace holds autograd backward or optimizer work; else inference or unknown."""
     ev = domain.training_evidence(con)
-    backward, marks, engine = ev["backward"], ev["marks"], ev["engine"]
+    backward, marks, kernels, engine = ev["backward"], ev["marks"], ev["kernels"], ev["engine"]
     if backward or marks:
         return "training", (
             f"{backward} autograd backward ops and {marks} optimizer / DDP annotations (Optimizer.step#…, "
             "DistributedDataParallel.forward, ## backward ##)"
         )
+    if kernels:  # a GPU-only trace: no CPU ops to say so, but the kernels of a backward pass
+        return "training", f"{kernels} backward-pass or optimizer kernels (*_backward*, flash_bwd, wgrad, Adam)"
     if engine:
         return "inference", f"{engine} inference-engine step annotations"
     return "unknown", "no backward pass, optimizer step or engine step annotation in the trace"
@@ -197,7 +199,7 @@ def _all_to_all_kind(dom: dict[str, Any] | None) -> tuple[str, str]:
             f"all-to-all beside {d['embedding_bag_ops']} embedding-bag ops and no MoE kernel: embedding-table "
             "exchange (TorchRec model parallel)"
         )
-    if d.get("workload") == "llm":
+    if d.get("workload") in ("llm", "encoder", "vision_transformer", "diffusion"):  # a transformer
         return "SP", (
             "all-to-all beside attention and no MoE kernel: sequence-parallel (Ulysses) exchange of heads and "
             "sequence shards"

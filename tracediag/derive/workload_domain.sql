@@ -3,7 +3,7 @@
 CREATE OR REPLACE TABLE workload_domain (
     mode VARCHAR,                    -- training, inference or unknown
     mode_why VARCHAR,                -- the evidence the mode rests on, in words
-    workload VARCHAR,                -- llm, recommender, vision or other
+    workload VARCHAR,                -- llm, recommender, diffusion, vision_transformer, encoder, vision or other
     workload_why VARCHAR,            -- the evidence the workload rests on, in words
     backward_ops BIGINT,             -- autograd backward ops (evaluate_function, *Backward*, FSDP's post-backward hook)
     optimizer_marks BIGINT,          -- Optimizer.step/zero_grad and DDP annotations
@@ -13,5 +13,13 @@ CREATE OR REPLACE TABLE workload_domain (
     attention_ops BIGINT,            -- attention CPU ops (scaled_dot_product_attention, flash_attn, ...)
     embedding_bag_ops BIGINT,        -- embedding-bag ops and kernels (TorchRec, FBGEMM)
     conv_ops BIGINT,                 -- convolution ops (aten::conv*, cudnn/miopen convolutions)
-    moe_kernels BIGINT               -- MoE expert and routing kernels of a catalogued family
+    moe_kernels BIGINT,              -- MoE expert, routing and dispatch kernels of a catalogued family
+    backward_kernels BIGINT,         -- kernels only a backward pass or optimizer launches (domain.BACKWARD_KERNEL)
+    conv_kernels BIGINT,             -- convolution kernels by name (domain.CONV_KERNEL)
+    kv_cache_writes BIGINT,          -- KV-cache write kernels and ops (reshape_and_cache, store_kvcache, ...)
+    paged_attention BIGINT,          -- paged / varlen / split-KV attention kernels and ops
+    causal_attention BIGINT,         -- attention kernels whose template says Is_causal (or `Causal`)
+    decode_steps BIGINT,             -- steps of phase decode
+    lm_head_gemms BIGINT,            -- GEMM ops with a weight of vocabulary width (an LM head)
+    unet_ops BIGINT                  -- group-norm and upsampling ops (a UNet beside convolutions and attention)
 );

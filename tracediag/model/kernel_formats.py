@@ -108,6 +108,7 @@ _BY_PATTERN: dict[str, tuple[str, int | None, str, int | None, bool]] = {
     "triton_fused_moe_gptq_awq": ("low-bit", None, "16-bit", 16, True),
     "triton_fused_moe": ("?", None, "?", None, True),
     "cutlass_moe_gemm": ("?", None, "?", None, True),
+    "dpsk_grouped_gemm": ("fp8", 8, "fp8", 8, True),  # DeepSeek's fp8_ptp128c grouped expert GEMM
     "vllm_cutlass_scaled_mm": ("fp8", 8, "fp8", 8, False),
     "cublas_fp8_xmma": ("fp8", 8, "fp8", 8, False),
     "cublaslt_nvjet_fp8": ("fp8", 8, "fp8", 8, False),
@@ -139,7 +140,7 @@ def _refine(pid: str, name: str, base: tuple[str, int | None, str, int | None, b
     if pid == "vllm_cutlass_scaled_mm" and "int8" in low:
         return ("int8", 8, "int8", 8, moe)
     if pid == "deepgemm":
-        g = re.search(r"\(deep_gemm::GemmType\)(\d)", name)
+        g = re.search(r"\((?:deep_gemm|dpsk::gemm)::GemmType\)(\d)", name)  # DeepSeek's own build: dpsk::gemm
         moe = bool(g and g.group(1) != "0")
         if "fp8_fp4" in low:
             return ("fp4", 4, "fp8", 8, moe)

@@ -236,6 +236,7 @@ def fitness_view(f: dict[str, Any] | None) -> dict[str, Any] | None:
         "recapture": f.get("recapture"),
         "domain": _domain_line(f.get("domain")),
         "graph_replay": _replay_line(f.get("graph_replay")),
+        "host_side": (f.get("host_side") or {}).get("why"),
     }
 
 

@@ -108,6 +108,8 @@ def print_summary(report, out_dir, console: Console | None = None) -> None:
             console.print(Text(f"Workload: {clip(f['domain']['label'])}", style="dim"))
         if f.get("graph_replay"):
             console.print(Text(f"Graph replay: {clip(f['graph_replay']['why'])}", style="dim"))
+        if f.get("host_side"):
+            console.print(Text(f"Host side: {clip(f['host_side']['why'])}", style="dim"))
     folded = fold([c for c in d["checks"] if c["status"] == "finding"])
     if folded:
         console.print(Text("Findings, ranked by impact (consequences indented under their cause):", style="bold"))

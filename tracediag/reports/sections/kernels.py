@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import SOURCE_LABEL, phase_name, phase_order, source_of
+from tracediag.analyses.kernels import SOURCE_LABEL, phase_name, phase_order, source_of, unphased_name
 from tracediag.catalog import family_label
 from tracediag.reports.sections import Section
 
@@ -12,8 +12,9 @@ TOP_KERNELS = 15  # kernel rows per phase; the rest are summed into one row
 def build(ctx) -> Section | None:
     if not ctx.scalar("SELECT count(*) FROM kernel_steps"):
         return None
+    unphased = unphased_name(ctx)
     phase_ns = {
-        phase_name(r["phase"]): r["t"]
+        phase_name(r["phase"], unphased): r["t"]
         for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY 1")
     }
     fams = ctx.rows(
@@ -27,12 +28,12 @@ def build(ctx) -> Section | None:
     )
     family_rows = [
         {
-            "phase": phase_name(r["phase"]),
+            "phase": phase_name(r["phase"], unphased),
             "class": r["klass"],
             "family": family_label(r["family"]) if r["family"] else "unclassified",
             "calls": r["calls"],
             "time_ns": r["time_ns"],
-            "share_of_step_time": _share(r["time_ns"], phase_ns.get(phase_name(r["phase"]))),
+            "share_of_step_time": _share(r["time_ns"], phase_ns.get(phase_name(r["phase"], unphased))),
             "graph_calls": r["graph_calls"],
         }
         for r in sorted(fams, key=lambda r: (phase_order(r["phase"]), -r["time_ns"]))
@@ -43,12 +44,12 @@ def build(ctx) -> Section | None:
         for r in rows[:TOP_KERNELS]:
             kernel_rows.append(
                 {
-                    "phase": phase_name(ph),
+                    "phase": phase_name(ph, unphased),
                     "family": family_label(r["family"]) if r["family"] else f"unclassified ({r['klass']})",
                     "kernel": r["name"],
                     "calls": r["calls"],
                     "time_ns": r["time_ns"],
-                    "share_of_step_time": _share(r["time_ns"], phase_ns.get(phase_name(ph))),
+                    "share_of_step_time": _share(r["time_ns"], phase_ns.get(phase_name(ph, unphased))),
                     "steps": r["steps"],
                 }
             )
@@ -56,12 +57,14 @@ def build(ctx) -> Section | None:
         if rest:
             kernel_rows.append(
                 {
-                    "phase": phase_name(ph),
+                    "phase": phase_name(ph, unphased),
                     "family": "…",
                     "kernel": f"{len(rest)} other names",
                     "calls": sum(r["calls"] for r in rest),
                     "time_ns": sum(r["time_ns"] for r in rest),
-                    "share_of_step_time": _share(sum(r["time_ns"] for r in rest), phase_ns.get(phase_name(ph))),
+                    "share_of_step_time": _share(
+                        sum(r["time_ns"] for r in rest), phase_ns.get(phase_name(ph, unphased))
+                    ),
                     "steps": None,
                 }
             )

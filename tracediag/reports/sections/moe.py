@@ -4,7 +4,7 @@ all-to-all — its time and payload beside the tensor-parallel all-reduces."""
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import phase_name, phase_order, tp_degree
+from tracediag.analyses.kernels import phase_name, phase_order, tp_degree, unphased_name
 from tracediag.catalog import family_label
 from tracediag.model import accounting
 from tracediag.model.kernel_formats import kernel_format
@@ -36,10 +36,11 @@ def _kernel_rows(ctx) -> list[dict]:
 def build(ctx) -> Section | None:
     m = ctx.model
     kernels = _kernel_rows(ctx)
+    unphased = unphased_name(ctx)
     if (m is None or m.moe is None) and not kernels:
         return None
     phase_ns = {
-        phase_name(r["phase"]): r["t"]
+        phase_name(r["phase"], unphased): r["t"]
         for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY 1")
     }
     notes = []
@@ -84,10 +85,10 @@ def build(ctx) -> Section | None:
             rows = [r for r in kernels if r["phase"] == ph]
             gemm = sum(r["time_ns"] for r in rows if r["kind"] == "expert GEMM")
             route = sum(r["time_ns"] for r in rows if r["kind"] == "routing")
-            total = phase_ns.get(phase_name(ph))
+            total = phase_ns.get(phase_name(ph, unphased))
             shares.append(
                 {
-                    "phase": phase_name(ph),
+                    "phase": phase_name(ph, unphased),
                     "expert_gemm_ns": gemm,
                     "routing_ns": route,
                     "step_ns": total,
@@ -98,15 +99,15 @@ def build(ctx) -> Section | None:
         tables["expert GEMM and routing time share per phase"] = shares
         tables["MoE kernels"] = [
             {
-                "phase": phase_name(r["phase"]),
+                "phase": phase_name(r["phase"], unphased),
                 "kind": r["kind"],
                 "family": family_label(r["family"]),
                 "kernel": r["name"],
                 "scheme": r["scheme"],
                 "calls": r["calls"],
                 "time_ns": r["time_ns"],
-                "share_of_step_time": round(r["time_ns"] / phase_ns[phase_name(r["phase"])], 4)
-                if phase_ns.get(phase_name(r["phase"]))
+                "share_of_step_time": round(r["time_ns"] / phase_ns[phase_name(r["phase"], unphased)], 4)
+                if phase_ns.get(phase_name(r["phase"], unphased))
                 else None,
             }
             for r in sorted(kernels, key=lambda r: (phase_order(r["phase"]), -r["time_ns"], r["name"]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from tracediag.analyses.kernels import PHASES
+from tracediag.analyses.kernels import PHASES, unphased_name
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
 
@@ -37,7 +37,7 @@ ORDER BY a.rank, a.step_id
 PARTS = ("compute", "attention", "communication", "GPU idle", "host and other")
 
 
-def breakdown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def breakdown(rows: list[dict[str, Any]], unphased: str = PHASE_LABEL[None]) -> list[dict[str, Any]]:
     """Per phase: step time and its split into compute, attention, communication, GPU idle and the rest.
 
     Work that overlaps (a collective on its own stream, gloo's worker thread) can add up to more than the
@@ -61,7 +61,7 @@ def breakdown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         parts["host and other"] = max(0.0, step - sum(parts.values()))
         out.append(
             {
-                "phase": PHASE_LABEL.get(ph, ph),
+                "phase": PHASE_LABEL.get(ph, ph) if ph else unphased,
                 "rank_steps": len(rs),
                 "step_time_ns": step,
                 **{f"{k.replace(' ', '_')}_share": (v / step if step else None) for k, v in parts.items()},
@@ -144,7 +144,7 @@ def build(ctx) -> Section | None:
     rows = ctx.rows(BREAKDOWN_SQL)
     if not rows:
         return None
-    split = breakdown(rows)
+    split = breakdown(rows, unphased_name(ctx))
     charts = []
     if split:
         charts.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import PHASES, fit_line, phase_table, step_rows
+from tracediag.analyses.kernels import PHASES, fit_line, phase_table, step_rows, unphased_name
 from tracediag.reports import svg, units
 from tracediag.reports.sections import Section
 
@@ -40,7 +40,7 @@ def build(ctx) -> Section | None:
     steps = step_rows(ctx)
     if not steps:
         return None
-    table = phase_table(steps)
+    table = phase_table(steps, unphased_name(ctx))
     svgs = []
     notes = [f"Step time: {steps[0]['time_basis']}."]
     if len({s["T"] for s in steps if s["T"] is not None}) >= MIN_DISTINCT_T:
@@ -89,7 +89,8 @@ def build(ctx) -> Section | None:
     return Section(
         id="phases",
         step=6,
-        title="Prefill / decode split",
+        # a training job's or an encoder's steps have no prefill or decode to split
+        title="Prefill / decode split" if any(s["phase"] for s in steps) else "Steps: tokens and step time",
         tables={"phases": table},
         notes=tuple(notes),
         svgs=tuple(x for x in svgs if x),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import phase_name, phase_order
+from tracediag.analyses.kernels import phase_name, phase_order, unphased_name
 from tracediag.analyses.roofline import LAUNCH_BOUND_US, amdahl, buyable, share
 from tracediag.reports import svg
 from tracediag.reports.sections import Section
@@ -10,16 +10,16 @@ from tracediag.reports.sections import Section
 TOP_ROWS = 20  # op rows in the table; the query gives them all
 
 
-def _tip(r: dict) -> str:
+def _tip(r: dict, unphased: str) -> str:
     return (
-        f"{r['op']} {r['shape'] or ''} {r['dtype'] or ''} ({phase_name(r['phase'])}): {r['calls']} calls, "
+        f"{r['op']} {r['shape'] or ''} {r['dtype'] or ''} ({phase_name(r['phase'], unphased)}): {r['calls']} calls, "
         f"{r['kernel_ns'] / 1e6:.3g} ms, {r['tflops_s']:.3g} TFLOP/s at {r['intensity']:.3g} FLOP/B, "
         f"{r['pct_of_roofline']:.0f} % of roofline ({r['bound']}-bound)"
         + (f", under {LAUNCH_BOUND_US} µs per call: launch-bound" if r["launch_bound"] else "")
     )
 
 
-def _charts(rows: list[dict]) -> list[str]:
+def _charts(rows: list[dict], unphased: str) -> list[str]:
     """One roofline per phase, of the ops with FLOPs (GEMM, attention) that have a roofline."""
     plotted = [r for r in rows if r["flops"] and r["roofline_ns"] is not None and r["intensity"] and r["tflops_s"]]
     charts = []
@@ -30,12 +30,13 @@ def _charts(rows: list[dict]) -> list[str]:
         for r in mine:
             roofs.setdefault(f"{r['dtype'].split(',')[0]} dense", r["peak_tflops"])
         points = [
-            (r["intensity"], r["tflops_s"], r["kernel_ns"], r["family"], _tip(r), bool(r["launch_bound"])) for r in mine
+            (r["intensity"], r["tflops_s"], r["kernel_ns"], r["family"], _tip(r, unphased), bool(r["launch_bound"]))
+            for r in mine
         ]
         gpu = mine[0]["gpu"]
         charts.append(
             svg.roofline(
-                f"Roofline, {phase_name(ph)}: {gpu} (mark area = kernel time; hollow: launch-bound)",
+                f"Roofline, {phase_name(ph, unphased)}: {gpu} (mark area = kernel time; hollow: launch-bound)",
                 points,
                 sorted(roofs.items()),
                 bw,
@@ -58,13 +59,14 @@ def build(ctx) -> Section | None:
         return None
     rows = ctx.rows("SELECT * FROM op_roofline ORDER BY kernel_ns DESC, rank, op, shape, dtype, phase")
     b = buyable(ctx)
+    unphased = unphased_name(ctx)
     families = []
     for g in b.groups:
         s = share(g.buyable_ns, b.basis_ns)
         families.append(
             {
                 "family": g.family,
-                "phase": phase_name(g.phase),
+                "phase": phase_name(g.phase, unphased),
                 "calls": g.calls,
                 "kernel_ns": g.kernel_ns,
                 "roofline_ns": round(g.roofline_ns),
@@ -77,7 +79,7 @@ def build(ctx) -> Section | None:
         )
     ops = [
         {
-            "phase": phase_name(r["phase"]),
+            "phase": phase_name(r["phase"], unphased),
             "op": r["op"],
             "calls": r["calls"],
             "kernel_ns": r["kernel_ns"],
@@ -122,7 +124,7 @@ def build(ctx) -> Section | None:
         title="Speed of light per op",
         tables={"buyable time per op family and phase": families, "ops against the roofline (largest)": ops},
         notes=tuple(notes),
-        svgs=tuple(_charts(rows)),
+        svgs=tuple(_charts(rows, unphased)),
         queries={
             "ops against the roofline (largest)": "SELECT * FROM op_roofline ORDER BY kernel_ns DESC",
         },

@@ -36,6 +36,7 @@ from tracediag.analyses.kernels import (
     phase_name,
     source_of,
     tp_degree,
+    unphased_name,
 )
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -99,14 +100,14 @@ def check(ctx: Context) -> Check:
     )
     substituted = "; ".join(f"{v.group} {v.declared.name}: {v.verdict} ({v.why})" for v in verdicts)
     table = [v.row() for v in verdicts]
-    n = ctx.settings.max_evidence
+    n, unphased = ctx.settings.max_evidence, unphased_name(ctx)
     ev_dense = [
         {
             "rank": r["rank"],
             "step": r["step_id"],
             "ts_ns": r["ts_ns"],
             "name": r["name"],
-            "phase": phase_name(r["phase"]),
+            "phase": phase_name(r["phase"], unphased),
             "role": r["role"],
             "group": r["group"],
             "K": r["K"],

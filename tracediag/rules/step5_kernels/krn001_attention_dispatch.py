@@ -38,6 +38,7 @@ from tracediag.analyses.kernels import (
     phase_name,
     phase_order,
     source_of,
+    unphased_name,
 )
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -60,8 +61,9 @@ def _attention_inputs(ctx: Context) -> dict[str, dict]:
            ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
     )
     out: dict[str, dict] = {}
+    unphased = unphased_name(ctx)
     for r in rows:
-        ph = phase_name(r["phase"])
+        ph = phase_name(r["phase"], unphased)
         if ph in out:
             continue
         try:
@@ -86,13 +88,14 @@ def check(ctx: Context) -> Check:
             "missing attention: no attention kernel or op of a catalogued family inside any engine step",
         )
     source = source_of(ctx)
+    unphased = unphased_name(ctx)
     phase_time = {
-        phase_name(r["phase"]): r["t"]
+        phase_name(r["phase"], unphased): r["t"]
         for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY phase")
     }
     by_phase: dict[str, dict] = defaultdict(lambda: {"fused_ns": 0, "fallback_ns": 0, "rows": []})
     for r in sorted(rows, key=lambda r: (phase_order(r["phase"]), -r["time_ns"])):
-        p = by_phase[phase_name(r["phase"])]
+        p = by_phase[phase_name(r["phase"], unphased)]
         p["fallback_ns" if r["klass"] == "attention_fallback" else "fused_ns"] += r["time_ns"]
         p["rows"].append(r)
     table, summary, fallback_phases = [], {}, []
@@ -127,7 +130,7 @@ def check(ctx: Context) -> Check:
             "fallback_share": share,
             "runs_fallback": runs_fallback,
         }
-    no_attention = sorted(set(phase_time) - set(summary) - {"unknown phase"})
+    no_attention = sorted(set(phase_time) - set(summary) - {unphased})
     values = {
         "time_source": SOURCE_LABEL[source],
         "phases": summary,
@@ -154,11 +157,11 @@ def check(ctx: Context) -> Check:
         for ph, s in summary.items()
     )
     evidence = [
-        phase_evidence(r, family=r["family_label"])
+        phase_evidence(r, unphased, family=r["family_label"])
         for r in sorted(
             rows,
             key=lambda r: (
-                phase_name(r["phase"]) not in fallback_phases,
+                phase_name(r["phase"], unphased) not in fallback_phases,
                 r["klass"] != "attention_fallback",
                 phase_order(r["phase"]),
                 -r["time_ns"],

@@ -18,7 +18,14 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import SOURCE_LABEL, phase_evidence, phase_name, phase_order, source_of
+from tracediag.analyses.kernels import (
+    SOURCE_LABEL,
+    phase_evidence,
+    phase_name,
+    phase_order,
+    source_of,
+    unphased_name,
+)
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -47,11 +54,13 @@ def check(ctx: Context) -> Check:
     rows = [r for r in rows if r["step_ns"]]
     if not any(r["attention_ns"] for r in rows):
         return not_applicable(RULE, "missing attention: no attention kernel or op of a catalogued family inside steps")
-    # a training job's steps have no prefill/decode phase: they are training steps, not steps of an unknown phase
+    # a training job's steps have no prefill/decode phase: they are training steps, not steps of an unknown phase;
+    # an encoder's or a vision model's are forward passes (analyses/kernels.py unphased_name)
     training = ctx.layout is not None and ctx.layout.workload == "training"
+    unphased = "training" if training else unphased_name(ctx)
 
     def label(phase: str | None) -> str:
-        return "training" if training and phase is None else phase_name(phase)
+        return phase_name(phase, unphased)
 
     table = []
     for r in sorted(rows, key=lambda r: phase_order(r["phase"])):
@@ -86,7 +95,7 @@ def check(ctx: Context) -> Check:
            ORDER BY time_ns DESC LIMIT ?""",
         [ctx.settings.max_evidence],
     )
-    evidence = [phase_evidence(e, "step_id") | {"phase": label(e["phase"])} for e in ex]
+    evidence = [phase_evidence(e, unphased, "step_id") for e in ex]
     top = max(table, key=lambda t: t["f"])
     summary = "; ".join(f"{t['phase']} f = {t['f']:.1%} → ≤ {t['speedup_bound_s2']:.2f}×" for t in table)
     if top["f"] >= SHARE_FINDING:

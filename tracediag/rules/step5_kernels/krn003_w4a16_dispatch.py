@@ -40,6 +40,7 @@ from tracediag.analyses.kernels import (
     phase_name,
     source_of,
     tp_degree,
+    unphased_name,
 )
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -67,7 +68,8 @@ def _units(ctx: Context) -> str:
 def _mean_step_ns(ctx: Context) -> dict[str, float]:
     """Mean step time per phase name (step_activity: the step's GPU window, or its host span on a CPU trace)."""
     rows = ctx.rows("SELECT phase, avg(step_ns) AS step_ns FROM step_activity WHERE step_ns > 0 GROUP BY phase")
-    return {phase_name(r["phase"]): r["step_ns"] for r in rows}
+    unphased = unphased_name(ctx)
+    return {phase_name(r["phase"], unphased): r["step_ns"] for r in rows}
 
 
 def _dequant_fields(ctx: Context, formula: str, substituted: str, values: dict, table: list, dq: list) -> dict:
@@ -77,7 +79,7 @@ def _dequant_fields(ctx: Context, formula: str, substituted: str, values: dict, 
         "substituted": substituted,
         "values": values,
         "table": table,
-        "evidence": [phase_evidence(r) for r in dq][: ctx.settings.max_evidence],
+        "evidence": [phase_evidence(r, unphased_name(ctx)) for r in dq][: ctx.settings.max_evidence],
     }
 
 
@@ -163,7 +165,8 @@ def check(ctx: Context) -> Check:
         "groups": [v.row() for v in verdicts],
     }
     table = [v.row() for v in verdicts] + [
-        {k: r[k] for k in ("klass", "name", "family", "calls", "time_ns", "steps")} | {"phase": phase_name(r["phase"])}
+        {k: r[k] for k in ("klass", "name", "family", "calls", "time_ns", "steps")}
+        | {"phase": phase_name(r["phase"], unphased_name(ctx))}
         for r in aux
     ]
     formula = "per quantized group: a kernel of its format; Δ (dequantize time per step) vs budget (W16 − Wq) / BW"
@@ -204,12 +207,12 @@ def check(ctx: Context) -> Check:
             substituted="Δ = 0 (no dequantize kernel or op in any step)",
             values=values | {"w4a16_calls": values["lowbit_calls"]},
             table=table,
-            evidence=[phase_evidence(r) for r in aux][: ctx.settings.max_evidence]
+            evidence=[phase_evidence(r, unphased_name(ctx)) for r in aux][: ctx.settings.max_evidence]
             or [call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][: ctx.settings.max_evidence],
         )
     per_phase: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for r in dq:
-        acc = per_phase[phase_name(r["phase"])]
+        acc = per_phase[phase_name(r["phase"], unphased_name(ctx))]
         acc[0] += r["time_ns"]
         acc[1] = max(acc[1], r["steps"])
     delta = {ph: t / n for ph, (t, n) in per_phase.items()}

@@ -38,7 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from tracediag.analyses.host_gaps import GapAttribution, attribute_gap, dims_text
-from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
+from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of, unphased_name
 from tracediag.context import Context
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -61,10 +61,10 @@ STALL_WARNING = 0.10  # ... a warning from this share
 JUDGE_FIRST = ("decode", "mixed")
 
 
-def _phase_table(steps: list[dict]) -> list[dict]:
+def _phase_table(steps: list[dict], unphased: str) -> list[dict]:
     by_phase: dict[str, list[dict]] = defaultdict(list)
     for s in steps:
-        by_phase[phase_name(s["phase"])].append(s)
+        by_phase[phase_name(s["phase"], unphased)].append(s)
     table = []
     for ph, rows in sorted(by_phase.items(), key=lambda kv: phase_order(kv[0] if kv[0] in JUDGE_FIRST else None)):
         time = sum(r["step_ns"] for r in rows)
@@ -92,10 +92,14 @@ def _phase_table(steps: list[dict]) -> list[dict]:
 
 def _phase_words(ctx: Context) -> dict[str, tuple[str, str]]:
     """(steps, step time) in words for the phases that need more than their name: steps with no phase — a
-    training job's, a trace with no attention kernel (not a prefill/decode workload), or an inference trace whose
-    phase nothing tells — and phases inferred from the attention kernels (derive/kernel_phase.py)."""
-    if ctx.layout is not None and ctx.layout.workload == "training":
+    training job's, a forward pass of a model with no prefill or decode (derive/domain.py), a trace with no attention
+    kernel (not a prefill/decode workload), or an inference trace whose phase nothing tells — and phases inferred
+    from the attention kernels (derive/kernel_phase.py)."""
+    unphased = unphased_name(ctx)
+    if unphased == "training" or (ctx.layout is not None and ctx.layout.workload == "training"):
         unknown = ("training steps", "training step time")
+    elif unphased == "forward":
+        unknown = ("forward steps", "forward step time")
     else:
         attention = ctx.scalar("SELECT count(*) FROM kernel_steps WHERE klass IN ('attention', 'attention_fallback')")
         why = (
@@ -104,7 +108,7 @@ def _phase_words(ctx: Context) -> dict[str, tuple[str, str]]:
             else "no attention kernel in the trace: not a prefill/decode workload"
         )
         unknown = (f"the steps ({why})", f"step time ({why})")
-    words = {phase_name(None): unknown}
+    words = {phase_name(None, unphased): unknown}
     for r in ctx.rows("SELECT DISTINCT phase FROM steps WHERE phase_source = ? ORDER BY phase", [INFERRED]):
         words[r["phase"]] = (f"{r['phase']} steps ({INFERRED})", f"{r['phase']} step time ({INFERRED})")
     return words
@@ -215,12 +219,15 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
     span = sum(t["steady_span_ns"] for t in timeline)
     stall_ns = sum(t["stall_ns"] for t in timeline)
     between_ns = sum(t["idle_between_ns"] for t in timeline)
-    table = _phase_table(steps)
+    unphased = unphased_name(ctx)
+    table = _phase_table(steps, unphased)
     judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
     worst = judged[0]
     stall_share = stall_ns / span if span else 0.0
     between_share = between_ns / span if span else 0.0
-    w = max((s for s in steps if phase_name(s["phase"]) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0)
+    w = max(
+        (s for s in steps if phase_name(s["phase"], unphased) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0
+    )
     host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
     step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
     values = _values(

@@ -29,7 +29,7 @@ contiguous inputs.
 
 from __future__ import annotations
 
-from tracediag.analyses.kernels import ms, phase_name
+from tracediag.analyses.kernels import ms, phase_name, unphased_name
 from tracediag.analyses.roofline import LAUNCH_BOUND_US, Buyable, FamilyGroup, amdahl, buyable, share
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -79,7 +79,7 @@ def _row_evidence(ctx: Context, r: dict) -> dict:
         "rank": r["rank"],
         "ts_ns": k.get("ts_ns"),
         "name": k.get("name"),
-        "phase": phase_name(r["phase"]),
+        "phase": phase_name(r["phase"], unphased_name(ctx)),
         "op": r["op"],
         "shape": r["shape"],
         "dtype": r["dtype"],
@@ -92,11 +92,11 @@ def _row_evidence(ctx: Context, r: dict) -> dict:
     }
 
 
-def _table(b: Buyable) -> list[dict]:
+def _table(b: Buyable, unphased: str) -> list[dict]:
     return [
         {
             "family": g.family,
-            "phase": phase_name(g.phase),
+            "phase": phase_name(g.phase, unphased),
             "calls": g.calls,
             "kernel_ns": g.kernel_ns,
             "roofline_ns": round(g.roofline_ns),
@@ -110,7 +110,7 @@ def _table(b: Buyable) -> list[dict]:
     ]
 
 
-def _values(b: Buyable, lead: FamilyGroup | None) -> dict:
+def _values(b: Buyable, lead: FamilyGroup | None, unphased: str) -> dict:
     v = {
         "gpu": b.gpu,
         "roofs": b.peak_source,
@@ -137,7 +137,7 @@ def _values(b: Buyable, lead: FamilyGroup | None) -> dict:
         s = share(lead.buyable_ns, b.basis_ns)
         v |= {
             "family": lead.family,
-            "phase": phase_name(lead.phase),
+            "phase": phase_name(lead.phase, unphased),
             "family_kernel_ns": lead.kernel_ns,
             "family_roofline_ns": round(lead.roofline_ns),
             "family_pct_of_roofline": round(lead.pct_of_roofline or 0, 1),
@@ -220,7 +220,8 @@ def check(ctx: Context) -> Check:
     far = [g for g in b.groups if (g.pct_of_roofline or 0) < NEAR_LIMIT_PCT]
     lead = (far or b.groups)[0]
     s = share(lead.buyable_ns, b.basis_ns)
-    values = _values(b, lead)
+    unphased = unphased_name(ctx)
+    values = _values(b, lead, unphased)
     bound = amdahl(s)
     bound_text = f"{bound:.2f}×" if bound else "unbounded (the whole step)"
     formula = (
@@ -228,9 +229,10 @@ def check(ctx: Context) -> Check:
         "Σ max(0, kernel time − roofline) per op family and phase; share = buyable / step time; step speed-up "
         "≤ 1 / (1 − share)"
     )
+    where = f"{lead.family} in {phase_name(lead.phase, unphased)}"
     substituted = (
-        f"{lead.family} in {phase_name(lead.phase)}: {ms(lead.kernel_ns)} of kernels vs {ms(lead.roofline_ns)} at the "
-        f"roofline ({lead.pct_of_roofline or 0:.0f} % of roofline); buyable {ms(lead.buyable_ns)} / {ms(b.basis_ns)} "
+        f"{where}: {ms(lead.kernel_ns)} of kernels vs {ms(lead.roofline_ns)} at the roofline"
+        f" ({lead.pct_of_roofline or 0:.0f} % of roofline); buyable {ms(lead.buyable_ns)} / {ms(b.basis_ns)} "
         f"of {b.basis} = {s:.1%}; step speed-up ≤ {bound_text}; at the family's best rate here "
         f"({lead.best_pct or 0:.0f} % of roofline) every row would save {ms(lead.demonstrated_ns)}" + _not_counted(b)
     )
@@ -240,10 +242,9 @@ def check(ctx: Context) -> Check:
         "formula": formula,
         "substituted": substituted,
         "values": values,
-        "table": _table(b),
+        "table": _table(b, unphased),
         "evidence": evidence,
     }
-    where = f"{lead.family} in {phase_name(lead.phase)}"
     near = (lead.pct_of_roofline or 0) >= NEAR_LIMIT_PCT
     if s < INFO_SHARE or lead.buyable_ns < MIN_BUYABLE_NS or near:
         reason = (

@@ -32,6 +32,7 @@ from tracediag.analyses.kernels import (
     phase_table,
     step_events,
     step_rows,
+    unphased_name,
 )
 from tracediag.context import Context
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
@@ -59,13 +60,20 @@ def check(ctx: Context) -> Check:
                 f"missing inference steps: a training job ({ctx.layout.workload_evidence}); its steps "
                 f"({', '.join(markers)}) have no prefill/decode phase",
             )
+        dom = (ctx.fitness() or {}).get("domain") or {}
+        if dom.get("workload") not in (None, "llm", "other"):  # an encoder, a vision model: nothing to split
+            return not_applicable(
+                RULE,
+                f"missing LLM steps: the workload is {dom['label']} ({dom['workload_why']}); its steps "
+                f"({', '.join(markers)}) are forward passes with no prefill/decode phase",
+            )
         return not_applicable(
             RULE,
             "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM), an "
             "attention op with recorded shapes or a prefill/decode-only attention kernel (steps from: "
             f"{', '.join(markers)})",
         )
-    table = phase_table(steps)
+    table = phase_table(steps, unphased_name(ctx))
     phases: dict[str | None, list[dict]] = defaultdict(list)
     for s in steps:
         phases[s["phase"]].append(s)
@@ -204,7 +212,7 @@ def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
     rows = ctx.rows("SELECT rank, step_id, name, ts_ns, marker_source, phase_source, t_source FROM steps")
     meta = {(r["rank"], r["step_id"]): r for r in rows}
     events = step_events(rows)
-    seen, out = set(), []
+    seen, out, unphased = set(), [], unphased_name(ctx)
     for s in steps:  # first step of each phase
         if s["phase"] in seen:
             continue
@@ -213,7 +221,7 @@ def _evidence(ctx: Context, steps: list[dict]) -> list[dict]:
         out.append(
             events[(s["rank"], s["step_id"])]
             | {
-                "phase": phase_name(s["phase"]),
+                "phase": phase_name(s["phase"], unphased),
                 "phase_from": m["phase_source"],
                 "T": s["T"],
                 "T_from": m["t_source"],
