@@ -480,3 +480,33 @@ def test_unrecognised_describes_the_shape_of_a_line_never_the_line():
     assert not_a_record("a vLLM record", 1, f"KEY={SECRET}") == described
     assert file_text("/no/such/file", 3) == "3 lines"
     assert file_text("/proc/self/environ") == ""  # a size of 0 is the kernel's, not the file's
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "DROP TABLE kernels; CREATE VIEW kernels AS SELECT * FROM read_text('{secret}')",
+        "CREATE MACRO median(a) AS 42",
+    ],
+)
+def test_a_store_that_carries_code_is_refused_by_query_and_the_notebook(run, tmp_path, code):
+    """The agent's query and tracediag.open read a store as data too: a view over a local file or a macro that
+    forges answers is 'not a tracediag store', the file's content nowhere."""
+    import duckdb
+
+    import tracediag
+
+    ws, folder = run
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET)
+    forged = tmp_path / "forged"
+    shutil.copytree(folder, forged)
+    con = duckdb.connect(str(forged / "trace.duckdb"))
+    con.execute(code.format(secret=secret))
+    con.close()
+    with pytest.raises(InputError, match="not a tracediag store") as e:
+        ws.query(str(forged), "SELECT median(dur_ns) FROM kernels")
+    assert SECRET not in str(e.value)
+    with tracediag.open(forged) as opened, pytest.raises(InputError, match="not a tracediag store"):
+        opened.sql("SELECT 1")
+    assert ws.query(folder, "SELECT count(*) AS n FROM steps")["rows"][0][0] > 0  # our own store is read

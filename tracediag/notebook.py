@@ -79,7 +79,11 @@ class OpenedRun:
         if self.db_path is None:
             raise InputError(self.path / "trace.duckdb", "no store beside findings.json (tables need trace.duckdb)")
         if self._con is None:
-            self._con = duckdb.connect(str(self.db_path), read_only=True)
+            from tracediag.store.readback import open_read_back
+
+            # a folder attached to a ticket may come from anyone: its store is read as data (read-only, external
+            # access off, nothing but tables and tracediag's own views), never as code
+            self._con = open_read_back(self.db_path)
         return self._con
 
     def sql(self, query: str, params: list[Any] | None = None) -> pd.DataFrame:

@@ -29,6 +29,7 @@ import duckdb
 
 from tracediag.agent.cancel import Cancel, Cancelled
 from tracediag.errors import InputError, UsageError
+from tracediag.store.readback import check_only_data
 
 MAX_ROWS = 200  # rows returned by default
 ROW_CAP = 10_000  # the most rows one query may ask for
@@ -127,6 +128,11 @@ def read_only_query(
         con = duckdb.connect(str(db_path), read_only=True, config=config)
     except duckdb.Error as exc:
         raise InputError(db_path, f"cannot open the store read-only ({_first_line(exc)})") from None
+    try:  # a store from elsewhere is data: a view or macro of its own would run (or forge answers) in the query
+        check_only_data(con, db_path)
+    except BaseException:
+        con.close()
+        raise
     cancel = cancel or Cancel()
     timer = threading.Timer(time_limit_s, con.interrupt)
     try:

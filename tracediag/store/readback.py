@@ -32,14 +32,15 @@ def open_read_back(path: str | Path) -> duckdb.DuckDBPyConnection:
     except duckdb.Error as exc:
         raise InputError(path, f"cannot open the store read-only ({_first_line(exc)})") from None
     try:
-        _check_only_data(con, path)
+        check_only_data(con, path)
     except BaseException:
         con.close()
         raise
     return con
 
 
-def _check_only_data(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+def check_only_data(con: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """An InputError naming `path` unless the open store holds only data: tables and tracediag's own views."""
     query = "SELECT function_name FROM duckdb_functions() WHERE NOT internal ORDER BY function_name"
     macros = [r[0] for r in con.execute(query).fetchall()]
     if macros:
