@@ -73,6 +73,8 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "window unfit: a graph capture": expected == "graph_capture",
         "missing decoding requests": inv.engine_step_annotations > 0 and inv.decoding_step_annotations == 0,
         "missing GPU memory copies": inv.gpu_copies == 0,
+        # the summed GPU time bounds the steady segment's busy union: under 1 ms in all, under 1 ms steady
+        "missing steady GPU work": inv.gpu_time_ns < 1_000_000,
         "missing collective calls: none in the trace": inv.collective_kernels == 0,
         "missing collective kernels": inv.collective_kernels == 0,
         "missing attention": inv.attention_kernels == 0,

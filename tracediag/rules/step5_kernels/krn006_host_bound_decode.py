@@ -17,7 +17,9 @@ phase = Σ idle in its windows (stalls and start-up excluded) / Σ (window − s
 between steps = idle outside every window (stalls and start-up excluded) / steady span. Finding: stalls ≥ 1 %
 of the span (warning from 10 %), a phase idle ≥ 30 % (decode and mixed judged first), or idle between steps
 ≥ 30 % of the span; an idle share of a window of one step is `info` of low confidence with that caveat (a
-stall is not). Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
+stall is not). The part that costs the most leads; the finding's impact (what the verdict ranks) is its idle time
+/ the window's step time (analyses/basis.py). Launch facts: kernels per step, share of kernels < 10 µs, launch API
+time, graph launches.
 
 Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
 idle gap inside a step and what the host did during it — the innermost host spans (CPU ops, Python frames, NVTX
@@ -37,6 +39,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.host_gaps import GapAttribution, attribute_gap, dims_text
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
 from tracediag.context import Context
@@ -54,6 +57,7 @@ RULE = RuleMeta(
     title="Host-blocking stalls, GPU idle inside and between steps, launch overhead (host-bound decode)",
     requires_tables=("steps",),
     requires_window="steady",
+    share_of_steady="span",
 )
 IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between steps: host-bound
 STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
@@ -406,18 +410,24 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
                 + f"; {m.between_share:.1%} idle between steps, {m.stall_share:.1%} in host-blocking stalls"
             ),
         )
-    parts.sort(key=lambda p: -p[0])
-    impact, cost, severity, lead, nxt = parts[0]
+    # the largest cost leads: the parts are ranked on the window's time like every trace-side finding (a phase's own
+    # idle share, which judges it, is a share of that phase's steps only)
+    parts.sort(key=lambda p: -p[1])
+    _, cost, severity, lead, nxt = parts[0]
+    wt = window_time(ctx)
+    common["values"] = common["values"] | wt.values(cost)
+    common["substituted"] = f"{common['substituted']}; impact {wt.text(cost)}"
     rest = [p[3].split(";")[0] for p in parts[1:]]
     one_step = severity == "info" and len(m.steps) < 2  # an idle share of one step leads (a stall is measured)
     if one_step:
-        common["values"] = {**m.values, "one_step_caveat": ONE_STEP_CAVEAT}
+        common["values"] = {**common["values"], "one_step_caveat": ONE_STEP_CAVEAT}
     return finding(
         RULE,
         **common,
         severity=severity,
         confidence="low" if one_step else "high",
-        impact=min(1.0, impact),
+        impact=wt.share(cost),
+        impact_basis=wt.basis,
         cost_ns=int(cost),
         cost_per_step_ns=int(cost / len(m.steps)),
         title=lead[0].upper()
