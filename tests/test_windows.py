@@ -118,7 +118,8 @@ def test_sglang_prefill_copy_waits_for_queued_gpu_work():
 
 
 def test_queued_gaps_start_after_the_launch_of_the_work_that_ends_them():
-    from tracediag.derive.windows import QUEUE_LATENCY_NS, island_launches, queued_gaps
+    from tracediag.derive.fitness import QUEUE_LATENCY_NS
+    from tracediag.derive.windows import island_launches, queued_gaps
 
     bs, be = np.array([0, 1_000_000, 3_000_000]), np.array([100, 1_000_100, 3_000_100])
     # island 1 launched 500 µs into its gap (host-starved until then), island 2 before its gap began (queued)

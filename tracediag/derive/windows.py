@@ -50,13 +50,10 @@ import numpy as np
 import pyarrow as pa
 
 from tracediag.derive import intervals as iv
-from tracediag.derive.fitness import REPEAT_LAUNCH, startup_end
+from tracediag.derive.fitness import QUEUE_LATENCY_NS, REPEAT_LAUNCH, startup_end
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
-# a kernel launched to an idle GPU starts within tens of µs (launch latency); idle longer than this after the launch of
-# the work that ends a gap is the GPU holding queued work, not the host late with it
-QUEUE_LATENCY_NS = 50_000
 _NO_LAUNCH = np.iinfo(np.int64).max  # GPU work with no launching call recorded: never counted as queued
 
 _KINDS = (

@@ -48,8 +48,8 @@ from tracediag.analyses.basis import window_time
 from tracediag.analyses.host_gaps import GapAttribution, GapDirection, attribute_gap, dims_text, gap_direction
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of
 from tracediag.context import Context
+from tracediag.derive.fitness import QUEUE_LATENCY_NS
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
-from tracediag.derive.windows import QUEUE_LATENCY_NS
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
 ONE_STEP_CAVEAT = (
