@@ -238,6 +238,7 @@ class GapDirection:
     launched it. Idle after the launch (beyond the launch latency) is the GPU holding queued work (a device-side
     wait); idle before it is the host not giving the GPU work (derive/windows.py, QUEUE_LATENCY_NS)."""
 
+    rank: int
     ts_ns: int
     gap_ns: int
     ending: str | None  # the kernel or copy that ends the gap
@@ -262,6 +263,7 @@ class GapDirection:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "rank": self.rank,
             "ts_ns": self.ts_ns,
             "gap_ns": self.gap_ns,
             "ending": self.ending,
@@ -279,7 +281,7 @@ def gap_direction(ctx: Context, rank: int, t0: int, gap_ns: int, latency_ns: int
     t1 = t0 + gap_ns
     rows = ctx.con.execute(_ENDING_SQL, {"rank": rank, "t0": t0, "t1": t1}).fetchall()
     if not rows:
-        return GapDirection(t0, gap_ns, None, None, None, None, 0)
+        return GapDirection(rank, t0, gap_ns, None, None, None, None, 0)
     name, _, _, api, launch, _, waited = rows[0]
     queued = max(0, t1 - max(t0, launch + latency_ns)) if launch is not None else 0
-    return GapDirection(t0, gap_ns, name, api, launch, waited, int(queued))
+    return GapDirection(rank, t0, gap_ns, name, api, launch, waited, int(queued))

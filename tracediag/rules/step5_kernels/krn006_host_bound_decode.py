@@ -359,6 +359,20 @@ def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
             "phase": m.worst["phase"],
         }
     ]
+    if m.waits:  # the queued work that ends the longest wait, where the host launched it
+        evidence.append(
+            {
+                "rank": m.waits.rank,
+                "ts_ns": m.waits.ts_ns + m.waits.gap_ns,
+                "name": m.waits.ending,
+                "kind": "GPU work already launched that ends the longest wait (the GPU held it)",
+                "launched_by": m.waits.api,
+                "launch_ns": m.waits.launch_ns,
+                "waited_with": m.waits.waited_with,
+                "gap_ns": m.waits.gap_ns,
+                "queued_ns": m.waits.queued_ns,
+            }
+        )
     spans = m.host.spans if m.host else []
     evidence += [
         {
