@@ -93,6 +93,7 @@ class Inventory:
     # what the window fitness rests on (tracediag/derive/fitness.py), counted here from the file
     recorded_events: int = 0  # kernels, copies/memsets, runtime calls, CPU ops, annotations
     gpu_copies: int = 0  # memcpy and memset activities
+    gpu_time_ns: int = 0  # summed duration of the kernels, copies and memsets (an upper bound of any busy union)
     gpu_backend: bool = False  # distributedInfo names NCCL/RCCL, or the file has device properties or runtime calls
     external_id_gap_median: float | None = None  # CPU ops' consecutive external ids (>= 20 ops)
     correlation_gap_median: float | None = None  # runtime calls' consecutive correlation ids (>= 20 calls)
@@ -186,6 +187,7 @@ def _kineto(path: Path) -> Inventory:
         slow_repeat_launches=slow_repeat,
         recorded_events=sum(1 for e in xs if e.get("cat") in RECORDED),
         gpu_copies=len(cat("gpu_memcpy")) + len(cat("gpu_memset")),
+        gpu_time_ns=round(sum(float(e.get("dur") or 0) for e in kernels + cat("gpu_memcpy") + cat("gpu_memset")) * 1e3),
         gpu_backend=bool(
             (isinstance(dist, dict) and re.search(r"nccl|rccl", str(dist.get("backend") or ""), re.I))
             or props
@@ -329,6 +331,11 @@ def _nsys(path: Path) -> Inventory:
         ops_with_shapes=sum(1 for n in nvtx if "sizes = [[" in n),
         kernels_linked_to_ops=sum(1 for n in nvtx if n.startswith("aten::")),
         gemm_ops_launching_with_shapes=sum(1 for n in nvtx if n.split(",")[0] in GEMM_OPS and "sizes = [[" in n),
+        gpu_time_ns=sum(
+            q(f'SELECT coalesce(sum("end" - start), 0) FROM {t}')
+            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", *copy_tables)
+            if t in tables
+        ),
         gpu_backend=bool(names or rt_names),
         external_id_gap_median=None,
         correlation_gap_median=_gap_median(corr) if gpu_pids <= 1 else None,

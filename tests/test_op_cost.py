@@ -311,7 +311,7 @@ def test_buyable_time_is_the_rows_above_their_roofline(stores):
         ).fetchall()
     )
     assert {f"{g.family}/{g.phase}": g.buyable_ns for g in b.groups} == pytest.approx(want)
-    assert b.basis_ns == con.execute("SELECT sum(dur_ns) FROM steps").fetchone()[0]
+    assert b.basis_ns == con.execute("SELECT sum(steady_span_ns) FROM gpu_timeline").fetchone()[0]  # the window
     lead = b.groups[0]
     assert (lead.family, lead.phase) == ("GEMM", "prefill") and lead.best_pct == pytest.approx(48.1, abs=0.05)
     # at the family's best % of roofline each row would take roofline / best: the lower estimate

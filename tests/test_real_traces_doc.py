@@ -11,6 +11,8 @@ import real_traces
 from conftest import REPO
 
 from tracediag.analysis import analyze
+from tracediag.findings import RANKED_BY, TRACE_TIME_STEPS, WINDOW_BASES, on_window_basis
+from tracediag.rules.step5_kernels.krn010_cold_window import STARTUP_BASIS
 
 DOC = REPO / "docs" / "real_traces.md"
 GEMM_NAME = re.compile(r"gemm|Cijk_|nvjet|xmma|cutlass.*(?:gemm|Gemm)|matmul", re.I)
@@ -73,6 +75,8 @@ def _truly_absent(reason: str, inv: real_traces.Inventory, path) -> bool:
         "window unfit: a graph capture": expected == "graph_capture",
         "missing decoding requests": inv.engine_step_annotations > 0 and inv.decoding_step_annotations == 0,
         "missing GPU memory copies": inv.gpu_copies == 0,
+        # the summed GPU time bounds the steady segment's busy union: under 1 ms in all, under 1 ms steady
+        "missing steady GPU work": inv.gpu_time_ns < 1_000_000,
         "missing collective calls: none in the trace": inv.collective_kernels == 0,
         "missing collective kernels": inv.collective_kernels == 0,
         "missing attention": inv.attention_kernels == 0,
@@ -169,3 +173,20 @@ def test_steps_without_a_phase_are_named_by_what_the_trace_holds(path):
         assert inv.backward_or_optimizer_events > 0
     if "no attention kernel in the trace" in c["title"]:
         assert inv.attention_kernels == 0
+
+
+@pytest.mark.parametrize("path", real_traces.TRACES, ids=lambda p: p.name)
+def test_every_trace_impact_is_a_share_of_the_window(path):
+    """One basis: each trace finding's impact is a share of the window's step time (KRN010's start-up share says it
+    is of the whole trace, and ranks below), and the verdict says what it ranked by."""
+    report = _report(str(path))
+    off_basis = [
+        (c["rule"], c.get("impact_basis"))
+        for c in report["checks"]
+        if c["status"] == "finding" and c["step"] in TRACE_TIME_STEPS and not on_window_basis(c)
+    ]
+    assert all(rule == "KRN010" and basis == STARTUP_BASIS for rule, basis in off_basis), off_basis
+    v = report["verdict"]
+    assert v["ranked_by"] == RANKED_BY
+    if v.get("rule") and v["rule"] != "KRN010" and v["rule"].startswith(("KRN", "COL004", "COL005")):
+        assert v["impact_basis"] in WINDOW_BASES, v

@@ -8,6 +8,7 @@ import pytest
 from conftest import sample_report
 
 from tracediag.findings import (
+    WINDOW_STEP_TIME,
     Check,
     compact_long_strings,
     coverage,
@@ -106,13 +107,27 @@ def _f(rule, impact, severity="warning", step=3, down=(), confidence="high", bas
     )  # fmt: skip
 
 
+W = WINDOW_STEP_TIME  # the basis every trace-side impact is on
+
+
 def test_ranking_is_by_impact_then_severity():
     checks = [
-        _f("A", 0.04, "warning", step=4),
-        _f("B", 0.44, "info", step=5),
+        _f("A", 0.04, "warning", step=4, basis=W),
+        _f("B", 0.44, "info", step=5, basis=W),
         _f("C", 0.44, "error", step=6, basis="requests"),
     ]
     assert [c.rule for c in ranked_findings(checks)] == ["C", "B", "A"]
+
+
+def test_a_share_of_busy_time_is_never_ranked_against_a_share_of_step_time():
+    # the MPI + CUDA saxpy before KRN011 moved: copies at 76 % of GPU busy time (26 % of the window) headed GPU idle
+    # at 66 % of the window; a trace impact counts only on the window's basis, and the verdict says what it ranked by
+    busy = _f("KRN011", 0.76, "warning", step=5, basis="steady GPU busy time")
+    idle = _f("KRN006", 0.66, "warning", step=5, basis=W)
+    assert [c.rule for c in ranked_findings([busy, idle])] == ["KRN006", "KRN011"]
+    v = verdict([busy, idle])
+    assert v["rule"] == "KRN006" and v["cost"] == "66% of the window's step time"
+    assert "share of the window's step time" in v["ranked_by"]
 
 
 def test_a_serving_impact_without_a_basis_ranks_by_severity_below_those_with_one():
@@ -133,7 +148,7 @@ def test_a_caveat_never_heads_the_verdict_and_explains_nothing():
 
 def test_a_growing_queue_heads_the_verdict_on_a_valid_load_and_step_time_comes_second():
     checks = [
-        _f("KRN006", 0.5, "warning", step=5, basis="decode step time"),
+        _f("KRN006", 0.5, "warning", step=5, basis=W),
         _f("SCH003", 0.2, "error", step=6, basis="engines tested"),
         _f("SCH009", None, "info", step=6, qualifies=("SCH003",)),
     ]
@@ -153,7 +168,7 @@ def test_fold_puts_consequences_under_the_best_ranked_cause():
 
 
 def test_an_info_finding_is_context_not_the_verdict():
-    checks = [_f("INFO", 0.44, "info", step=5), _f("PROBLEM", 0.04, "warning", step=4)]
+    checks = [_f("INFO", 0.44, "info", step=5, basis=W), _f("PROBLEM", 0.04, "warning", step=4, basis=W)]
     assert [c.rule for c in ranked_findings(checks)] == ["INFO", "PROBLEM"]  # the list: by impact
     v = verdict(checks)
     assert v["status"] == "problem" and v["rule"] == "PROBLEM"

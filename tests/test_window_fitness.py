@@ -5,6 +5,7 @@ header that states it."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import duckdb
 import pytest
@@ -224,10 +225,21 @@ def test_verdict_with_a_problem_stays_a_problem_on_an_unfit_window():
 # --- the severity floor ---------------------------------------------------------------------------------------
 
 
-def test_four_microseconds_of_elementwise_work_is_not_a_warning():
+def test_four_microseconds_of_elementwise_work_is_no_share_at_all():
+    # the steady segment holds one 1.63 µs copy: KRN008's "72 % of GPU busy time" (4.13 µs) was a share of nothing
     c = _check(_report(str(NSYS / "nsysai_rtx3080_minimal.sqlite")), "KRN008")
-    assert c.severity == "info" and c.rule_severity == "warning"
-    assert c.cost_ns == 4129 and c.floor.startswith("cost 4.13 µs over the profiled window < 1 ms")
+    assert c.status == "not_applicable"
+    assert c.reason.startswith("missing steady GPU work: the steady segment holds 1.63 µs of GPU work over 1 rank")
+
+
+def test_a_microsecond_total_is_never_a_finding():
+    from tracediag.findings import too_small_to_find
+
+    f = Check(rule="X", step=5, status="finding", title="t", severity="warning", impact=0.7, cost_ns=416_000)
+    c = too_small_to_find(f)
+    assert c.status == "pass" and c.severity is None and c.impact is None and c.rule_severity == "warning"
+    assert c.floor == "cost 416 µs over the profiled window < 1 ms: too little to be a finding"
+    assert too_small_to_find(replace(f, cost_ns=1_000_000)) == replace(f, cost_ns=1_000_000)
 
 
 def test_floor_reads_share_window_cost_and_cost_per_step():

@@ -100,17 +100,34 @@ def test_col004_collective_time_on_the_real_ddp_trace_equals_the_union_inside_th
     assert v["exposed_share_of_busy"] >= v["exposed_share_of_step"]
 
 
-def test_sglang_prefill_stall_is_measured_once():
+def test_sglang_prefill_copy_waits_for_queued_gpu_work():
+    # the 493 ms hipMemcpyWithStream: resolve_future_token_ids was launched (after a hipStreamWaitEvent) 49 µs into
+    # the gap and ran 493 ms later; the GPU held queued work the whole time, so the copy waits for the GPU: no stall
     con = _cached(str(EXTERNAL / "kineto" / "tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"))
     (tl,) = con.execute(
-        "SELECT span_ns, busy_ns, stall_ns, idle_in_windows_ns, idle_between_ns FROM gpu_timeline"
+        "SELECT span_ns, busy_ns, stall_ns, idle_in_windows_ns, idle_between_ns, queued_idle_in_windows_ns "
+        "FROM gpu_timeline"
     ).fetchall()
-    span, busy, stall, idle_in, between = tl
-    assert stall == pytest.approx(493.2e6, rel=1e-3)
+    span, busy, stall, idle_in, between, queued = tl
+    assert stall == 0 and con.execute("SELECT count(*) FROM host_stalls").fetchone()[0] == 0
+    assert queued == pytest.approx(493.19e6, rel=1e-3) and queued <= idle_in
     # every idle ns of the span is in exactly one bucket
     assert span - busy == stall + idle_in + between
-    (a,) = con.execute("SELECT step_ns, step_ns_with_stalls, stall_ns FROM step_activity").fetchall()
-    assert a[0] == a[1] - a[2] == pytest.approx(494.1e6, rel=1e-3)
+    (a,) = con.execute("SELECT step_ns, step_ns_with_stalls, queued_idle_ns FROM step_activity").fetchall()
+    assert a[0] == a[1] == pytest.approx(987.3e6, rel=1e-3) and a[2] == queued
+
+
+def test_queued_gaps_start_after_the_launch_of_the_work_that_ends_them():
+    from tracediag.derive.fitness import QUEUE_LATENCY_NS
+    from tracediag.derive.windows import island_launches, queued_gaps
+
+    bs, be = np.array([0, 1_000_000, 3_000_000]), np.array([100, 1_000_100, 3_000_100])
+    # island 1 launched 500 µs into its gap (host-starved until then), island 2 before its gap began (queued)
+    ts, launch = np.array([3_000_000, 0, 1_000_000]), np.array([-5, -10, 600_000])
+    first_launch, _ = island_launches(bs, ts, launch, np.array([3, 1, 2]))
+    assert first_launch.tolist() == [-10, 600_000, -5]
+    qs, qe = queued_gaps(bs, be, first_launch)
+    assert qs.tolist() == [600_000 + QUEUE_LATENCY_NS, 1_000_100] and qe.tolist() == [1_000_000, 3_000_000]
 
 
 def test_cpu_sample_trace_has_no_windows_and_no_stalls():
@@ -162,3 +179,19 @@ def test_vectorised_window_facts_equal_the_per_window_computation(seed):
     for i, (w0, w1) in enumerate(zip(w0s.tolist(), w1s.tolist(), strict=True)):
         got = (int(busy[i]), int(st[i]), int(glen[i]), int(gstart[i]) if glen[i] > 0 else None)
         assert got == _reference_window_facts(bs, be, ss, se, w0, w1), (seed, i, w0, w1)
+
+
+def test_a_synchronize_after_the_last_step_is_the_profilers_stop():
+    # V100 training (the GPU 76 ms behind the host): cudaDeviceSynchronize starts 76 µs after the last
+    # ProfilerStep's host range ends and waits 89 ms for the queued work: the profiler closing the window
+    from tracediag.derive.windows import _profiler_stop_sync, stall_kind
+
+    con = _cached(str(EXTERNAL / "kineto" / "hta_v100_ns_resolution.pt.trace.json.gz"))
+    name, ts = con.execute(
+        "SELECT name, ts_ns FROM runtime WHERE name = 'cudaDeviceSynchronize' ORDER BY dur_ns DESC LIMIT 1"
+    ).fetchone()
+    (last_end,) = con.execute("SELECT max(ts_ns + dur_ns) FROM steps").fetchone()
+    sync = {"kind": stall_kind(name), "ts_ns": ts}
+    assert 0 < ts - last_end < 100_000 and _profiler_stop_sync(sync, last_end)
+    assert not _profiler_stop_sync(sync, ts + 1)  # inside a step's host range: the workload's own sync
+    assert not _profiler_stop_sync({"kind": "synchronous copy", "ts_ns": ts}, last_end)

@@ -11,7 +11,16 @@ from types import ModuleType
 
 from tracediag.context import Context
 from tracediag.derive.fitness import unfit_reason
-from tracediag.findings import Check, RuleMeta, not_applicable, option_name, severity_follows_impact, walk_key
+from tracediag.findings import (
+    Check,
+    RuleMeta,
+    not_applicable,
+    option_name,
+    severity_follows_impact,
+    steady_floor_reason,
+    too_small_to_find,
+    walk_key,
+)
 from tracediag.rules import RULE_MODULES
 from tracediag.store import table_count
 
@@ -47,6 +56,10 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     unfit = unfit_reason(ctx.fitness(), meta.requires_window)
     if unfit:
         return unfit
+    if meta.share_of_steady:
+        empty = _empty_steady_segment(ctx, meta.share_of_steady)
+        if empty:
+            return empty
     if meta.requires_model:
         if ctx.model is None:
             fields = ", ".join(meta.requires_model)
@@ -57,6 +70,22 @@ def _missing_input(ctx: Context, meta: RuleMeta) -> str | None:
     if meta.requires_tp and ctx.tp is None:
         return "missing tensor-parallel degree: not in the trace; pass --tp N"
     return None
+
+
+def _empty_steady_segment(ctx: Context, of: str) -> str | None:
+    """Why the steady segment holds too little (GPU work, `of` "busy", or time, "span") for a share of it
+    (findings.MIN_STEADY_NS), else None;
+    None on a trace without a GPU timeline (a CPU-only trace's rules use host time)."""
+
+    def measure() -> tuple[int, int, int]:
+        if not table_count(ctx.con, "gpu_timeline"):
+            return 0, 0, 0
+        sql = "SELECT coalesce(sum(steady_busy_ns), 0), coalesce(sum(steady_span_ns), 0), count(*) FROM gpu_timeline"
+        busy, span, ranks = ctx.con.execute(sql).fetchone()
+        return int(busy), int(span), int(ranks)
+
+    busy, span, ranks = ctx.once(("steady_time",), measure)
+    return steady_floor_reason(of, busy, span, ranks) if ranks else None
 
 
 # The input options that each stand for files of some formats: a rule that could not run, declares such an
@@ -85,8 +114,10 @@ def _with_absent_inputs(ctx: Context, meta: RuleMeta, check: Check) -> Check:
 
 def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check]:
     """One Check per rule, in walk order. Findings get `downstream_of` (the findings among the rule's declared
-    `may_be_downstream_of`), and a finding under the severity floor (tracediag.findings.below_floor: a share below
-    1 %, or a cost below 1 ms over the window or 10 µs per step) is `info` whatever the rule said (the rule's own
+    `may_be_downstream_of`); a rule that takes a share of steady time (RuleMeta.share_of_steady) does not run on a
+    steady segment holding almost nothing, and a finding costing under 1 ms over the window is a pass
+    (tracediag.findings.too_small_to_find); a finding under the severity floor (tracediag.findings.below_floor: a
+    share below 1 %, or a cost below 1 ms over the window or 10 µs per step) is `info` whatever the rule said (its own
     severity stays in `rule_severity`, the floor in `floor`). Ranking by impact and folding under causes read these
     fields (tracediag.findings.fold / verdict). Links are made over the rules that ran: with a selection of rules
     (`tracediag check --rules`) a finding is never linked to a rule that was not run."""
@@ -96,7 +127,10 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
         for mod in mods:
             meta: RuleMeta = mod.RULE
             reason = _missing_input(ctx, meta)
-            check = not_applicable(meta, reason) if reason else severity_follows_impact(mod.check(ctx))
+            if reason:
+                check = not_applicable(meta, reason)
+            else:
+                check = severity_follows_impact(too_small_to_find(mod.check(ctx)))
             checks.append(_with_absent_inputs(ctx, meta, check))
     found = {c.rule for c in checks if c.status == "finding" and not c.qualifies}  # a caveat explains nothing
     linked = []

@@ -34,6 +34,9 @@ class RuleMeta:
     # what the profiled window must be (tracediag/derive/fitness.py): None (anything), "complete" (every event
     # recorded: not sampled, not GPU-stripped, not too short) or "steady" (complete, with steady work after start-up)
     requires_window: str | None = None
+    # what of the steady segment the rule takes a share of: "busy" (its GPU busy time) or "span" (its length); the
+    # rule is not applicable when that holds almost nothing (MIN_STEADY_NS; the engine checks it)
+    share_of_steady: str | None = None
     may_be_downstream_of: tuple[str, ...] = ()  # earlier rules whose findings can explain this one
     # The inputs of `tracediag analyze`/`check` that can let the rule run, each as the coverage line shows it
     # ("--topology topo.json", "--bench"), in the order the rule prefers them. "--model config.json" and "--tp N"
@@ -168,13 +171,35 @@ def walk_key(c: Check | dict[str, Any]) -> tuple:
 
 
 SERVING_STEP = 6
+# The one basis of trace-side impacts (tracediag/analyses/basis.py): a share of the window's step time, or of the
+# profiled span where the trace has no steps. A share of GPU busy time or of one phase's time is shown beside it.
+WINDOW_STEP_TIME = "the window's step time"
+PROFILED_SPAN = "the profiled span"
+WINDOW_BASES = (WINDOW_STEP_TIME, PROFILED_SPAN)
+TRACE_TIME_STEPS = (4, 5)  # walk steps whose findings measure the trace's time (application, kernels)
+RANKED_BY = (
+    "impact, larger first: trace findings (walk steps 4-5) as a share of the window's step time (of the profiled "
+    "span where there are no steps), never of GPU busy or phase time (shown beside it); a trace finding without "
+    "that basis ranks below them; serving findings (step 6) as a share of request time or of requests "
+    "(impact_basis; without one they rank below); shape, path and collective checks (steps 1-3) as the share of "
+    "what they check; then severity, confidence, walk step and id"
+)
+
+
+def on_window_basis(c: Check | dict[str, Any]) -> bool:
+    """The finding's impact is a share of the window's step time (or of the profiled span)."""
+    return _get(c, "impact_basis") in WINDOW_BASES
 
 
 def ranked_impact(c: Check | dict[str, Any]) -> float:
-    """The impact a finding is ranked by. A serving finding's impact counts only with its basis (a share of request
-    time or of requests, `impact_basis`): without one it ranks by severity below those with one (1 − prefix reuse is
-    no share of anything)."""
-    if (_get(c, "step") or 0) == SERVING_STEP and not _get(c, "impact_basis"):
+    """The impact a finding is ranked by (RANKED_BY). A trace finding's impact counts only on the window basis (a
+    share of GPU busy time would outrank a larger share of step time on a mostly idle GPU); a serving finding's
+    only with its basis (a share of request time or of requests, `impact_basis`): without one it ranks by severity
+    below those with one (1 − prefix reuse is no share of anything)."""
+    step = _get(c, "step") or 0
+    if step == SERVING_STEP and not _get(c, "impact_basis"):
+        return 0.0
+    if step in TRACE_TIME_STEPS and not on_window_basis(c):
         return 0.0
     return _get(c, "impact") or 0.0
 
@@ -200,6 +225,45 @@ def below_floor(c: Check) -> str | None:
     if c.cost_per_step_ns is not None and c.cost_per_step_ns < COST_FLOOR_PER_STEP_NS:
         return f"cost {_ns(c.cost_per_step_ns)} per step < {_ns(COST_FLOOR_PER_STEP_NS)}"
     return None
+
+
+# Absolute floors under which there is nothing to find: a share of a steady segment holding less GPU work than this
+# says nothing (one 1.6 µs copy is "100 % of GPU busy time"), and an effect costing less over the whole window is
+# no finding at any share (a capture analysed alone: "findings" on 11–16 µs of kernels). Said in docs/method.md.
+MIN_STEADY_NS = 1_000_000
+MIN_FINDING_COST_NS = 1_000_000
+
+
+def steady_floor_reason(of: str, busy_ns: int, span_ns: int, ranks: int) -> str | None:
+    """Why a rule that takes a share of the steady segment's GPU busy time (`of` "busy") or of its length ("span")
+    cannot run on a steady segment this empty, else None."""
+    held = busy_ns if of == "busy" else span_ns
+    if held >= MIN_STEADY_NS:
+        return None
+    what = f"{_ns(busy_ns)} of GPU work" if of == "busy" else f"{_ns(span_ns)} of time ({_ns(busy_ns)} of GPU work)"
+    return (
+        f"missing steady GPU work: the steady segment holds {what} over {ranks} rank{'s' if ranks != 1 else ''} "
+        f"(under {_ns(MIN_STEADY_NS)}), too little for a share of it to say anything"
+    )
+
+
+def too_small_to_find(c: Check) -> Check:
+    """A finding whose effect costs less than MIN_FINDING_COST_NS over the whole window is a pass: a microsecond
+    total is never a finding, whatever share of something it is. The rule's severity stays in `rule_severity`,
+    the floor in `floor`."""
+    if c.status != "finding" or c.cost_ns is None or c.cost_ns >= MIN_FINDING_COST_NS:
+        return c
+    why = f"cost {_ns(c.cost_ns)} over the profiled window < {_ns(MIN_FINDING_COST_NS)}: too little to be a finding"
+    return replace(
+        c,
+        status="pass",
+        title=f"{c.title} — {why}",
+        rule_severity=c.severity,
+        severity=None,
+        impact=None,
+        impact_basis=None,
+        floor=why,
+    )
 
 
 def _ns(ns: float) -> str:
@@ -372,6 +436,7 @@ def _inconclusive(out: dict[str, Any], fitness: dict[str, Any], checks: list[Any
     return {
         "coverage": out["coverage"],
         "coverage_text": out["coverage_text"],
+        "ranked_by": out["ranked_by"],
         "status": "inconclusive",
         "headline": f"Inconclusive: this window can show neither a problem nor its absence — {fitness['why']}",
         "window": fitness["class"],
@@ -414,7 +479,7 @@ def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
     cov = coverage(checks)
     caveats = _caveats(checks)
     folded = fold([c for c in checks if _get(c, "status") == "finding" and not _get(c, "qualifies")])
-    out: dict[str, Any] = {"coverage": cov, "coverage_text": coverage_sentence(cov)}
+    out: dict[str, Any] = {"coverage": cov, "coverage_text": coverage_sentence(cov), "ranked_by": RANKED_BY}
     if caveats:
         out["caveats"] = caveats
     if cov["ran"] == 0:
@@ -475,8 +540,8 @@ def _verdict(checks: list[Any], also_limit: int) -> dict[str, Any]:
     if status == "inconclusive":
         out["next_check"] = f"To decide: {open_[0]['decide']}"
     if status == "problem":
-        mine = _get(cause, "impact") or 0.0
-        big = [c for c, _ in folded if not _is_problem(c) and (_get(c, "impact") or 0.0) >= max(2 * mine, mine + 0.1)]
+        mine = ranked_impact(cause)  # compared on the basis the ranking uses
+        big = [c for c, _ in folded if not _is_problem(c) and ranked_impact(c) >= max(2 * mine, mine + 0.1)]
         if big:
             out["largest_effect"] = _brief(big[0])
     return out

@@ -213,3 +213,75 @@ def attribute_gap(ctx: Context, rank: int, t0: int, gap_ns: int) -> GapAttributi
         python_skipped=int(inp[0]["skipped"]) if inp else 0,
         format=inp[0]["format"] if inp else None,
     )
+
+
+# The GPU work that ends a gap, with the runtime call that launched it and the stream-wait calls on that thread
+# shortly before the launch (what a queued kernel can be held behind)
+_ENDING_SQL = """
+WITH a AS (
+    SELECT name, ts_ns, correlation, stream FROM kernels WHERE rank = $rank AND ts_ns >= $t1 - 1
+    UNION ALL SELECT name, ts_ns, correlation, stream FROM memops WHERE rank = $rank AND ts_ns >= $t1 - 1
+    ORDER BY ts_ns LIMIT 1
+)
+SELECT a.name, a.ts_ns, a.stream, r.name AS api, r.ts_ns AS launch_ns, r.tid,
+       (SELECT w.name FROM runtime w WHERE w.rank = $rank AND w.tid = r.tid AND w.ts_ns < r.ts_ns
+          AND w.ts_ns >= least(r.ts_ns, $t0) - 1000000 AND regexp_matches(w.name, 'StreamWaitEvent|StreamWaitValue')
+        ORDER BY w.ts_ns DESC LIMIT 1) AS waited_with
+FROM a LEFT JOIN runtime r ON r.rank = $rank AND r.correlation = a.correlation AND a.correlation > 0
+ORDER BY r.ts_ns LIMIT 1
+"""
+
+
+@dataclass(frozen=True)
+class GapDirection:
+    """Who waits for whom in one GPU gap [ts_ns, ts_ns + gap_ns): the GPU work that ends it and when the host
+    launched it. Idle after the launch (beyond the launch latency) is the GPU holding queued work (a device-side
+    wait); idle before it is the host not giving the GPU work (derive/windows.py, QUEUE_LATENCY_NS)."""
+
+    rank: int
+    ts_ns: int
+    gap_ns: int
+    ending: str | None  # the kernel or copy that ends the gap
+    api: str | None  # the runtime call that launched it
+    launch_ns: int | None  # when
+    waited_with: str | None  # a stream-wait call on the launching thread just before the launch
+    queued_ns: int  # of the gap, idle with that work already launched
+
+    @property
+    def queued(self) -> bool:
+        """Most of the gap the GPU held work already launched: the GPU, not the host, is behind."""
+        return self.gap_ns > 0 and self.queued_ns >= COVERS_MOST * self.gap_ns
+
+    def words(self) -> str:
+        """'resolve_future_token_ids (launched by hipLaunchKernel 493 ms before it ran, after hipStreamWaitEvent)'."""
+        if not self.ending:
+            return "no GPU work after the gap"
+        end = self.ts_ns + self.gap_ns
+        lag = f"{(end - self.launch_ns) / 1e6:.3g} ms before it ran" if self.launch_ns is not None else "launch unknown"
+        after = f", after {self.waited_with} on the launching thread" if self.waited_with else ""
+        return f"{self.ending[:120]} (launched by {self.api or '?'} {lag}{after})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "ts_ns": self.ts_ns,
+            "gap_ns": self.gap_ns,
+            "ending": self.ending,
+            "launched_by": self.api,
+            "launch_ns": self.launch_ns,
+            "waited_with": self.waited_with,
+            "queued_ns": self.queued_ns,
+            "queued_share_of_gap": round(self.queued_ns / self.gap_ns, 4) if self.gap_ns else None,
+        }
+
+
+def gap_direction(ctx: Context, rank: int, t0: int, gap_ns: int, latency_ns: int) -> GapDirection:
+    """Who waits for whom in the GPU gap [t0, t0 + gap_ns) of `rank` (GapDirection); `latency_ns` is the launch
+    latency allowed before launched work counts as queued."""
+    t1 = t0 + gap_ns
+    rows = ctx.con.execute(_ENDING_SQL, {"rank": rank, "t0": t0, "t1": t1}).fetchall()
+    if not rows:
+        return GapDirection(rank, t0, gap_ns, None, None, None, None, 0)
+    name, _, _, api, launch, _, waited = rows[0]
+    queued = max(0, t1 - max(t0, launch + latency_ns)) if launch is not None else 0
+    return GapDirection(rank, t0, gap_ns, name, api, launch, waited, int(queued))

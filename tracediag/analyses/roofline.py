@@ -4,10 +4,11 @@ window's step time (KRN012 judges it; the report's roofline section draws it). N
 Reads `op_roofline` (tracediag/derive/op_roofline.sql: one row per rank, op, shape, dtype and phase). A row counts
 when it has a roofline (a cost and the GPU's roofs) and is not bounded by launch latency (a mean kernel time
 under 5 µs per call: the roofline does not bound it, the launch does); with engine steps, only rows inside a step
-count, against the summed step time of the ranks in op_roofline; without steps, every row against the profiled
-GPU span. Per group: buyable = Σ max(0, kernel_ns − roofline_ns) (a row faster than its roofline buys nothing
-and is counted apart: the cost model or the catalogue's peak is off there), share = buyable / step time, and the
-Amdahl bound on the step = 1 / (1 − share): kernels on the critical path, every one at its roofline, at most.
+count. The shares are of the window's step time, the one basis of every trace-side impact (analyses/basis.py: the
+steady GPU span of the ranks; without steps, the profiled span). Per group: buyable = Σ max(0, kernel_ns −
+roofline_ns) (a row faster than its roofline buys nothing and is counted apart: the cost model or the catalogue's
+peak is off there), share = buyable / window time, and the Amdahl bound on the step = 1 / (1 − share): kernels on
+the critical path, every one at its roofline, at most.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracediag.analyses.basis import window_time
 from tracediag.context import Context
 
 LAUNCH_BOUND_US = 5  # op_roofline.launch_bound: mean kernel time per call under this
@@ -56,8 +58,8 @@ class FamilyGroup:
 class Buyable:
     """The window's buyable time: groups (largest buyable first) and what was not counted, with why."""
 
-    basis: str  # what the shares are of: "step time (N steps)" or "the profiled GPU span"
-    basis_ns: int  # Σ step time of the ranks in op_roofline, or Σ profiled GPU span
+    basis: str  # what the shares are of: the window's step time, or the profiled span (analyses/basis.py)
+    basis_ns: int  # its time, ns
     phase_ns: dict[str | None, int]  # step time per phase (empty without steps)
     groups: list[FamilyGroup]
     total_kernel_ns: int  # every kernel in the window (graph replays and ops without shapes included)
@@ -108,17 +110,8 @@ def buyable(ctx: Context) -> Buyable:
     )
     phase_ns = {s["phase"]: int(s["ns"] or 0) for s in steps}
     n_steps = sum(s["n"] for s in steps)
-    if n_steps:
-        basis_ns = sum(phase_ns.values())
-        basis = f"step time ({n_steps} step{'s' * (n_steps != 1)}, {len(ranks)} rank{'s' * (len(ranks) != 1)})"
-    else:
-        basis_ns = int(
-            ctx.scalar(
-                "SELECT coalesce(sum(span_ns), 0) FROM gpu_timeline WHERE list_contains(?::INTEGER[], rank)", [ranks]
-            )
-            or 0
-        )
-        basis = "the profiled GPU span (no engine steps in the trace)"
+    window = window_time(ctx)  # the one basis of every trace-side impact (tracediag/analyses/basis.py)
+    basis_ns, basis = window.ns, window.basis
     total = int(
         ctx.scalar("SELECT coalesce(sum(dur_ns), 0) FROM kernels WHERE list_contains(?::INTEGER[], rank)", [ranks]) or 0
     )

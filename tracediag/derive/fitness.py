@@ -69,6 +69,9 @@ GPU_BACKEND = re.compile(r"nccl|rccl|hccl|xccl|cuda|hip", re.I)
 # a slow launch whose kernels all ran before on the rank (derive/windows.py): nothing left to load or compile, so
 # not a start-up call but a host-blocking stall of the steady state
 REPEAT_LAUNCH = "slow launch of a kernel that ran before (host contention or a full launch queue)"
+# a kernel launched to an idle GPU starts within tens of µs (launch latency); idle longer than this after the launch of
+# the work that ends a gap is the GPU holding queued work, not the host late with it (derive/windows.py)
+QUEUE_LATENCY_NS = 50_000
 UNFIT = ("too_short", "gpu_stripped", "sampled", "startup_only", "startup_dominated", "graph_capture")
 ORDER = (*UNFIT, "clipped", "steady", "cpu_only")
 # what each requirement of a rule cannot be met by (a window mostly start-up still has a steady segment to measure;

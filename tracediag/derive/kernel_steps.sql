@@ -137,6 +137,7 @@ SELECT s.rank,                                                      -- global ra
        gaps.gaps_ge_10us,                                           -- idle gaps of at least 10 µs between the step's own GPU work
        s.idle_gap_ns AS max_gap_ns,                                 -- longest idle gap in the window outside stalls, ns
        s.idle_gap_start_ns AS max_gap_start_ns,                     -- where it starts, ns
+       coalesce(s.queued_idle_ns, 0) AS queued_idle_ns,             -- of gpu_idle_ns, the time the GPU idled with work already launched (a device-side wait), ns
        gpu.short_kernels,                                           -- kernels shorter than 10 µs
        gpu.graphs_used,                                             -- some kernels were replayed from a graph
        gpu.graph_kernels,                                           -- kernels replayed from a graph

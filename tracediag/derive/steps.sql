@@ -128,7 +128,8 @@ SELECT
     NULL::BIGINT AS stall_ns,                                         -- GPU idle inside the window during host-blocking stalls, ns
     NULL::BIGINT AS startup_idle_ns,                                  -- GPU idle inside the window held by start-up work or the profiler stop, ns
     NULL::BIGINT AS idle_gap_ns,                                      -- longest GPU idle gap in the window outside stalls, ns
-    NULL::BIGINT AS idle_gap_start_ns                                 -- where it starts, ns
+    NULL::BIGINT AS idle_gap_start_ns,                                -- where it starts, ns
+    NULL::BIGINT AS queued_idle_ns                                    -- of the window's idle outside stalls, the time with work already launched (windows.py), ns
 FROM all_steps;
 
 DROP TABLE IF EXISTS _chosen_steps; DROP TABLE IF EXISTS _fwd_starts; DROP TABLE IF EXISTS _split_steps;

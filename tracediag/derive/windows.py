@@ -16,7 +16,10 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   that took milliseconds (lazy module loading, JIT), an allocation (cudaMalloc/cudaFree, host
   registration), an initialisation call (stream creation, device queries). A call is a stall when it lasted
   ≥ 1 ms and the GPU was idle for ≥ 1 ms and ≥ half of it; a synchronize that waits for busy GPU work is not
-  a stall. Each is measured once and is its own evidence; its idle time comes out of the step time that phase
+  a stall, and nor is a call that waits for queued GPU work (below: most of its idle time the GPU had work
+  launched by another call and did not run it, the host ahead of the GPU: a device-side wait). A synchronize
+  that starts after the last step's host range has ended is the profiler's stop (segment "profiler stop").
+  Each is measured once and is its own evidence; its idle time comes out of the step time that phase
   statistics use (`step_activity.step_ns`). Allocations, module loading, initialisation calls and first
   launches that load a module or compile are **start-up calls** (KRN010's, wherever they happen); the others
   are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment. Only the
@@ -27,6 +30,11 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   start-up; **profiler stop** from the end of the last GPU work to the trace end (the final synchronisation and
   the flush); **steady** between them. Idle time in the start-up and stop segments and during start-up calls is
   start-up idle: kept out of step times and out of KRN006's shares, as stalls are.
+* **Idle with work queued** (the causal direction of idle time): in an idle gap of the GPU, the GPU work that ends
+  it was launched at some instant; idle before that launch (and up to QUEUE_LATENCY_NS after it) is the host not
+  giving the GPU work (host-starved), idle after it is the GPU not running work it already holds — a stream or
+  event dependency, a collective waiting for another rank, a side stream: a device-side wait the host cannot
+  shorten. `steps.queued_idle_ns` is that part of the window's idle (stalls and start-up excluded).
 * `gpu_timeline` — per rank: the profiled GPU span (first to last GPU activity) and its busy union; the
   segments; over the steady segment, its busy time, how much of it lies in step windows, the idle time inside
   windows and *between* them (the host loop between engine steps: scheduling, sampling, detokenizing,
@@ -42,10 +50,11 @@ import numpy as np
 import pyarrow as pa
 
 from tracediag.derive import intervals as iv
-from tracediag.derive.fitness import REPEAT_LAUNCH, startup_end
+from tracediag.derive.fitness import QUEUE_LATENCY_NS, REPEAT_LAUNCH, startup_end
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
+_NO_LAUNCH = np.iinfo(np.int64).max  # GPU work with no launching call recorded: never counted as queued
 
 _KINDS = (
     (re.compile(r"Synchronize", re.I), "synchronize API"),
@@ -67,7 +76,7 @@ WITH launched AS (
 first_launch AS (SELECT rank, name, min(ts_ns) AS first_ts FROM launched GROUP BY ALL),
 slow AS (SELECT rank, name, ts_ns, dur_ns, tid, correlation FROM runtime WHERE dur_ns >= ?)
 SELECT s.rank, s.name, s.ts_ns, s.dur_ns, s.tid,
-       coalesce(bool_and(f.first_ts < s.ts_ns), false) AS repeat_launch
+       coalesce(bool_and(f.first_ts < s.ts_ns), false) AS repeat_launch, s.correlation
 FROM slow s
 LEFT JOIN kernels k ON k.rank = s.rank AND k.correlation = s.correlation AND s.correlation > 0
 LEFT JOIN first_launch f ON f.rank = s.rank AND f.name = k.name
@@ -75,6 +84,18 @@ GROUP BY s.rank, s.name, s.ts_ns, s.dur_ns, s.tid, s.correlation
 ORDER BY s.rank
 """
 STARTUP, STEADY, STOP = "start-up", "steady", "profiler stop"
+# GPU activity per rank with the instant and correlation id of the runtime call that launched it (the sentinel $1
+# when none is recorded)
+_ACTIVITY_SQL = """
+WITH launches AS (SELECT rank, correlation, min(ts_ns) AS launch_ns FROM runtime WHERE correlation > 0 GROUP BY ALL),
+act AS (
+    SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns, correlation FROM kernels WHERE dur_ns > 0
+    UNION ALL SELECT rank, ts_ns, ts_ns + dur_ns, correlation FROM memops WHERE dur_ns > 0
+)
+SELECT a.rank, a.ts_ns, a.end_ns, coalesce(l.launch_ns, $1) AS launch_ns, coalesce(a.correlation, -1) AS correlation
+FROM act a LEFT JOIN launches l ON l.rank = a.rank AND l.correlation = a.correlation AND a.correlation > 0
+ORDER BY a.rank
+"""
 
 HOST_STALLS_SCHEMA = pa.schema(
     [
@@ -110,6 +131,8 @@ GPU_TIMELINE_SCHEMA = pa.schema(
         ("window_busy_ns", pa.int64()),  # GPU busy inside windows, ns
         ("idle_in_windows_ns", pa.int64()),  # GPU idle inside windows, stalls and start-up idle excluded, ns
         ("idle_between_ns", pa.int64()),  # steady GPU idle outside every window, stalls and start-up excluded, ns
+        ("queued_idle_in_windows_ns", pa.int64()),  # of idle_in_windows_ns, idle with work already launched, ns
+        ("queued_idle_between_ns", pa.int64()),  # of idle_between_ns, idle with work already launched, ns
         ("stall_ns", pa.int64()),  # steady GPU idle during host-blocking stalls (not start-up calls), ns
         ("startup_idle_ns", pa.int64()),  # GPU idle in the start-up and stop segments and during start-up calls, ns
     ]
@@ -174,11 +197,9 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     # each table is read once for every rank, then split (a query per rank scanned every table once per rank: an
     # export with 4,010 ranks, one kernel each, spent 21 of its 26 s here)
     ranks = [r[0] for r in con.execute("SELECT DISTINCT rank FROM kernels ORDER BY rank").fetchall()]
-    act = con.execute(
-        "SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM kernels WHERE dur_ns > 0 "
-        "UNION ALL SELECT rank, ts_ns, ts_ns + dur_ns FROM memops WHERE dur_ns > 0 ORDER BY rank"
-    ).fetchnumpy()
+    act = con.execute(_ACTIVITY_SQL, [int(_NO_LAUNCH)]).fetchnumpy()
     act_rank, act_ts, act_end = np.asarray(act["rank"]), _int64(act["ts_ns"]), _int64(act["end_ns"])
+    act_launch, act_corr = _int64(act["launch_ns"]), _int64(act["correlation"])
     kern = con.execute("SELECT rank, ts_ns FROM kernels ORDER BY rank, ts_ns").fetchnumpy()
     kern_rank, kern_ts = np.asarray(kern["rank"]), _int64(kern["ts_ns"])
     steps_of = _by_rank(
@@ -197,12 +218,14 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
     for rank in ranks:
         lo, hi = np.searchsorted(act_rank, rank, "left"), np.searchsorted(act_rank, rank, "right")
         bs, be = iv.merge_intervals(act_ts[lo:hi], act_end[lo:hi])
+        launch, by = island_launches(bs, act_ts[lo:hi], act_launch[lo:hi], act_corr[lo:hi])
         step_rows = steps_of.get(rank, [])
         windows = _rank_windows(step_rows)
         w0s = np.array([w["w0"] for w in windows], dtype=np.int64)
         w1s = np.array([w["w1"] for w in windows], dtype=np.int64)
         steps_host = [(sid, ts, ts + dur) for sid, _, _, ts, dur in step_rows]
-        found = _rank_stalls(con, rank, bs, be, calls_of.get(rank, []), steps_host)
+        last_step_end = max((b for _, _, b in steps_host), default=None)
+        found = _rank_stalls(con, rank, bs, be, calls_of.get(rank, []), steps_host, (launch, by), last_step_end)
         # --- segments: start-up (to the first GPU work, through the start-up calls that still dominate the window),
         # steady, profiler stop (after the last GPU work)
         t_start, t_end = trace_span.get(rank, (None, None))
@@ -217,12 +240,16 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             hi = max(t_end, g_last) if t_end is not None else g_last
             startup_parts += [iv.gaps(bs, be, lo, s0), iv.gaps(bs, be, s1, max(hi, s1))]
         for r, gs, ge in found:
-            r["segment"] = STARTUP if s0 is not None and r["ts_ns"] < s0 else STOP if r["ts_ns"] >= s1 else STEADY
+            stop = r["ts_ns"] >= s1 or _profiler_stop_sync(r, last_step_end)
+            r["segment"] = STARTUP if s0 is not None and r["ts_ns"] < s0 else STOP if stop else STEADY
             (stall_parts if r["segment"] == STEADY and not r["startup_call"] else startup_parts).append((gs, ge))
         cs, ce = _union(startup_parts)  # start-up idle
         ks, ke = _union(stall_parts)
         ks, ke = iv.subtract(ks, ke, cs, ce) if cs.size else (ks, ke)  # host-blocking stall idle, disjoint from it
         ss, se = _union([(ks, ke), (cs, ce)])
+        qs, qe = queued_gaps(bs, be, launch)  # idle with work already launched, stalls and start-up taken out
+        qs, qe = iv.subtract(qs, qe, ss, se) if ss.size and qs.size else (qs, qe)
+        queued_each = iv.overlap_each(w0s, w1s, qs, qe)
         for r, gs, ge in found:
             r["in_window_ns"] = int(iv.overlap_each(w0s, w1s, gs, ge).sum())  # windows are disjoint and sorted
             stalls.append(r)
@@ -246,6 +273,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                     cold_i,
                     int(gap_len[i]),
                     int(gap_start[i]) if gap_len[i] > 0 else None,
+                    int(queued_each[i]),
                     rank,
                     w["step_id"],
                 )
@@ -263,6 +291,7 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             steady_busy = _inside(bs, be, s0, s1)
             # steady idle that no stall and no start-up call holds: inside windows or between them
             steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
+            queued_in = int(queued_each.sum())
             k_lo, k_hi = np.searchsorted(kern_rank, rank, "left"), np.searchsorted(kern_rank, rank, "right")
             rank_ts = kern_ts[k_lo:k_hi]  # sorted: the kernels starting in [s0, s1)
             kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
@@ -283,6 +312,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
                     "window_busy_ns": win_busy,
                     "idle_in_windows_ns": win_idle,
                     "idle_between_ns": max(0, steady_free - win_idle),
+                    "queued_idle_in_windows_ns": queued_in,
+                    "queued_idle_between_ns": max(0, _inside(qs, qe, s0, s1) - queued_in),
                     "stall_ns": iv.total(ks, ke),
                     "startup_idle_ns": _inside(cs, ce, g0, g1),
                 }
@@ -291,14 +322,29 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _rank_stalls(
-    con: duckdb.DuckDBPyConnection, rank: int, bs: np.ndarray, be: np.ndarray, calls: list, steps_host: list
+    con: duckdb.DuckDBPyConnection,
+    rank: int,
+    bs: np.ndarray,
+    be: np.ndarray,
+    calls: list,
+    steps_host: list,
+    islands: tuple[np.ndarray, np.ndarray],
+    last_step_end: int | None,
 ) -> list[tuple[dict, np.ndarray, np.ndarray]]:
-    """The rank's host-blocking calls that idle the GPU (row, idle gap starts, idle gap ends), outermost first."""
+    """The rank's host-blocking calls that idle the GPU (row, idle gap starts, idle gap ends), outermost first. A
+    call during most of whose idle time the GPU held work another call had launched waits for the GPU: no stall; a
+    synchronize after the last step is kept whatever the GPU held (the profiler's stop: its idle is the stop's)."""
     found: list[tuple[dict, np.ndarray, np.ndarray]] = []
-    for name, ts, dur, tid, repeat_launch in _outermost(calls):
+    launch, by = islands
+    for name, ts, dur, tid, repeat_launch, corr in _outermost(calls):
         gs, ge = iv.gaps(bs, be, ts, ts + dur)
         idle = iv.total(gs, ge)
         if idle < STALL_MIN_NS or idle < STALL_IDLE_SHARE * dur:
+            continue
+        # the call's own work (a pageable copy the host stages) waits for the call: only others' work is queued
+        qs, qe = queued_gaps(bs, be, np.where(by == (corr or -1), _NO_LAUNCH, launch))
+        stop = _profiler_stop_sync({"kind": stall_kind(name), "ts_ns": ts}, last_step_end)
+        if not stop and iv.total(*iv.clip(qs, qe, ts, ts + dur)) >= STALL_IDLE_SHARE * idle:
             continue
         step = next((sid for sid, a, b in steps_host if a <= ts < b), None)
         op = con.execute(
@@ -327,16 +373,47 @@ def _rank_stalls(
     return found
 
 
+def island_launches(
+    bs: np.ndarray, ts: np.ndarray, launch: np.ndarray, corr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each busy island of the union (bs, be) of the activities (ts, launch instant, correlation id), the launch
+    instant and correlation of the activity that starts it (the earliest launched of those starting there)."""
+    if not bs.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = np.lexsort((launch, ts))
+    ts_o, launch_o, corr_o = ts[order], launch[order], corr[order]
+    first = np.minimum(np.searchsorted(ts_o, bs, "left"), ts_o.size - 1)
+    return launch_o[first], corr_o[first]
+
+
+def queued_gaps(bs: np.ndarray, be: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the idle gaps of the busy union (bs, be) during which the GPU held work already launched: in the
+    gap before island k, from its first activity's launch (`launch[k]`) plus QUEUE_LATENCY_NS to the island."""
+    if bs.size < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ready = np.where(launch[1:] < _NO_LAUNCH - QUEUE_LATENCY_NS, launch[1:] + QUEUE_LATENCY_NS, _NO_LAUNCH)
+    qs, qe = np.maximum(be[:-1], ready), bs[1:]
+    keep = qe > qs
+    return qs[keep], qe[keep]
+
+
+def _profiler_stop_sync(stall: dict, last_step_end: int | None) -> bool:
+    """A synchronize that starts once the last step's host range has ended: the profiler's stop (torch.profiler
+    synchronizes the device when the window closes), never a stall of the workload's steps."""
+    return last_step_end is not None and stall["kind"] == "synchronize API" and stall["ts_ns"] >= last_step_end
+
+
 def _write(con: duckdb.DuckDBPyConnection, updates: list[tuple], stalls: list[dict], timeline: list[dict]) -> None:
     """The steps' window columns (one UPDATE joined to the values), host_stalls and gpu_timeline."""
     if updates:  # one UPDATE joined to the values (an UPDATE per step scanned the table per step)
-        names = ("w0", "w1", "busy", "stall", "startup", "gap", "gap_start", "rank", "step_id")
+        names = ("w0", "w1", "busy", "stall", "startup", "gap", "gap_start", "queued", "rank", "step_id")
         values = pa.table({n: pa.array(c, pa.int64()) for n, c in zip(names, zip(*updates))})
         con.register("_win_in", values)
         try:
             con.execute(
                 "UPDATE steps SET win_ts_ns = u.w0, win_end_ns = u.w1, win_busy_ns = u.busy, stall_ns = u.stall, "
-                "startup_idle_ns = u.startup, idle_gap_ns = u.gap, idle_gap_start_ns = u.gap_start FROM _win_in u "
+                "startup_idle_ns = u.startup, idle_gap_ns = u.gap, idle_gap_start_ns = u.gap_start, "
+                "queued_idle_ns = u.queued FROM _win_in u "
                 "WHERE steps.rank = u.rank AND steps.step_id = u.step_id"
             )
         finally:

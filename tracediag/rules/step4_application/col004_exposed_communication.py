@@ -12,7 +12,7 @@ kernel intervals and K = union of compute kernel intervals (every other kernel; 
 compute): exposed = |C ∩ W| − |C ∩ K ∩ W|; exposed share of step time = exposed / |W|; exposed share of
 GPU busy time = exposed / |busy ∩ W| (when the GPU idles, a small share of step time can still be a large
 share of the work); overlapped share of communication = |C ∩ K| / |C|. Finding when either exposed share
-is ≥ 0.15.
+is ≥ 0.15; its impact (what the verdict ranks) is exposed / the window's step time (analyses/basis.py).
 
 Evidence: per rank and step, the window, collective time, exposed time and shares; the collective
 kernels with the most exposed time. With HolisticTraceAnalysis installed (the `hta` extra), its
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tracediag.analyses.basis import window_time
 from tracediag.context import Context
 from tracediag.derive.intervals import clip as _clip
 from tracediag.derive.intervals import merge_intervals, overlap_each
@@ -45,6 +46,7 @@ RULE = RuleMeta(
     requires_tables=("collectives",),
     requires_window="steady",
     may_be_downstream_of=("COL001", "COL002", "COL003", "COL005"),
+    share_of_steady="span",
 )
 EXPOSED_SHARE_FINDING = 0.15  # exposed collective time above this share of step time is a finding
 
@@ -254,12 +256,18 @@ def check(ctx: Context) -> Check:
                 + (f" ({overlapped:.0%} of collective time overlaps compute)" if overlapped is not None else "")
             ),
         )
+    # ranked on the window's time like every trace-side finding (the shares of the step windows and of GPU busy
+    # time judge the finding)
+    wt = window_time(ctx)
+    common["values"] = values | wt.values(exposed)
+    common["substituted"] = f"{substituted}; impact {wt.text(exposed)}"
     return finding(
         RULE,
         **common,
         severity="warning",
         confidence="high",
-        impact=min(1.0, share),
+        impact=wt.share(exposed),
+        impact_basis=wt.basis,
         cost_ns=int(exposed),
         cost_per_step_ns=int(exposed / len(rows)) if rows else None,
         title=(

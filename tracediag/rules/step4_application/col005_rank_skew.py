@@ -28,6 +28,7 @@ compare its step composition with the other ranks'. Fix the straggler before tun
 
 from __future__ import annotations
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import dur
 from tracediag.analyses.stragglers import (
     CAUSED_SHARE_MIN,
@@ -78,11 +79,10 @@ def check(ctx: Context) -> Check:
     o_dur, o_wait, waiting_share = skew.others_collective_ns, skew.others_waiting_ns, skew.waiting_share
     mismatched = spread["mismatched"]
     caused_share = skew.caused_share
-    step_ns, other_steps = ctx.rows(
-        "SELECT sum(dur_ns) AS ns, count(*) AS n FROM steps "
-        "WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
+    other_steps = ctx.rows(
+        "SELECT count(*) AS n FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
         [straggler],
-    )[0].values()
+    )[0]["n"]
     # where the late arrivals happen: spread by phase of the straggler's step
     by_phase = {r["phase"]: int(r["median_spread_ns"]) for r in ctx.rows(SPREAD_BY_PHASE_SQL)}
     values = {
@@ -151,11 +151,16 @@ def check(ctx: Context) -> Check:
             table=table,
             evidence=evidence,
         )
+    wt = window_time(ctx)
+    values |= wt.values(o_wait)
+    substituted += f"; impact {wt.text(o_wait)}"
     return finding(
         RULE,
         severity="warning",
         confidence=("high" if s_row["arrived_last_share"] >= 0.75 else "medium") if reliable else "low",
-        impact=min(1.0, o_wait / step_ns) if step_ns else waiting_share,
+        # the others' waiting as a share of the window's step time, the basis of every trace-side impact
+        impact=wt.share(o_wait),
+        impact_basis=wt.basis,
         cost_ns=int(o_wait),
         cost_per_step_ns=int(o_wait / other_steps) if other_steps else None,
         title=(

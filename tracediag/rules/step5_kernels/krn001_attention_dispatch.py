@@ -11,7 +11,8 @@ fallback_ns / (fallback_ns + fused_ns); a phase runs the fallback when that shar
 fused attention ran in it. The fallback is `aten::_scaled_dot_product_attention_math` or an eager
 attention's QKᵀ → softmax → PV with matching shapes — a softmax alone (a sampler's, a router's) is not
 attention. A kernel the catalog does not know takes the class of the op that launched it. Severity follows
-cost: the fallback's share of the phase's step time (warning from 5 %, else info). Kernel time on GPU
+cost: the fallback's share of the phase's step time (warning from 5 %, else info); the finding's impact (what the
+verdict ranks) is the fallback time / the window's step time (analyses/basis.py). Kernel time on GPU
 traces; outermost CPU op time on CPU-only traces.
 
 Evidence: kernel (or op) names per phase with calls and time, the first call of each; the attention
@@ -29,6 +30,7 @@ from collections import defaultdict
 
 import orjson
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import (
     ATTENTION_KLASSES,
     SOURCE_LABEL,
@@ -196,11 +198,16 @@ def check(ctx: Context) -> Check:
     )
     impact = (s["fallback_ns"] / phase_time[worst]) if phase_time.get(worst) else s["fallback_share"]
     values["fallback_share_of_step_time"] = round(impact, 6)
+    # ranked on the window's time like every trace-side finding; the share of the phase's step time judges it
+    wt = window_time(ctx)
+    values |= wt.values(s["fallback_ns"])
+    substituted += f"; impact ({worst} fallback) {wt.text(s['fallback_ns'])}"
     return finding(
         RULE,
         severity="warning" if impact >= WARNING_COST else "info",
         confidence="high" if source == "cpu_op" or s["fused_ns"] == 0 else "medium",
-        impact=min(impact, 1.0),
+        impact=wt.share(s["fallback_ns"]),
+        impact_basis=wt.basis,
         title=(
             f"{' and '.join(fallback_phases)} "
             f"{'phases run' if len(fallback_phases) > 1 else 'phase runs'} the math attention fallback — "

@@ -7,7 +7,8 @@ speed-up says little about the service until the share is known per phase.
 
 Formula: f = attention time / step time per phase (attention kernels, fallback included, over the
 phase's summed t_step); best end-to-end speed-up of a kernel s times faster = 1 / ((1 − f) + f/s),
-reported for s = 2 (docs/method.md's example: f = 0.3, s = 2 → 1.18).
+reported for s = 2 (docs/method.md's example: f = 0.3, s = 2 → 1.18). Finding (info) when f ≥ 0.3 in a phase; its
+impact (what the verdict ranks) is that phase's attention time / the window's step time (analyses/basis.py).
 
 Evidence: per phase: attention time, step time, f, the bound; the attention kernels (KRN001).
 
@@ -18,6 +19,7 @@ within the bound; where f is small (decode, short prompts), look at what holds t
 
 from __future__ import annotations
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import (
     SOURCE_LABEL,
     phase_evidence,
@@ -36,6 +38,7 @@ RULE = RuleMeta(
     requires_tables=("steps",),
     requires_window="steady",
     may_be_downstream_of=("KRN001",),
+    share_of_steady="span",
 )
 SPEEDUP = 2.0  # s: a kernel twice as fast
 SHARE_FINDING = 0.3  # f at or above this in a phase: attention is a lever worth the name
@@ -99,18 +102,21 @@ def check(ctx: Context) -> Check:
     top = max(table, key=lambda t: t["f"])
     summary = "; ".join(f"{t['phase']} f = {t['f']:.1%} → ≤ {t['speedup_bound_s2']:.2f}×" for t in table)
     if top["f"] >= SHARE_FINDING:
+        # ranked on the window's time like every trace-side finding; f (a share of the phase's steps) judges it
+        wt = window_time(ctx)
         return finding(
             RULE,
             severity="info",
             confidence="high" if source == "gpu_kernel" else "medium",
-            impact=top["f"],
+            impact=wt.share(top["attention_ns"]),
+            impact_basis=wt.basis,
             title=(
                 f"Attention is {top['f']:.0%} of {top['phase']} step time: a 2× faster attention kernel gives at "
                 f"most {top['speedup_bound_s2']:.2f}× there ({summary})"
             ),
             formula=formula,
-            substituted=substituted,
-            values=values,
+            substituted=f"{substituted}; impact ({top['phase']} attention) {wt.text(top['attention_ns'])}",
+            values=values | wt.values(top["attention_ns"]),
             table=table,
             evidence=evidence,
             next_check=(

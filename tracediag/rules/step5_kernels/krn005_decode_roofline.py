@@ -15,7 +15,8 @@ the device properties' spec peak, else the GPU catalogue's datasheet bandwidth f
 (tracediag/catalog/gpus.json), each labelled as such — a spec or datasheet peak makes the floor optimistic and
 the efficiency understated. Peak from --peak-tflops, else the catalogue's dense peak for the GEMM activation type
 (an upper bound too), else the floor is the byte term alone. Example (docs/method.md): 14 GB of weights at
-1 TB/s → 14 ms. Finding when efficiency < 0.3.
+1 TB/s → 14 ms. Finding when efficiency < 0.3; its impact (what the verdict ranks) is the decode time above the
+floor, Σ (t_decode − floor), / the window's step time (analyses/basis.py).
 
 Evidence: per decode step: B, S, bytes, FLOPs, floor and measured time; BW and peak with their source; the
 per-group weight table behind W.
@@ -28,6 +29,7 @@ only fewer bytes help (W4A16 where weights dominate — KRN004 — or KV quantiz
 from __future__ import annotations
 
 from tracediag.analyses import gpu
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     SOURCE_LABEL,
@@ -187,11 +189,17 @@ def check(ctx: Context) -> Check:
         for r in sorted(table, key=lambda r: r["efficiency"])
     ][: ctx.settings.max_evidence]
     if eff < LOW_EFFICIENCY:
+        # ranked on the window's time like every trace-side finding: the decode time above the floor
+        wt = window_time(ctx)
+        above = sum(max(0.0, r["step_ns"] - r["floor_ns"]) for r in table)
+        values |= {"decode_ns_above_floor": round(above)} | wt.values(above)
+        substituted += f"; impact (Σ decode time above the floor) {wt.text(above)}"
         return finding(
             RULE,
             severity="warning",
             confidence="high" if kv_known else "medium",
-            impact=1.0 - eff,
+            impact=wt.share(above),
+            impact_basis=wt.basis,
             title=(
                 f"Decode steps run at {eff:.1%} of their memory floor: {values['step_ns_median'] / 1e6:.3g} ms "
                 f"measured vs {values['floor_ns_median'] / 1e6:.3g} ms floor at {bw / 1e9:.4g} GB/s "

@@ -6,6 +6,10 @@ then no kernel, batch or quantization change helps until the host side does. Thr
 idle time and are measured apart, each once: (1) host-blocking stalls — a synchronous copy, a
 synchronize API — during which the GPU has nothing to run; (2) idle gaps inside a step's GPU window; (3) idle
 time between steps (the engine's host loop: scheduling, sampling, detokenizing, synchronous output copies).
+Who waits for whom: idle time in which the GPU already held the work that ends the gap (launched more than the
+launch latency before it ran: the host ahead, the GPU behind) is the GPU's own wait — a stream or event dependency, a
+collective, another stream — and is measured apart from the host-bound idle (derive/windows.py); a host call during
+such a wait waits for the GPU and is no stall, and a synchronize after the last step is the profiler's stop.
 Start-up is not counted: the start-up and profiler-stop segments of the window (derive/fitness.py) and the
 start-up calls anywhere (allocations, module loading, initialisation, cold first launches) are KRN010's; their
 idle time is kept out of every share here.
@@ -15,9 +19,12 @@ kernels and copies; step windows = first to last GPU work a step launched (graph
 that windows never overlap. stall share = GPU idle during host-blocking stalls / steady span; idle share of a
 phase = Σ idle in its windows (stalls and start-up excluded) / Σ (window − stalls − start-up idle); idle
 between steps = idle outside every window (stalls and start-up excluded) / steady span. Finding: stalls ≥ 1 %
-of the span (warning from 10 %), a phase idle ≥ 30 % (decode and mixed judged first), or idle between steps
-≥ 30 % of the span; an idle share of a window of one step is `info` of low confidence with that caveat (a
-stall is not). Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches.
+of the span (warning from 10 %), a phase's host-bound idle ≥ 30 % (decode and mixed judged first), host-bound idle
+between steps ≥ 30 % of the span, or queued idle ≥ 10 % of the span (warning from 30 %); an idle share of a
+window of one step is `info` of low confidence with that caveat (a stall or a queued wait is not). The part that
+costs the most leads; the finding's impact (what the verdict ranks) is its idle time / the window's step time
+(analyses/basis.py). Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches,
+launch-to-start time (how far the GPU runs behind the host).
 
 Evidence: each stall (call, the CPU op around it with its shapes, its GPU idle time, the step), the longest
 idle gap inside a step and what the host did during it — the innermost host spans (CPU ops, Python frames, NVTX
@@ -37,9 +44,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tracediag.analyses.host_gaps import GapAttribution, attribute_gap, dims_text
+from tracediag.analyses.basis import window_time
+from tracediag.analyses.host_gaps import GapAttribution, GapDirection, attribute_gap, dims_text, gap_direction
 from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of, unphased_name
 from tracediag.context import Context
+from tracediag.derive.fitness import QUEUE_LATENCY_NS
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -54,10 +63,14 @@ RULE = RuleMeta(
     title="Host-blocking stalls, GPU idle inside and between steps, launch overhead (host-bound decode)",
     requires_tables=("steps",),
     requires_window="steady",
+    share_of_steady="span",
 )
 IDLE_SHARE = 0.3  # idle share of a phase's step time, or of the span between steps: host-bound
 STALL_SHARE = 0.01  # stalls idling the GPU for this share of the span are a finding (info)
 STALL_WARNING = 0.10  # ... a warning from this share
+QUEUED_SHARE = 0.10  # GPU idle with work already launched for this share of the span is a finding (info) ...
+QUEUED_WARNING = 0.30  # ... a warning from this share (the host-bound idle's threshold)
+QUEUED_NAMED = 0.10  # a phase's idle names its queued part from this share of it
 JUDGE_FIRST = ("decode", "mixed")
 
 
@@ -70,6 +83,7 @@ def _phase_table(steps: list[dict], unphased: str) -> list[dict]:
         time = sum(r["step_ns"] for r in rows)
         kernels = sum(r["kernels"] for r in rows)
         idle = sum(r["gpu_idle_ns"] for r in rows)
+        queued = sum(r["queued_idle_ns"] or 0 for r in rows)
         table.append(
             {
                 "phase": ph,
@@ -78,6 +92,9 @@ def _phase_table(steps: list[dict], unphased: str) -> list[dict]:
                 "stall_ns": sum(r["stall_ns"] for r in rows),
                 "gpu_idle_ns": idle,
                 "idle_share": idle / time if time else 0.0,
+                # idle with work already launched is the GPU's own wait (derive/windows.py); the rest the host's
+                "queued_idle_ns": queued,
+                "host_idle_share": (idle - queued) / time if time else 0.0,
                 "idle_share_median_step": median([r["gpu_idle_ns"] / r["step_ns"] for r in rows if r["step_ns"]]),
                 "kernels_per_step": kernels / len(rows),
                 "short_kernel_share": sum(r["short_kernels"] or 0 for r in rows) / kernels if kernels else None,
@@ -129,7 +146,17 @@ def _gap_cause(ctx: Context, w: dict, t: dict) -> tuple[GapAttribution | None, s
     t0, gap = w["max_gap_start_ns"], w["max_gap_ns"] or 0
     host = attribute_gap(ctx, w["rank"], t0, gap) if t0 is not None and gap else None
     no_graphs = not t["graph_launches"]
-    if (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
+    waits = gap_direction(ctx, w["rank"], t0, gap, QUEUE_LATENCY_NS) if t0 is not None and gap else None
+    if waits is not None and waits.queued:  # the GPU held the work that ends the gap: no host work explains it
+        cause = (
+            f"the longest gap ({ms(gap)}) is the GPU's own wait: {ms(waits.queued_ns)} of it with "
+            f"{waits.words()} already launched"
+        )
+        nxt = (
+            "Find what the queued work waits for (the stream-wait / event calls before its launch, other streams, "
+            "a collective's peers): the host was ahead of the GPU in that gap."
+        )
+    elif (t["short_kernel_share"] or 0) >= 0.5 and no_graphs:
         cause = (
             f"{t['kernels_per_step']:.0f} kernels per step, {t['short_kernel_share']:.0%} shorter than 10 µs, "
             f"no graph launches in {_steps(t, _phase_words(ctx))}: launch-bound"
@@ -172,6 +199,10 @@ class HostBoundMeasure:
     step_name: str | None
     values: dict
     words: dict = field(default_factory=dict)  # _phase_words
+    queued_ns: int = 0  # steady GPU idle with work already launched (a device-side wait), stalls excluded
+    queued_share: float = 0.0  # ... / steady span
+    queued_between_ns: int = 0  # ... of it between steps
+    waits: GapDirection | None = None  # the longest gap of the step that waited most, who waited for whom
 
 
 def _values(m: dict) -> dict:
@@ -188,9 +219,22 @@ def _values(m: dict) -> dict:
         "idle_between_steps_ns": m["between_ns"],
         "idle_between_steps_share_of_span": round(m["between_share"], 4),
         "idle_share": {t["phase"]: round(t["idle_share"], 4) for t in table},
+        "host_idle_share": {t["phase"]: round(t["host_idle_share"], 4) for t in table},
+        "queued_idle_ns": m["queued_ns"],
+        "queued_idle": "GPU idle with work already launched (the kernel that ends the gap was launched more than "
+        f"{QUEUE_LATENCY_NS / 1e3:g} µs earlier): a device-side wait, not the host; judged apart from host-bound idle",
+        "queued_idle_share_of_span": round(m["queued_ns"] / m["span"], 4) if m["span"] else 0.0,
+        "longest_queued_gap": m["waits"].to_dict() if m["waits"] else None,
+        "launch_to_start": m["lag"],
         "step_ns_without_stalls": {t["phase"]: t["step_ns"] for t in table},
         "step_ns_with_stalls": {t["phase"]: t["step_ns"] + t["stall_ns"] for t in table},
-        "thresholds": {"idle_share": IDLE_SHARE, "stall_share": STALL_SHARE, "stall_warning": STALL_WARNING},
+        "thresholds": {
+            "idle_share": IDLE_SHARE,
+            "stall_share": STALL_SHARE,
+            "stall_warning": STALL_WARNING,
+            "queued_share": QUEUED_SHARE,
+            "queued_warning": QUEUED_WARNING,
+        },
         "phases_judged_first": [t["phase"] for t in table if t["phase"] in JUDGE_FIRST],
         "longest_gap": {
             "rank": w["rank"],
@@ -202,6 +246,24 @@ def _values(m: dict) -> dict:
             "host_attribution": m["host"].to_dict() if m["host"] else None,
         },
     }
+
+
+_LAG_SQL = """
+SELECT quantile_cont(k.ts_ns - r.ts_ns, 0.5) AS median_ns, quantile_cont(k.ts_ns - r.ts_ns, 0.9) AS p90_ns,
+       count(*) AS kernels
+FROM kernels k
+JOIN (SELECT rank, correlation, min(ts_ns) AS ts_ns FROM runtime WHERE correlation > 0 GROUP BY ALL) r
+  ON r.rank = k.rank AND r.correlation = k.correlation
+JOIN gpu_timeline t ON t.rank = k.rank AND k.ts_ns >= t.startup_end_ns AND k.ts_ns < t.stop_ts_ns
+"""
+
+
+def _launch_lag(ctx: Context) -> dict | None:
+    """How far the GPU runs behind the host: the steady kernels' launch-to-start time (median, p90), or None."""
+    row = ctx.rows(_LAG_SQL)[0]
+    if not row["kernels"]:
+        return None
+    return {"median_ns": int(row["median_ns"]), "p90_ns": int(row["p90_ns"]), "kernels": row["kernels"]}
 
 
 def measure(ctx: Context) -> HostBoundMeasure | str:
@@ -221,7 +283,7 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
     between_ns = sum(t["idle_between_ns"] for t in timeline)
     unphased = unphased_name(ctx)
     table = _phase_table(steps, unphased)
-    judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["idle_share"]))
+    judged = sorted(table, key=lambda t: (t["phase"] not in JUDGE_FIRST, -t["host_idle_share"]))
     worst = judged[0]
     stall_share = stall_ns / span if span else 0.0
     between_share = between_ns / span if span else 0.0
@@ -229,6 +291,14 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
         (s for s in steps if phase_name(s["phase"], unphased) == worst["phase"]), key=lambda r: r["max_gap_ns"] or 0
     )
     host, gap_cause, gap_next = _gap_cause(ctx, w, worst)
+    queued_ns = sum(t["queued_idle_in_windows_ns"] + t["queued_idle_between_ns"] for t in timeline)
+    q = max(steps, key=lambda r: (r["queued_idle_ns"] or 0, r["max_gap_ns"] or 0))
+    waits = (
+        gap_direction(ctx, q["rank"], q["max_gap_start_ns"], q["max_gap_ns"], QUEUE_LATENCY_NS)
+        if q["queued_idle_ns"] and q["max_gap_start_ns"] is not None
+        else None
+    )
+    waits = waits if waits is not None and waits.queued else None  # named only when that gap is a queued wait
     step_name = ctx.scalar("SELECT name FROM steps WHERE rank = ? AND step_id = ?", [w["rank"], w["step_id"]])
     values = _values(
         {
@@ -242,6 +312,9 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
             "between_ns": between_ns,
             "between_share": between_share,
             "host": host,
+            "queued_ns": queued_ns,
+            "waits": waits,
+            "lag": _launch_lag(ctx),
         }
     )
     return HostBoundMeasure(
@@ -262,6 +335,10 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
         step_name,
         values,
         _phase_words(ctx),
+        queued_ns,
+        queued_ns / span if span else 0.0,
+        sum(t["queued_idle_between_ns"] for t in timeline),
+        waits,
     )
 
 
@@ -289,6 +366,20 @@ def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
             "phase": m.worst["phase"],
         }
     ]
+    if m.waits:  # the queued work that ends the longest wait, where the host launched it
+        evidence.append(
+            {
+                "rank": m.waits.rank,
+                "ts_ns": m.waits.ts_ns + m.waits.gap_ns,
+                "name": m.waits.ending,
+                "kind": "GPU work already launched that ends the longest wait (the GPU held it)",
+                "launched_by": m.waits.api,
+                "launch_ns": m.waits.launch_ns,
+                "waited_with": m.waits.waited_with,
+                "gap_ns": m.waits.gap_ns,
+                "queued_ns": m.waits.queued_ns,
+            }
+        )
     spans = m.host.spans if m.host else []
     evidence += [
         {
@@ -352,24 +443,33 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
         parts.append(_stall_part(m))
     # an idle share of a single step is no rate (ONE_STEP_CAVEAT): info; a stall is a measured blocking call
     idle_severity = "info" if len(m.steps) < 2 else "warning"
+    # host-bound idle is the idle the host left (the GPU had no work launched); idle with work already launched is
+    # the GPU's own wait, a part of its own below
     for t in m.judged:
-        if t["idle_share"] >= IDLE_SHARE:
+        if t["host_idle_share"] >= IDLE_SHARE:
+            queued = (
+                f"; {ms(t['queued_idle_ns'])} of it the GPU's own wait, with work already launched"
+                if t["queued_idle_ns"] >= QUEUED_NAMED * t["gpu_idle_ns"]
+                else ""
+            )
             parts.append(
                 (
-                    t["idle_share"],
-                    t["gpu_idle_ns"],
+                    t["host_idle_share"],
+                    t["gpu_idle_ns"] - t["queued_idle_ns"],
                     idle_severity,
-                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)} (stalls excluded); {m.gap_cause}"
+                    f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)} (stalls excluded{queued}); "
+                    f"{m.gap_cause}"
                     if t is m.worst
                     else f"GPU idle {t['idle_share']:.0%} of {_step_time(t, m.words)}",
                     m.gap_next,
                 )
             )
-    if m.between_share >= IDLE_SHARE:
+    host_between = m.between_ns - m.queued_between_ns
+    if m.span and host_between / m.span >= IDLE_SHARE:
         parts.append(
             (
-                m.between_share,
-                m.between_ns,
+                host_between / m.span,
+                host_between,
                 idle_severity,
                 f"GPU idle between steps {ms(m.between_ns)} = {m.between_share:.0%} of the steady GPU time (the "
                 "engine's host loop: scheduling, sampling, output processing)",
@@ -377,15 +477,39 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
                 "the sampled tokens.",
             )
         )
+    if m.queued_share >= QUEUED_SHARE:  # a measured wait, like a stall: its severity holds in a window of one step
+        parts.append(_queued_part(m))
     return parts
+
+
+def _queued_part(m: HostBoundMeasure) -> tuple:
+    """GPU idle with work already launched: the host is ahead, the GPU waits on something of its own."""
+    lag = m.values.get("launch_to_start") or {}
+    behind = f"; kernels start a median {ms(lag['median_ns'])} after their launch" if lag.get("median_ns") else ""
+    longest = f"; the longest: {ms(m.waits.gap_ns)} before {m.waits.words()}" if m.waits and m.waits.queued else ""
+    same_gap = m.host and m.waits and m.host.ts_ns == m.waits.ts_ns and m.host.spans
+    waiting = f" ({m.host.spans[0]['name']} among them)" if same_gap else ""
+    return (
+        m.queued_share,
+        m.queued_ns,
+        "warning" if m.queued_share >= QUEUED_WARNING else "info",
+        f"GPU waits with work already launched: idle {ms(m.queued_ns)} = {m.queued_share:.0%} of the steady GPU time "
+        f"holding queued work{longest}{behind} — a device-side wait (a stream or event dependency, a collective "
+        "waiting for another rank, a copy on another stream), not the host: the host calls during it wait for the GPU"
+        + waiting,
+        "Find what the queued work waits for: the stream-wait / event calls before its launch, the other streams "
+        "and ranks it depends on (a collective's peers, a copy engine); the host is ahead here, so host-side "
+        "changes do not shorten it.",
+    )
 
 
 def judge(ctx: Context, m: HostBoundMeasure) -> Check:
     """Status, severity and words from KRN006's numbers."""
     formula = (
         "stall share = Σ GPU idle during host-blocking stalls / steady span; idle share (phase) = Σ idle in windows, "
-        "stalls and start-up excluded / Σ (window − stalls − start-up idle); idle between steps = idle outside "
-        "windows / steady span"
+        "stalls and start-up excluded / Σ (window − stalls − start-up idle), of it host-bound: the idle before the "
+        "launch of the work that ends each gap; idle between steps = idle outside windows / steady span; queued = "
+        f"idle later than {QUEUE_LATENCY_NS / 1e3:g} µs after that launch (the GPU holding work) / steady span"
     )
     substituted = (
         f"stalls {ms(m.stall_ns)} / {ms(m.span)} = {m.stall_share:.3f}; "
@@ -393,6 +517,7 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
             f"{t['phase']}: {ms(t['gpu_idle_ns'])} / {ms(t['step_ns'])} = {t['idle_share']:.3f}" for t in m.table
         )
         + f"; between steps {ms(m.between_ns)} / {ms(m.span)} = {m.between_share:.3f}"
+        + f"; queued {ms(m.queued_ns)} / {ms(m.span)} = {m.queued_share:.3f}"
     )
     common = {
         "formula": formula,
@@ -413,18 +538,24 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
                 + f"; {m.between_share:.1%} idle between steps, {m.stall_share:.1%} in host-blocking stalls"
             ),
         )
-    parts.sort(key=lambda p: -p[0])
-    impact, cost, severity, lead, nxt = parts[0]
+    # the largest cost leads: the parts are ranked on the window's time like every trace-side finding (a phase's own
+    # idle share, which judges it, is a share of that phase's steps only)
+    parts.sort(key=lambda p: -p[1])
+    _, cost, severity, lead, nxt = parts[0]
+    wt = window_time(ctx)
+    common["values"] = common["values"] | wt.values(cost)
+    common["substituted"] = f"{common['substituted']}; impact {wt.text(cost)}"
     rest = [p[3].split(";")[0] for p in parts[1:]]
     one_step = severity == "info" and len(m.steps) < 2  # an idle share of one step leads (a stall is measured)
     if one_step:
-        common["values"] = {**m.values, "one_step_caveat": ONE_STEP_CAVEAT}
+        common["values"] = {**common["values"], "one_step_caveat": ONE_STEP_CAVEAT}
     return finding(
         RULE,
         **common,
         severity=severity,
         confidence="low" if one_step else "high",
-        impact=min(1.0, impact),
+        impact=wt.share(cost),
+        impact_basis=wt.basis,
         cost_ns=int(cost),
         cost_per_step_ns=int(cost / len(m.steps)),
         title=lead[0].upper()

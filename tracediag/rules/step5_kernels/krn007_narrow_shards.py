@@ -12,7 +12,8 @@ same role at the same T: efficiency E = R_p / R_1 (1 = ideal 1/p); else against 
 GPU catalogue's dense peak for the GEMM activation type on the trace's GPU (a datasheet upper bound: E understated):
 R_p / peak.
 Finding when a role's E < 0.7 at the largest T both traces share (the compute-bound steps; decode GEMMs are
-bound by weight reads, not FLOPs): info below 0.7, warning below 0.5.
+bound by weight reads, not FLOPs): info below 0.7, warning below 0.5; its impact (what the verdict ranks) is the
+projection time the lost rate costs, Σ time·(1 − E), / the window's step time (analyses/basis.py).
 
 Evidence: per role and T, the shapes at TP=p and TP=1, calls, time, FLOP/s and E; example GEMM ops.
 
@@ -28,6 +29,7 @@ from collections import defaultdict
 import orjson
 
 from tracediag.analyses import gpu
+from tracediag.analyses.basis import window_time
 from tracediag.context import Baseline, Context
 from tracediag.errors import TracediagError
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -237,12 +239,19 @@ def check(ctx: Context) -> Check:
                 f"({worst['role']}, T = {worst['T']})"
             ),
         )
+    # ranked on the window's time like every trace-side finding: the projection time the lost rate costs,
+    # Σ time·(1 − E) over the (role, T) rows below their reference rate; E of the worst role judges it
+    wt = window_time(ctx)
+    lost = sum(r["time_ns"] * (1 - r["efficiency"]) for r in table if r["efficiency"] < 1)
+    common["values"] = values | {"projection_ns_lost": round(lost)} | wt.values(lost)
+    common["substituted"] = f"{substituted}; impact (Σ time·(1 − E)) {wt.text(lost)}"
     return finding(
         RULE,
         **common,
         severity="warning" if worst["efficiency"] < WARNING_BELOW else "info",
         confidence="medium",
-        impact=min(1.0, 1 - worst["efficiency"]),
+        impact=wt.share(lost),
+        impact_basis=wt.basis,
         title=(
             f"Narrow shards lose FLOP rate at TP={p}: {worst['role']} ([{worst['K']}×{worst['N']}] per rank) runs at "
             f"E = {worst['efficiency']:.2f} of its TP=1 rate at T = {worst['T']} — TP={p} buys less than 1/p of the "

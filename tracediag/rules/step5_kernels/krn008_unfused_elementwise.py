@@ -11,7 +11,8 @@ gather and scan kernels left out; fused families not counted) — on CPU-only tr
 elementwise ops' host time / step time. Split by what the pass does, read from the kernel's functor or the
 op's name: norm (pow, mean, rsqrt, layer_norm), activation (silu, gelu, ...), concatenation (cat, stack — not
 RoPE: CNNs and recommenders concatenate too), RoPE-like (neg, sin/cos; in an LLM, else plain neg/sin/cos),
-cast/copy, other arithmetic. Finding from 10 % (info), warning from 25 %.
+cast/copy, other arithmetic. Finding from 10 % (info), warning from 25 %; the finding's impact (what the verdict
+ranks) is the unfused time's share of the window's step time (analyses/basis.py), the share of busy time beside it.
 
 Evidence: the largest eager kernels/ops with calls, time and the kind of pass; the fused kernels already used.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import ms, source_of
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
@@ -36,6 +38,7 @@ RULE = RuleMeta(
     title="Unfused elementwise work: eager norm / RoPE / activation / cast passes as a share of GPU time",
     requires_tables=("steps",),
     requires_window="complete",
+    share_of_steady="busy",
 )
 INFO_SHARE, WARNING_SHARE = 0.10, 0.25
 
@@ -152,16 +155,22 @@ def check(ctx: Context) -> Check:
             title=f"Eager elementwise work is {share:.1%} of {'GPU busy' if gpu else 'step'} time ({parts})",
         )
     lead = max(by_kind, key=by_kind.get)
+    # ranked on the window's time like every trace-side finding; the share of busy time sets the severity
+    wt = window_time(ctx)
+    common["values"] = values | wt.values(unfused)
+    common["substituted"] = f"{substituted}; impact {wt.text(unfused)}"
     return finding(
         RULE,
         **common,
         severity="warning" if share >= WARNING_SHARE else "info",
         confidence="high" if gpu else "medium",
-        impact=min(1.0, share),
+        impact=wt.share(unfused),
+        impact_basis=wt.basis,
         cost_ns=int(unfused),
         cost_per_step_ns=int(unfused / steps) if steps else None,
         title=(
-            f"Unfused elementwise work takes {share:.0%} of {'GPU busy' if gpu else 'step'} time: {parts} — "
+            f"Unfused elementwise work takes {share:.0%} of {'GPU busy' if gpu else 'step'} time "
+            f"({wt.share(unfused):.0%} of {wt.basis}): {parts} — "
             f"mostly {lead} passes a fused kernel or torch.compile would merge"
         ),
         next_check=advice(ctx),

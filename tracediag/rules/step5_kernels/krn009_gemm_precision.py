@@ -9,7 +9,8 @@ time of all GEMM kernels, over the steps (the whole trace when it has no step); 
 time is the cost. The GPU has tensor cores when its compute capability is ≥ 7.0 (deviceProperties), when
 its kernels name a tensor-core architecture (volta/turing/ampere/sm80+ GEMMs, tensorop / xmma / nvjet / hgemm /
 bf16 names), or on AMD Instinct (MFMA, gfx90a/gfx94x). Finding when the fp32 SIMT share of GEMM time is
-≥ 10 % on a tensor-core GPU: warning when it costs ≥ 10 % of the GPU busy time, else info. TF32 GEMMs
+≥ 10 % on a tensor-core GPU: warning when it costs ≥ 10 % of the GPU busy time, else info; the impact the verdict
+ranks is the steady segment's fp32 time as a share of the window's step time (analyses/basis.py). TF32 GEMMs
 (fp32 storage on tensor cores) are reported, not flagged. When the share is ≥ 10 % and nothing in the trace says
 whether the GPU has tensor cores (no device properties, no tensor-core GEMM name), the rule is not applicable:
 the waste cannot be told from the GPU's limit.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import re
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import ms, source_of
 from tracediag.catalog import gemm_precision
 from tracediag.context import Context
@@ -119,6 +121,18 @@ def _advice(tf32: bool | None, tf32_why: str) -> str:
     )
 
 
+_STEADY_SQL = """
+SELECT coalesce(sum(k.dur_ns), 0) FROM kernels k
+JOIN gpu_timeline t ON t.rank = k.rank AND k.ts_ns >= t.startup_end_ns AND k.ts_ns < t.stop_ts_ns
+WHERE list_contains(?, k.name)
+"""
+
+
+def _steady_time(ctx: Context, names: list[str]) -> int:
+    """Time of the kernels of these names that start in the steady segment, ns."""
+    return int(ctx.scalar(_STEADY_SQL, [names]) or 0) if names else 0
+
+
 def check(ctx: Context) -> Check:
     if source_of(ctx) != "gpu_kernel":
         return not_applicable(RULE, "missing GPU kernels: a CPU-only trace has no tensor cores to leave unused")
@@ -180,15 +194,23 @@ def check(ctx: Context) -> Check:
             f" on a GPU without tensor cores ({why})" if has_tc is False else ""
         )
         return passed(RULE, **common, confidence="high", title=reason)
+    # ranked on the window's time like every trace-side finding (the fp32 GEMM time of the steady segment: start-up
+    # GEMMs lie outside it); the share of busy time sets the severity
+    wt = window_time(ctx)
+    steady = _steady_time(ctx, [r["name"] for r in fp32_rows])
+    common["values"] = values | {"fp32_simt_steady_ns": steady} | wt.values(steady)
+    common["substituted"] = f"{substituted}; impact (steady fp32 SIMT GEMM time) {wt.text(steady)}"
     return finding(
         RULE,
         **common,
         severity="warning" if cost >= WARNING_COST else "info",
         confidence="high",
-        impact=min(1.0, cost),
+        impact=wt.share(steady),
+        impact_basis=wt.basis,
         cost_ns=int(by["fp32"]),
         title=(
-            f"fp32 GEMMs on CUDA cores: {ms(by['fp32'])} = {share:.0%} of GEMM time ({cost:.0%} of GPU busy time) run "
+            f"fp32 GEMMs on CUDA cores: {ms(by['fp32'])} = {share:.0%} of GEMM time ({cost:.0%} of GPU busy time, "
+            f"{wt.share(steady):.0%} of {wt.basis}) run "
             f"SIMT fp32 on a GPU with tensor cores ({why})"
         ),
         next_check=_advice(tf32, tf32_why),

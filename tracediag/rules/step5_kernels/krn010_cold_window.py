@@ -33,6 +33,10 @@ from tracediag.context import Context
 from tracediag.derive.fitness import REPEAT_LAUNCH
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
+# start-up lies outside the window's step time, so its share is of the whole trace: not the basis trace findings
+# are ranked on (tracediag.findings.RANKED_BY); the finding says what the window is, beside the ranked causes
+STARTUP_BASIS = "the whole trace (start-up included, outside the window's step time)"
+
 RULE = RuleMeta(
     id="KRN010",
     step=5,
@@ -204,6 +208,7 @@ def check(ctx: Context) -> Check:
             severity="info",
             confidence="high",
             impact=min(1.0, share),
+            impact_basis=STARTUP_BASIS,
             cost_ns=int(cold),
             title=f"{opening}: {whole}; start-up calls take {ms(cold)} = {share:.0%} of the profiled span ({parts})",
             next_check=(
@@ -224,6 +229,7 @@ def check(ctx: Context) -> Check:
         severity="warning" if share >= WARNING_SHARE else "info",
         confidence="high",
         impact=min(1.0, share),
+        impact_basis=STARTUP_BASIS,
         cost_ns=int(cold),  # paid once, not per step
         title=(
             f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}); step and idle "

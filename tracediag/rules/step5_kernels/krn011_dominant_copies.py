@@ -32,6 +32,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import _bw_from_props, ms
 from tracediag.context import Context
 from tracediag.derive import intervals as iv
@@ -43,6 +44,7 @@ RULE = RuleMeta(
     title="Copies that dominate the window: host/device memory copies as a share of GPU time, with their bandwidth",
     requires_tables=("memops",),
     requires_window="complete",
+    share_of_steady="busy",
 )
 INFO_SHARE, WARNING_SHARE = 0.25, 0.50  # copy share of the steady GPU busy time
 # copies totalling less than this over the steady segment are no finding at any share (one 1.6 µs copy in a
@@ -226,7 +228,7 @@ def check(ctx: Context) -> Check:
         # ranked on the window's time like every trace-side finding (a share of busy time would outrank a
         # larger share of step time on a mostly idle GPU); the share of busy time sets the severity
         impact=min(1.0, window_share),
-        impact_basis="steady span (the window's step time)",
+        impact_basis=window_time(ctx).basis,
         cost_ns=int(copy_ns),
         title=(
             f"Copies take {share:.0%} of the GPU busy time ({ms(copy_ns)}, {window_share:.0%} of the window): mostly "

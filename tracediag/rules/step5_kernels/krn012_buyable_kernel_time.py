@@ -5,16 +5,16 @@ GPU can do for their shapes: a GEMM tile that wastes waves, a fallback attention
 elementwise pass. Kernels at their roofline would save that time; the family with the most of it is where a faster
 kernel (a library, a backend, a fusion, other shapes) buys the most.
 
-Formula: per op, shape, dtype and phase (the table op_roofline: FLOPs and bytes per call from the per-op cost
-model, tracediag/model/op_cost.py; the roofs from the GPU catalogue): roofline = calls · max(FLOPs / peak,
-bytes / bandwidth); buyable = Σ max(0, kernel time − roofline) per op family and phase (tracediag/analyses/
-roofline.py); share = buyable / step time of the window (the summed step time of the ranks; without steps, the
-profiled GPU span); Amdahl bound on the step = 1 / (1 − share). Kernels of under 5 µs per call are bounded by
-launch latency, not by the roofline: shown apart, never judged. The roofs are datasheet peaks, which no kernel
-reaches (the best GEMM libraries reach 60-80 % of the dense peak): the buyable time is an upper bound, so a family
-at 50 % of its roofline or more is near the practical limit and passes. Beside it, a lower estimate: the buyable
-time if every row of the family ran at the best % of roofline one of its rows reaches in this trace (a rate this
-GPU and library demonstrably reach). Finding from 10 % of step time (info), warning from 25 %, and from 1 ms of
+Formula: per op, shape, dtype and phase (the table op_roofline: FLOPs and bytes per call from the per-op cost model,
+tracediag/model/op_cost.py; the roofs from the GPU catalogue): roofline = calls · max(FLOPs / peak, bytes /
+bandwidth); buyable = Σ max(0, kernel time − roofline) per op family and phase (tracediag/analyses/ roofline.py);
+share = buyable / the window's step time (the one basis of trace-side impacts, analyses/basis.py: the steady GPU
+span; without steps, the profiled span); Amdahl bound on the step = 1 / (1 − share). Kernels of under 5 µs per call
+are bounded by launch latency, not by the roofline: shown apart, never judged. The roofs are datasheet peaks, which
+no kernel reaches (the best GEMM libraries reach 60-80 % of the dense peak): the buyable time is an upper bound, so
+a family at 50 % of its roofline or more is near the practical limit and passes. Beside it, a lower estimate: the
+buyable time if every row of the family ran at the best % of roofline one of its rows reaches in this trace (a rate
+this GPU and library demonstrably reach). Finding from 10 % of step time (info), warning from 25 %, and from 1 ms of
 buyable time.
 
 Evidence: the family's largest rows (rank, phase, op, shape, dtype, calls, kernel time, roofline time, % of
@@ -29,6 +29,7 @@ contiguous inputs.
 
 from __future__ import annotations
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import ms, phase_name, unphased_name
 from tracediag.analyses.roofline import LAUNCH_BOUND_US, Buyable, FamilyGroup, amdahl, buyable, share
 from tracediag.context import Context
@@ -221,7 +222,7 @@ def check(ctx: Context) -> Check:
     lead = (far or b.groups)[0]
     s = share(lead.buyable_ns, b.basis_ns)
     unphased = unphased_name(ctx)
-    values = _values(b, lead, unphased)
+    values = _values(b, lead, unphased) | window_time(ctx).values(lead.buyable_ns)
     bound = amdahl(s)
     bound_text = f"{bound:.2f}×" if bound else "unbounded (the whole step)"
     formula = (
@@ -267,11 +268,11 @@ def check(ctx: Context) -> Check:
         severity="warning" if s >= WARNING_SHARE else "info",
         confidence="medium",  # datasheet roofs: an upper bound on what a faster kernel buys
         impact=min(1.0, s),
-        impact_basis=f"the window's {b.basis}",
+        impact_basis=b.basis,  # the window's step time (analyses/basis.py), as every trace-side impact
         cost_ns=int(lead.buyable_ns),
         title=(
             f"{where} runs at {lead.pct_of_roofline:.0f} % of the GPU's datasheet roofline: kernels at the roofline "
-            f"would save {ms(lead.buyable_ns)}, {s:.0%} of step time (step speed-up ≤ {bound_text}); "
+            f"would save {ms(lead.buyable_ns)}, {s:.0%} of {b.basis} (step speed-up ≤ {bound_text}); "
             f"{ms(lead.demonstrated_ns)} at the best rate its kernels reach here ({lead.best_pct or 0:.0f} %)"
         ),
         next_check=_ADVICE.get(lead.family, "See the op's rows in op_roofline and the kernels each launched."),
