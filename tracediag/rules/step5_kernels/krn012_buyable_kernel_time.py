@@ -7,7 +7,7 @@ kernel (a library, a backend, a fusion, other shapes) buys the most.
 
 Formula: per op, shape, dtype and phase (the table op_roofline: FLOPs and bytes per call from the per-op cost model,
 tracediag/model/op_cost.py; the roofs from the GPU catalogue): roofline = calls · max(FLOPs / peak, bytes /
-bandwidth); buyable = Σ max(0, kernel time − roofline) per op family and phase (tracediag/analyses/ roofline.py);
+bandwidth); buyable = Σ max(0, kernel time − roofline) per op family and phase (tracediag/analyses/roofline.py);
 share = buyable / the window's step time (the one basis of trace-side impacts, analyses/basis.py: the steady GPU
 span; without steps, the profiled span); Amdahl bound on the step = 1 / (1 − share). Kernels of under 5 µs per call
 are bounded by launch latency, not by the roofline: shown apart, never judged. The roofs are datasheet peaks, which
