@@ -186,11 +186,11 @@ def advice(ctx: Context) -> str:
             "torch.compile the model (Inductor fuses these chains); look for fp32 upcasts around the norms."
         )
     if dom.get("mode") == "training":
+        convs = (dom.get("conv_ops") or 0) + (dom.get("conv_kernels") or 0)
         return (
             f"For {dom['label']} (no inference engine): torch.compile the model (Inductor fuses elementwise "
             "chains, forward and backward), fused optimizers (foreach=True / fused=True), AMP without extra fp32 "
-            "casts; "
-            "channels_last for convolutions."
+            "casts" + ("; channels_last for the convolutions (no layout transposes around them)." if convs else ".")
         )
     return (
         "torch.compile the model (Inductor fuses elementwise chains into one kernel) or use the framework's fused "
