@@ -15,7 +15,8 @@ from tracediag.analysis import analyze
 from tracediag.errors import InputError
 from tracediag.ingest import detect_format
 from tracediag.ingest.base import IngestOptions
-from tracediag.ingest.topology import bus_key, classify_pair, parse_topology, pcie_gbs
+from tracediag.ingest.topology import bus_key, classify_pair, parse_topology
+from tracediag.model.links import pcie_gbs
 from tracediag.rules import module_name
 
 TOPO = REPO / "tests" / "data" / "topology"

@@ -31,11 +31,10 @@ from tracediag.errors import InputError
 from tracediag.ingest import validate as val
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.inputfile import read_input
+from tracediag.model.links import NVLINK_GBS_PER_LINK, pcie_gbs
 
 SCHEMA_PREFIX = "tracediag/topology-v"
 SUPPORTED = {"tracediag/topology-v1"}
-NVLINK_GBS_PER_LINK = {"1.0": 20.0, "2.0": 25.0, "2.2": 25.0, "3.0": 25.0, "3.1": 25.0, "4.0": 25.0, "5.0": 50.0}
-PCIE_GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 8.0}
 
 
 def bus_key(bus_id: str | None) -> tuple[int, int, int, int] | None:
@@ -49,12 +48,6 @@ def bus_key(bus_id: str | None) -> tuple[int, int, int, int] | None:
         return (domain, int(parts[-2], 16), int(dev, 16), int(fn or "0", 16))
     except (ValueError, IndexError):
         return None
-
-
-def pcie_gbs(gen: int | None, width: int | None) -> float | None:
-    if not gen or not width or gen not in PCIE_GBS_PER_LANE:
-        return None
-    return round(PCIE_GBS_PER_LANE[gen] * width, 3)
 
 
 def classify_pair(ga: dict, gb: dict, pair: dict) -> tuple[str, int, float | None]:

@@ -37,6 +37,7 @@ from tracediag.analyses.kernels import _bw_from_props, ms
 from tracediag.context import Context
 from tracediag.derive import intervals as iv
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.model.links import pcie_gbs
 
 RULE = RuleMeta(
     id="KRN011",
@@ -74,8 +75,6 @@ def _parse(name: str) -> tuple[str, str]:
 
 def _host_link(ctx: Context) -> tuple[float | None, str]:
     """GB/s per direction of the GPU's host link: the topology snapshot, else the generation's usual PCIe link."""
-    from tracediag.ingest.topology import pcie_gbs
-
     topo = ctx.rows("SELECT name, pcie_gen, pcie_width FROM topo_gpus WHERE pcie_gen IS NOT NULL LIMIT 1")
     if topo and pcie_gbs(topo[0]["pcie_gen"], topo[0]["pcie_width"]):
         t = topo[0]
