@@ -115,3 +115,100 @@ def test_the_capture_is_matched_once_per_analysis(monkeypatch):
     assert len(calls) == 1 and first.fitness["graph_replay"]["kernels_attributed"] == 361
     second = analyze([kineto_file(REPLAY)], settings=Settings(graph_capture=str(CAPTURE)))
     assert len(calls) == 2 and second.fitness["graph_replay"] == first.fitness["graph_replay"]
+
+
+def _mutated(tmp_path, name, change):
+    """The real capture with one kind of malformed event (what a hostile or broken producer writes)."""
+    with gzip.open(CAPTURE, "rt") as f:
+        doc = json.load(f)
+    change([e for e in doc["traceEvents"] if e.get("ph") == "X"])
+    out = tmp_path / f"{name}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def _nth(events, n, cat=None, name=None):
+    """The n-th event of a category or name: each mutation below hits an event of its own."""
+    return [e for e in events if (cat is None or e.get("cat") == cat) and (name is None or e["name"] == name)][n]
+
+
+def _deep(n):
+    v = [1]
+    for _ in range(n):
+        v = [v]
+    return v
+
+
+HOSTILE = {  # kind -> the mutation of one event of the real capture
+    "args a string": lambda es: _nth(es, 0, "cpu_op").__setitem__("args", "not an object"),
+    "External id a list": lambda es: _nth(es, 1, "cpu_op")["args"].__setitem__("External id", [1, 2]),
+    "dur a string": lambda es: _nth(es, 2, "cpu_op").__setitem__("dur", "12"),
+    "name an int": lambda es: _nth(es, 3, "cpu_op").__setitem__("name", 7),
+    "ts a string": lambda es: _nth(es, 0, name="hipLaunchKernel").__setitem__("ts", "1"),
+    "kernel name an object": lambda es: _nth(es, 1, name="hipLaunchKernel")["args"].__setitem__("kernel", {"a": 1}),
+    "Input Dims 400 deep": lambda es: _nth(es, 0, "cpu_op", "aten::addmm")["args"].__setitem__(
+        "Input Dims", _deep(400)
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def replay_store(tmp_path_factory):
+    db = tmp_path_factory.mktemp("replay") / "trace.duckdb"
+    analyze([kineto_file(REPLAY)], db_path=str(db))
+    return db
+
+
+def test_malformed_capture_events_are_counted_not_an_internal_error(tmp_path, replay_store):
+    """Each field the matching reads is checked for its type (one event of each kind of HOSTILE, each its own):
+    every one is left out and counted in capture_bad_records, the other captures still match (the replay's store
+    matched against the mutated capture as an analysis does)."""
+    import duckdb
+
+    from tracediag.derive import graph_capture
+
+    bad = _mutated(tmp_path, "hostile", lambda es: [change(es) for change in HOSTILE.values()])
+    con = duckdb.connect(str(replay_store))
+    try:
+        g = graph_capture.statement(con, str(bad))
+    finally:
+        con.close()
+    assert g["capture_read"] and g["capture_bad_records"] == len(HOSTILE)
+    assert g["graphs_matched"] + g["graphs_unmatched"] == 25 and g["graphs_matched"] >= 20
+
+
+def test_a_replay_without_graph_launches_does_not_read_the_capture(monkeypatch):
+    """The H100 HF trace launches no graph: the capture given beside it is not opened (an unreadable path proves it)."""
+    from tracediag.derive import graph_capture
+
+    monkeypatch.setattr(graph_capture, "_read_capture", lambda p: pytest.fail("the capture was read"))
+    report = analyze(
+        [kineto_file("tracelens_h100_hf_qwen1.5-0.5b.json.gz")], settings=Settings(graph_capture=str(CAPTURE))
+    )
+    assert report.fitness.get("graph_replay") is None
+
+
+def test_matching_is_n_log_n_in_captures_and_launches():
+    """20,000 captures of 10 launches each, matched to nothing: the launches inside each capture found by bisection,
+    in well under the time the pairwise scan took (over two minutes for 20k × 200k)."""
+    import time
+
+    from tracediag.derive import graph_capture
+
+    events = []
+    for i in range(20_000):
+        t = i * 100.0
+        events.append({"ph": "X", "name": "hipStreamBeginCapture", "ts": t, "dur": 1})
+        events += [{"ph": "X", "name": "hipLaunchKernel", "ts": t + 1 + j, "dur": 1, "args": {"kernel": "k"}}
+                   for j in range(10)]  # fmt: skip
+        events.append({"ph": "X", "name": "hipStreamEndCapture", "ts": t + 50, "dur": 1})
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "captures.json"
+        p.write_text(json.dumps({"traceEvents": events}))
+        start = time.process_time()
+        caps = graph_capture._read_capture(p)
+        took = time.process_time() - start
+    assert len(caps) == 20_000 and all(len(c) == 10 for c in caps) and took < 10

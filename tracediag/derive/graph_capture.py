@@ -20,6 +20,8 @@ docs/method.md): they are not a derivation of the store, since only the analysis
 
 from __future__ import annotations
 
+import bisect
+import math
 import weakref
 from pathlib import Path
 from typing import Any
@@ -70,21 +72,31 @@ def replay_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     }
 
 
-def read_capture(path: str | Path) -> list[list[dict[str, Any]]]:
+def read_capture(path: str | Path) -> Capture:
     """The captures of a Kineto capture trace, in order: per capture its launches (kernel name, the capturing op
-    and its input dims). Read once per file version (a capture serves every analysis of its replay)."""
+    and its input dims), and the events left out as malformed. Read once per file version (a capture serves every
+    analysis of its replay)."""
     p = Path(path)
     key = _file_version(p)
     if key is not None and key in _CACHE:
         return _CACHE[key]
-    captures = _read_capture(p)
+    capture = _read_capture(p)
     if key is not None:
         _CACHE.clear()
-        _CACHE[key] = captures
-    return captures
+        _CACHE[key] = capture
+    return capture
 
 
-_CACHE: dict[tuple[str, int, int], list[list[dict[str, Any]]]] = {}
+class Capture(list):
+    """The captures (a list of captures, each a list of launch rows) and `bad_records`: events of the capture
+    trace left out because a field the matching reads is not of its type (args not an object, an External id that
+    is not an integer or a string, a non-numeric ts or dur, a name that is not text, dims nested beyond JSON's
+    depth): counted, never an internal error."""
+
+    bad_records: int = 0
+
+
+_CACHE: dict[tuple[str, int, int], Capture] = {}
 
 
 def _file_version(p: Path) -> tuple[str, int, int] | None:
@@ -96,7 +108,30 @@ def _file_version(p: Path) -> tuple[str, int, int] | None:
     return (str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
-def _read_capture(p: Path) -> list[list[dict[str, Any]]]:
+def _number(v: Any) -> float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _record(e: Any) -> dict[str, Any] | None:
+    """A complete event with the fields the matching reads, each of its type; None for anything else."""
+    if not isinstance(e, dict) or e.get("ph") != "X":
+        return None
+    if _number(e.get("ts")) is None:
+        raise ValueError
+    args = e.get("args", {})
+    ext = args.get("External id") if isinstance(args, dict) else None
+    if (
+        not isinstance(args, dict)
+        or not isinstance(e.get("name"), str)
+        or ("dur" in e and _number(e.get("dur")) is None)
+        or (ext is not None and (isinstance(ext, bool) or not isinstance(ext, (int, str))))
+        or ("kernel" in args and not isinstance(args["kernel"], str))
+    ):
+        raise ValueError
+    return e
+
+
+def _read_capture(p: Path) -> Capture:
     from tracediag.inputfile import read_input
 
     try:
@@ -106,34 +141,43 @@ def _read_capture(p: Path) -> list[list[dict[str, Any]]]:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise InputError(p, "graph-capture trace has no traceEvents list")
-    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    xs, bad = [], 0
+    for e in events:
+        try:
+            r = _record(e)
+        except ValueError:
+            bad += 1
+            continue
+        if r is not None:
+            xs.append(r)
     ops: dict[Any, dict[str, Any]] = {}
     for e in xs:
         if e.get("cat") == "cpu_op":
-            ext = (e.get("args") or {}).get("External id")
+            ext = e.get("args", {}).get("External id")
             if ext is not None and (ext not in ops or e.get("dur", 0) < ops[ext].get("dur", 0)):
                 ops[ext] = e
-    spans = sorted(e["ts"] for e in xs if e.get("name") in BEGIN)
-    ends = sorted(e["ts"] for e in xs if e.get("name") in END)
-    launches = sorted((e for e in xs if e.get("name") in LAUNCH_CALLS), key=lambda e: e["ts"])
-    captures = []
-    for b, end in zip(spans, ends):
+    spans = sorted(e["ts"] for e in xs if e["name"] in BEGIN)
+    ends = sorted(e["ts"] for e in xs if e["name"] in END)
+    launches = sorted((e for e in xs if e["name"] in LAUNCH_CALLS), key=lambda e: e["ts"])
+    starts = [e["ts"] for e in launches]
+    captures = Capture()
+    for b, end in zip(spans, ends):  # the launches inside each capture by bisection: n log n, not captures × launches
         rows = []
-        for e in launches:
-            if b <= e["ts"] <= end:
-                a = e.get("args") or {}
-                op = ops.get(a.get("External id")) or {}
-                oa = op.get("args") or {}
-                rows.append(
-                    {
-                        "kernel": a.get("kernel"),
-                        "op": op.get("name"),
-                        "op_id": oa.get("External id"),
-                        "op_input_dims": _json(oa.get("Input Dims")),
-                        "op_input_types": _json(oa.get("Input type")),
-                    }
-                )
+        for e in launches[bisect.bisect_left(starts, b) : bisect.bisect_right(starts, end)]:
+            a = e.get("args", {})
+            op = ops.get(a.get("External id")) or {}
+            oa = op.get("args", {})
+            try:
+                dims, types = _json(oa.get("Input Dims")), _json(oa.get("Input type"))
+            except orjson.JSONEncodeError:  # nested beyond what JSON text may hold: the op's dims are not read
+                bad += 1
+                dims = types = None
+            rows.append(
+                {"kernel": a.get("kernel"), "op": op.get("name"), "op_id": oa.get("External id"),
+                 "op_input_dims": dims, "op_input_types": types}
+            )  # fmt: skip
         captures.append(rows)
+    captures.bad_records = bad
     return captures
 
 
@@ -181,8 +225,9 @@ def _ops_schema() -> list:
 
 
 def _attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, Any]:
-    captures = read_capture(path)
     rows = query_dicts(con, _REPLAY_SQL)
+    # no graph launch in the replay: nothing to attribute, and the capture is not read
+    captures = read_capture(path) if rows else Capture()
     graphs: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in rows:
         graphs.setdefault((r["rank"], r["correlation"]), []).append(r)
@@ -221,6 +266,8 @@ def _attribute(con: duckdb.DuckDBPyConnection, path: str | Path) -> dict[str, An
     return {
         "capture_trace": str(path),
         "captures": len(captures),
+        "capture_read": bool(rows),  # False: the replay launches no graph, so the capture was not read
+        "capture_bad_records": captures.bad_records,
         "graphs_matched": matched,
         "graphs_unmatched": unmatched,
         "kernels_attributed": len(out),
