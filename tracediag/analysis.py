@@ -172,6 +172,7 @@ def analyze(
     scheduler: Any = None,
     memory_limit: int | None = None,
     rules: tuple[str, ...] | None = None,
+    column_comments: bool = True,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
@@ -188,6 +189,8 @@ def analyze(
     `memory_limit` is the memory budget in bytes (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
     chunks and spill threshold, DuckDB's memory_limit, and the TP=1 baseline's store.
     `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
+    `column_comments`: give the file store's columns their unit and meaning (for whoever opens trace.duckdb; False
+    for a store that only this process reads back, such as `tracediag check` without --out).
     """
     say = progress or (lambda stage: None)
     if isinstance(ranks, str):
@@ -224,7 +227,7 @@ def analyze(
             memory_limit=memory_limit,
             rules=rules,
         )
-        if db_path is not None and store is None:
+        if db_path is not None and store is None and column_comments:
             comment_columns(con)  # unit and meaning of every column, for whoever opens the file
         return report
     except duckdb.Error as exc:  # a store's file damaged after ingest: the input's fault, named, not a bug
