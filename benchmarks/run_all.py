@@ -13,6 +13,9 @@ repository on PYTHONPATH) and collects their results:
   CPU time, and against HolisticTraceAnalysis's load.
 * `real`  -- bench_ingest.py on `<data>/real` (the largest vendored real Kineto rank, the HTA V100 trace, copied
   there when missing): the same ratios.
+* `small` -- bench_fixed_cost.py: `tracediag analyze` and `check` of the README sample and `analyze` of the V100 rank
+  (whole processes, and its second analyze in one process) against a floor process that imports duckdb, numpy and
+  orjson and parses the same files (issue 40).
 * `big`   -- `tracediag analyze` of the ~4 GB rank generated from the pair (gen_large_rank.py, `--make-data`): its
   peak RSS with the default --memory-limit.
 * `store` -- bench_fleet_store.py on the pair: `analyze --store` over a full `analyze`.
@@ -42,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 V100 = REPO / "tests/data/external/kineto/hta_v100_ns_resolution.pt.trace.json.gz"
-ALL = ("pair", "real", "big", "store", "log", "logparse", "fleet")
+ALL = ("pair", "real", "small", "big", "store", "log", "logparse", "fleet")
 
 # Targets: issue 27's (docs: benchmarks/README.md). (label, key, comparison, bound)
 MB = 1e6 / 2**20  # the issue's MB in MiB (peak RSS is read in MiB)
@@ -60,6 +63,12 @@ TARGETS = {
         ("HTA load / analyze, wall", "hta_over_wall", ">=", 3.0),
         ("HTA load / analyze, CPU", "hta_over_cpu", ">=", 3.0),
         ("analyze / HTA peak tree RSS", "rss_over_hta", "<=", 1.0),
+    ],
+    "small": [  # issue 40's: against a floor process that imports duckdb, numpy and orjson and parses the files
+        ("README sample, analyze / import-and-parse floor, wall", "sample_analyze_over_floor_wall", "<=", 2.0),
+        ("README sample, check / import-and-parse floor, wall", "sample_check_over_floor_wall", "<=", 2.0),
+        ("V100 rank, analyze / import-and-parse floor, wall", "v100_analyze_over_floor_wall", "<=", 2.0),
+        ("V100 rank, warm second analyze / floor, wall", "v100_warm_over_floor_wall", "<=", 1.5),
     ],
     "big": [("peak RSS MiB, 4 GB rank, default --memory-limit", "peak_rss_mib", "<=", 2000 * MB)],
     "store": [("analyze --store / full analyze, wall", "store_over_full", "<=", 0.25)],
@@ -264,6 +273,26 @@ def bench_logparse(args) -> dict:
     }
 
 
+def bench_small(args) -> dict:
+    """bench_fixed_cost.py: the README sample and the V100 rank against the import-and-parse floor."""
+    with tempfile.TemporaryDirectory(prefix="run-all-") as tmp:
+        out = Path(tmp) / "small.json"
+        _run([sys.executable, BENCH / "bench_fixed_cost.py", "--rounds", max(3, args.repeats), "--json", out],
+             args.timeout)  # fmt: skip
+        med = json.loads(out.read_text())["medians"]
+
+    def over(row: str, floor: str, key: str = "wall_s") -> float:
+        return med[f"this: {row}"][key] / med[f"this: {floor}"]["wall_s"]
+
+    return {
+        "sample_analyze_over_floor_wall": over("sample analyze", "sample floor"),
+        "sample_check_over_floor_wall": over("sample check", "sample floor"),
+        "v100_analyze_over_floor_wall": over("V100 analyze", "V100 floor"),
+        "v100_warm_over_floor_wall": over("V100 warm", "V100 floor", "warm_wall_s"),
+        "runs": f"median of {max(3, args.repeats)} interleaved rounds",
+    }
+
+
 def bench_fleet(args) -> dict:
     if not _importable(sys.executable, "distributed"):
         raise Skip("dask.distributed not installed (the `fleet` extra)")
@@ -370,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown benchmark(s): {', '.join(unknown)}")
     if args.make_data:
         make_data(args)
-    benches = {"pair": bench_pair, "real": bench_real, "big": bench_big, "store": bench_store, "log": bench_log,
-               "logparse": bench_logparse, "fleet": bench_fleet}  # fmt: skip
+    benches = {"pair": bench_pair, "real": bench_real, "small": bench_small, "big": bench_big, "store": bench_store,
+               "log": bench_log, "logparse": bench_logparse, "fleet": bench_fleet}  # fmt: skip
     results: dict[str, dict] = {}
     for name in chosen:
         try:

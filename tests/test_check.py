@@ -470,3 +470,24 @@ def test_readme_documents_check_diff_and_every_config_key():
         assert needle in readme, needle
     for key, _, _ in config_reference():
         assert f"`{key}`" in readme, key
+
+
+def test_without_out_the_store_gets_no_column_comments(tmp_path, monkeypatch):
+    """The store of a check without --out is read back by the check alone and removed: its columns are not commented
+    (0.15 s of CPU), and the check judges the same; with --out, trace.duckdb carries the comments."""
+    import duckdb
+
+    import tracediag.analysis
+    from tracediag.gate.run import run_check
+
+    commented = []
+    real = tracediag.analysis.comment_columns
+    monkeypatch.setattr(tracediag.analysis, "comment_columns", lambda con: commented.append(real(con)))
+    d, cfg = sample("healthy_tp2")
+    alone, _ = run_check([d], model=cfg, rules="COL001")
+    assert commented == []
+    kept, _ = run_check([d], model=cfg, rules="COL001", out=tmp_path / "out")
+    assert len(commented) == 1 and commented[0] > 100
+    with duckdb.connect(str(tmp_path / "out" / "trace.duckdb"), read_only=True) as con:
+        assert con.execute("SELECT count(comment) FROM duckdb_columns() WHERE NOT internal").fetchone()[0] > 100
+    assert alone.to_dict() | {"elapsed_s": None} == kept.to_dict() | {"elapsed_s": None}

@@ -246,6 +246,7 @@ def analyze(
     memory_limit: int | None = None,
     rules: tuple[str, ...] | None = None,
     *,
+    column_comments: bool = True,
     log: list[str | Path] | str | Path | None = None,
     metrics: list[str | Path] | str | Path | None = None,
     bench: list[str | Path] | str | Path | None = None,
@@ -277,6 +278,8 @@ def analyze(
     `memory_limit` is the memory budget in bytes (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
     chunks and spill threshold, DuckDB's memory_limit, and the TP=1 baseline's store.
     `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
+    `column_comments`: give the file store's columns their unit and meaning (for whoever opens trace.duckdb; False
+    for a store that only this process reads back, such as `tracediag check` without --out).
     """
     say = progress or (lambda stage: None)
     _check_numbers(tp=tp, jobs=jobs, memory_limit=memory_limit, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops)
@@ -319,7 +322,8 @@ def analyze(
             rules=rules,
         )
         if db_path is not None and store is None:
-            comment_columns(con)  # unit and meaning of every column, for whoever opens the file
+            if column_comments:
+                comment_columns(con)  # unit and meaning of every column, for whoever opens the file
             report.db_path = Path(db_path)
         return report
     except duckdb.Error as exc:  # a store's file damaged after ingest: the input's fault, named, not a bug
