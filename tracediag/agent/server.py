@@ -49,7 +49,8 @@ INSTRUCTIONS = """\
 tracediag tells why an LLM inference service is slow, from profiler traces (PyTorch/Kineto JSON, Nsight Systems
 exports), vLLM/SGLang logs, /metrics scrapes and benchmark results. Start with `analyze` (traces and/or
 log/metrics/bench files, plus the model's config.json as `model`): it writes a run folder and returns the verdict,
-the coverage (which rules could not run and the input that would enable them) and the findings ranked by impact.
+the coverage (which rules could not run and the input that would enable them) and the findings ranked by impact;
+`kept` false says the run folder is temporary (gone when the server stops: pass `out` to keep it).
 Then `explain` a finding's rule (formula, numbers, evidence events, next check), `query` the run's trace.duckdb
 with one read-only SELECT (column docs: the tracediag://tables resources), `diff` two runs (it first says
 whether they are comparable) and `check` a run as a CI gate (passed / failed / inconclusive)."""
@@ -88,8 +89,10 @@ Model = Annotated[
 ]  # fmt: skip
 Out = Annotated[
     str | None,
-    _arg("folder to write the run's files into (created when missing; never one of the inputs, never inside "
-         "tracediag's own checkout); default: a new run-N folder of the server's runs folder" + _IN_ROOTS),
+    _arg("folder to write this call's files into (analyze: findings.json, report.html, trace.duckdb; check: those "
+         "and check.json; diff: diff.json, diff.html), created when missing, the files of an earlier tracediag run "
+         "there replaced, never one of the inputs nor a file tracediag did not write; default: analyze writes a new "
+         "run-N folder of the server's runs folder, check and diff write nothing" + _IN_ROOTS),
 ]  # fmt: skip
 Log = Annotated[str | None, _arg("path of a vLLM or SGLang engine log (text)" + _IN_ROOTS)]
 Metrics = Annotated[
