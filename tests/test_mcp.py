@@ -148,6 +148,8 @@ def test_output_schemas_type_the_fields(session):
     assert schemas["analyze"]["properties"]["findings"]["items"] == {"$ref": "#/$defs/Finding"}
     assert schemas["analyze"]["properties"]["kept"]["type"] == "boolean"
     assert schemas["query"]["properties"]["rows"]["items"]["type"] == "array"
+    assert "max_rows" in schemas["query"]["properties"]["truncated_by"]["description"]  # fields say what they mean
+    assert "exit status" in schemas["check"]["properties"]["exit_code"]["description"]
     # the SDK client validated every structured result against these schemas; the typed rows came through whole
     d = session["diff_forced"].structured_content
     assert d["tool"]["name"] == "tracediag" and d["dispatch"]  # fields beyond the declared ones are kept

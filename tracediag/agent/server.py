@@ -166,25 +166,34 @@ Ratio = float | str | None  # a share, a change or a rate: a float, or its text 
 
 
 class Verdict(TypedDict):
-    status: str | None  # problem / no_problem / nothing_ran / inconclusive (and any status a later version adds)
+    status: Annotated[
+        str | None,
+        Field(description="problem / no_problem / nothing_ran / inconclusive (and any status a later version adds)"),
+    ]
     headline: str | None
-    rule: str | None  # the rule whose finding is the headline
-    severity: str | None  # info / warning / error
-    confidence: str | None  # high / medium / low
-    cost: str | None  # what the finding costs, in words ("50% of the steady GPU time")
+    rule: Annotated[str | None, Field(description="the rule whose finding is the headline")]
+    severity: Annotated[str | None, Field(description="info / warning / error")]
+    confidence: Annotated[str | None, Field(description="high / medium / low")]
+    cost: Annotated[str | None, Field(description='what the finding costs, in words ("50% of the steady GPU time")')]
     next_check: str | None
-    explains: list[str] | None  # the findings this one explains (downstream of it)
+    explains: Annotated[list[str] | None, Field(description="the findings this one explains (downstream of it)")]
 
 
 @with_config(OPEN)
 class Enable(TypedDict):
-    input: str  # the input to pass: a CLI flag such as "--log" (the MCP argument of the same name where there is one)
-    rules: list[str]  # the rules it would enable
+    input: Annotated[
+        str,
+        Field(
+            description='the input to pass: a CLI flag such as "--log" (the MCP argument of that name, where the '
+            "tool has one)"
+        ),
+    ]
+    rules: Annotated[list[str], Field(description="the rules it would enable")]
 
 
 @with_config(OPEN)
 class Coverage(TypedDict):
-    rules: int | None  # rules known
+    rules: Annotated[int | None, Field(description="rules known")]
     ran: int | None
     could_not_run: int | None
     text: str | None
@@ -193,43 +202,56 @@ class Coverage(TypedDict):
 
 @with_config(OPEN)
 class Finding(TypedDict):
-    id: str  # the finding id (the rule id, with a suffix when a rule has several findings): explain's `rule`
+    id: Annotated[
+        str,
+        Field(
+            description="the finding id (the rule id, with a suffix when a rule has several findings): explain's `rule`"
+        ),
+    ]
     rule: str
     severity: str | None
     title: str
-    impact: Ratio  # the finding's share of the time it is measured against (0.5: half), the ranking key
+    impact: Annotated[
+        Ratio, Field(description="the finding's share of the time it is measured against (0.5: half), the ranking key")
+    ]
     cost: str
     confidence: str | None
-    downstream_of: list[str]  # the findings this one is a consequence of
+    downstream_of: Annotated[list[str], Field(description="the findings this one is a consequence of")]
 
 
 class RunSummary(TypedDict):
-    run: str  # the run folder: give it as `run` to findings, explain, query, diff
-    kept: bool  # False: the folder is in the server's temporary runs folder, removed when the server stops
-    kept_note: str  # where the run is, and for how long
+    run: Annotated[str, Field(description="the run folder: give it as `run` to findings, explain, query, diff")]
+    kept: Annotated[
+        bool,
+        Field(description="False: the folder is in the server's temporary runs folder, removed when the server stops"),
+    ]
+    kept_note: Annotated[str, Field(description="where the run is, and for how long")]
     verdict: Verdict
     coverage: Coverage
     findings: list[Finding]
     tp: int | None
     model: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 @with_config(OPEN)
 class Evidence(TypedDict, total=False):
     rank: int | None
     step: int | None
-    ts_ns: int | None  # the event's start on the trace's clock, ns
-    name: str | None  # the event's name (an op, a kernel, a runtime call)
+    ts_ns: Annotated[int | None, Field(description="the event's start on the trace's clock, ns")]
+    name: Annotated[str | None, Field(description="the event's name (an op, a kernel, a runtime call)")]
 
 
 class Explanation(TypedDict):
     run: str
     id: str
     rule: str
-    status: str  # finding / pass / skipped (could not run)
+    status: Annotated[str, Field(description="finding / pass / skipped (could not run)")]
     title: str
-    step: int | None  # the diagnostic walk's step (1: shapes … 5: roofline)
+    step: Annotated[int | None, Field(description="the diagnostic walk's step (1: shapes … 5: roofline)")]
     walk_step: str | None
     rule_title: str | None
     severity: str | None
@@ -237,36 +259,45 @@ class Explanation(TypedDict):
     impact: Ratio
     cost: str | None
     formula: str | None
-    substituted: str | None  # the formula with the measured values plugged in
-    values: dict[str, Any]  # every value of the formula and its inputs, by name (the rule's own; units in the names)
+    substituted: Annotated[str | None, Field(description="the formula with the measured values plugged in")]
+    values: Annotated[
+        dict[str, Any],
+        Field(description="every value of the formula and its inputs, by name (the rule's own; units in the names)"),
+    ]
     evidence: list[Evidence]
     next_check: str | None
-    reason: str | None  # why it could not run, and what would let it
+    reason: Annotated[str | None, Field(description="why it could not run, and what would let it")]
     downstream_of: list[str]
-    table: list[dict[str, Any]]  # the rule's per-rank / per-step table (its columns are the rule's), first rows
-    table_rows: int  # rows the table has in all
-    also: list[str]  # other findings of the same rule
-    about: str | None  # the rule's documentation
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    table: Annotated[
+        list[dict[str, Any]],
+        Field(description="the rule's per-rank / per-step table (its columns are the rule's), first rows"),
+    ]
+    table_rows: Annotated[int, Field(description="rows the table has in all")]
+    also: Annotated[list[str], Field(description="other findings of the same rule")]
+    about: Annotated[str | None, Field(description="the rule's documentation")]
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 class QueryResult(TypedDict):
     run: str
     columns: list[str]
-    types: list[str]  # DuckDB type of each column (BIGINT, DOUBLE, VARCHAR, …)
-    rows: list[list[Any]]  # one list per row, one cell per column
+    types: Annotated[list[str], Field(description="DuckDB type of each column (BIGINT, DOUBLE, VARCHAR, …)")]
+    rows: Annotated[list[list[Any]], Field(description="one list per row, one cell per column")]
     row_count: int
     truncated: bool
-    truncated_by: str | None  # "max_rows" or "max_bytes": which cap stopped the answer
+    truncated_by: Annotated[str | None, Field(description='"max_rows" or "max_bytes": which cap stopped the answer')]
     max_rows: int
     max_bytes: int
 
 
 @with_config(OPEN)
 class Aspect(TypedDict):
-    aspect: str  # model / layout / gpu / engine / step_shapes / workload / fitness
+    aspect: Annotated[str, Field(description="model / layout / gpu / engine / step_shapes / workload / fitness")]
     label: str
-    status: str  # same / differs / not comparable / not checked
+    status: Annotated[str, Field(description="same / differs / not comparable / not checked")]
     why: str | None
 
 
@@ -276,7 +307,7 @@ class Difference(TypedDict):
     what: str
     before: Any
     after: Any
-    invalidates: bool  # True: this difference alone makes the runs not comparable
+    invalidates: Annotated[bool, Field(description="True: this difference alone makes the runs not comparable")]
 
 
 class Comparability(TypedDict):
@@ -285,10 +316,15 @@ class Comparability(TypedDict):
     forced: bool
     differences: list[Difference]
     not_checked: list[str]
-    aspects: list[Aspect]  # each of the 7 aspects: same / differs / not comparable / not checked, with why
-    checked: int  # aspects both runs knew
-    summary: str  # "comparable on N of 7 aspects; not checked: ..."
-    efficiency_comparable: bool  # per-op % of roofline: another GPU does not invalidate it
+    aspects: Annotated[
+        list[Aspect],
+        Field(description="each of the 7 aspects: same / differs / not comparable / not checked, with why"),
+    ]
+    checked: Annotated[int, Field(description="aspects both runs knew")]
+    summary: Annotated[str, Field(description='"comparable on N of 7 aspects; not checked: ..."')]
+    efficiency_comparable: Annotated[
+        bool, Field(description="per-op % of roofline: another GPU does not invalidate it")
+    ]
     efficiency_verdict: str
 
 
@@ -312,11 +348,11 @@ class FindingChanges(TypedDict, total=False):
 
 @with_config(OPEN)
 class StepTime(TypedDict, total=False):
-    phase: str  # prefill / decode / mixed
-    T_bucket: str  # the step's token count bucket ("T=33-64")
+    phase: Annotated[str, Field(description="prefill / decode / mixed")]
+    T_bucket: Annotated[str, Field(description='the step\'s token count bucket ("T=33-64")')]
     before_median_ns: float | None
     after_median_ns: float | None
-    change: Ratio  # after / before − 1
+    change: Annotated[Ratio, Field(description="after / before − 1")]
     before_steps: int
     after_steps: int
 
@@ -325,7 +361,12 @@ class StepTime(TypedDict, total=False):
 class Prediction(TypedDict, total=False):
     rule: str
     phase: str | None
-    status: str  # within / outside / confounded / …: the measured change against the earlier run's prediction
+    status: Annotated[
+        str,
+        Field(
+            description="within / outside / confounded / …: the measured change against the earlier run's prediction"
+        ),
+    ]
     text: str
     formula: str
     predicted: dict[str, Any]
@@ -335,25 +376,38 @@ class Prediction(TypedDict, total=False):
 @with_config(OPEN)
 class DiffResult(TypedDict):
     schema: str
-    before: dict[str, Any]  # the earlier run: path, kind, tp, model, inputs, device, findings
+    before: Annotated[
+        dict[str, Any], Field(description="the earlier run: path, kind, tp, model, inputs, device, findings")
+    ]
     after: dict[str, Any]
     comparability: Comparability
-    fingerprints: dict[str, Any]  # before / after: model, layout, gpu, engine, step_shapes, workload, fitness
+    fingerprints: Annotated[
+        dict[str, Any], Field(description="before / after: model, layout, gpu, engine, step_shapes, workload, fitness")
+    ]
     headlines: list[str]
     notes: list[str]
     findings: FindingChanges
     step_time: list[StepTime]
-    communication_share: list[dict[str, Any]]  # phase, before, after, change
-    attention_share: list[dict[str, Any]]  # phase, before, after, change
-    kernel_family_time: list[dict[str, Any]]  # klass, family, before/after total, per step, calls, mean
-    collectives_per_step: list[dict[str, Any]]  # phase, op, before, after, change, ranges
-    payload_per_call: list[dict[str, Any]]  # key (op), calls, mean bytes, dtypes before and after
+    communication_share: Annotated[list[dict[str, Any]], Field(description="phase, before, after, change")]
+    attention_share: Annotated[list[dict[str, Any]], Field(description="phase, before, after, change")]
+    kernel_family_time: Annotated[
+        list[dict[str, Any]], Field(description="klass, family, before/after total, per step, calls, mean")
+    ]
+    collectives_per_step: Annotated[list[dict[str, Any]], Field(description="phase, op, before, after, change, ranges")]
+    payload_per_call: Annotated[
+        list[dict[str, Any]], Field(description="key (op), calls, mean bytes, dtypes before and after")
+    ]
     payload_by_dtype: list[dict[str, Any]]
     dispatch_changes: list[dict[str, Any]]
-    efficiency: dict[str, Any]  # per-op % of each GPU's own roofline, before and after
-    predictions: list[Prediction]  # the earlier run's priced changes against the measured ones
+    efficiency: Annotated[dict[str, Any], Field(description="per-op % of each GPU's own roofline, before and after")]
+    predictions: Annotated[
+        list[Prediction], Field(description="the earlier run's priced changes against the measured ones")
+    ]
     out: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 @with_config(OPEN)
@@ -369,12 +423,12 @@ class GateCoverage(TypedDict, total=False):
 
 @with_config(OPEN)
 class JudgedItem(TypedDict, total=False):
-    suite: str  # rules / expect / baseline
+    suite: Annotated[str, Field(description="rules / expect / baseline")]
     id: str
     rule: str | None
     step: int | None
     name: str
-    status: str  # fail / finding / skipped (plain passes are left out)
+    status: Annotated[str, Field(description="fail / finding / skipped (plain passes are left out)")]
     severity: str | None
     required: bool
     message: str
@@ -382,17 +436,20 @@ class JudgedItem(TypedDict, total=False):
 
 class CheckOutcome(TypedDict):
     outcome: Literal["passed", "failed", "inconclusive"]
-    exit_code: int  # the command's exit status: 0 passed, 1 failed, 4 inconclusive
+    exit_code: Annotated[int, Field(description="the command's exit status: 0 passed, 1 failed, 4 inconclusive")]
     fail_on: str
     inconclusive: list[str]
-    counts: dict[str, int]  # judged items by status: pass, fail, finding, skipped
+    counts: Annotated[dict[str, int], Field(description="judged items by status: pass, fail, finding, skipped")]
     coverage: GateCoverage
     verdict: Verdict
     outcomes: list[JudgedItem]
     warnings: list[str]
     text: str
     out: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 # --- calling the library -----------------------------------------------------------------------------------
