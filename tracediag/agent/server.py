@@ -79,7 +79,6 @@ Inputs = Annotated[
     _arg(
         "paths of profiler traces (PyTorch/Kineto .json or .json.gz, Nsight Systems .sqlite) or folders of them, one "
         "file per rank; may be empty when log, metrics or bench is given" + _IN_ROOTS,
-        maxItems=100_000,
     ),
 ]
 Model = Annotated[
@@ -140,13 +139,12 @@ Baseline = Annotated[
 ]
 Rules = Annotated[
     str | None,
-    _arg("the rules to run: comma-separated ids or globs such as 'COL*,SHP001'; default: every rule", maxLength=10_000),
+    _arg("the rules to run: comma-separated ids or globs such as 'COL*,SHP001'; default: every rule"),
 ]
 Require = Annotated[
     str | None,
-    _arg("rules that must run (ids or globs, comma-separated): the outcome is inconclusive when one could not",
-         maxLength=10_000),
-]  # fmt: skip
+    _arg("rules that must run (ids or globs, comma-separated): the outcome is inconclusive when one could not"),
+]
 Config = Annotated[
     str | None,
     _arg("path of a tracediag.toml or a pyproject.toml with [tool.tracediag] (the gate's settings and "
