@@ -50,7 +50,7 @@ def test_readme_documents_every_command():
 def test_readme_shows_mcp_registration_and_docs_say_how_runs_are_compared():
     readme = (REPO / "README.md").read_text()
     needles = ("claude mcp add tracediag -- tracediag mcp", "claude_desktop_config.json", ".vscode/mcp.json",
-               ".cursor/mcp.json", "pip install 'tracediag[mcp]'", "--force-compare", "`4` inconclusive")  # fmt: skip
+               ".cursor/mcp.json", "pip install '.[mcp]'", "--force-compare", "`4` inconclusive")  # fmt: skip
     for needle in needles:
         assert needle in readme, needle
     method = (REPO / "docs" / "method.md").read_text()
@@ -60,3 +60,26 @@ def test_readme_shows_mcp_registration_and_docs_say_how_runs_are_compared():
     for threshold in (f"{comparability.PHASE_MIX_POINTS * 100:.0f} points", f"{comparability.T_RATIO:g}×",
                       f"{comparability.RATE_REL * 100:.0f} %"):  # fmt: skip
         assert threshold in method, threshold  # the thresholds the code uses are the ones the method states
+
+
+def test_the_agent_skill_file_names_tables_and_columns_the_store_has():
+    """docs/agents/tracediag-skill.md's table of "which table for what": every table and column it names exists."""
+    import re
+
+    from tracediag.store import column_docs
+
+    skill = (REPO / "docs" / "agents" / "tracediag-skill.md").read_text()
+    assert (
+        skill.startswith("---\nname: tracediag\ndescription: ")
+        and "docs/agents/tracediag-skill.md" in (REPO / "README.md").read_text()
+    )
+    docs = column_docs()
+    section = skill.split("## Which table for what", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[2:4] for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 10
+    for tables, columns in rows:
+        names = re.findall(r"`(\w+)`", tables)
+        assert names and all(t in docs for t in names), tables
+        for part in columns.split(" / "):  # one column list per table, in the order the tables are named
+            for col in re.findall(r"\w+", part.replace("`", "")):
+                assert any(col in docs[t] for t in names), (tables, col)

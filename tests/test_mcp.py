@@ -103,7 +103,57 @@ def test_tools_have_json_schemas_and_output_schemas(session):
     assert set(tools["query"].input_schema["required"]) == {"run", "sql"}
     for name, t in tools.items():
         assert t.output_schema and t.output_schema["type"] == "object", name
-    assert tools["query"].annotations.read_only_hint is True
+
+
+PATHS = {"inputs", "model", "out", "log", "metrics", "bench", "run", "before", "after", "baseline", "config"}
+
+
+def test_every_parameter_says_what_it_is_its_unit_and_range(session):
+    tools = session["tools"]
+    for name, t in tools.items():
+        for arg, prop in t.input_schema["properties"].items():
+            assert len(prop.get("description", "")) > 20, (name, arg)
+            if arg in PATHS:
+                assert "allowed roots" in prop["description"], (name, arg)
+    for name in ("analyze", "check"):
+        tp = tools[name].input_schema["properties"]["tp"]
+        assert (tp["minimum"], tp["maximum"]) == (1, 4096) and "tensor-parallel degree" in tp["description"]
+        assert "1 to 4,096" in tp["description"]
+    q = tools["query"].input_schema["properties"]
+    assert (q["max_rows"]["minimum"], q["max_rows"]["maximum"]) == (1, 10_000)
+    assert q["time_limit_s"]["maximum"] == 120 and "seconds" in q["time_limit_s"]["description"]
+    fail_on = tools["check"].input_schema["properties"]["fail_on"]["anyOf"][0]
+    assert fail_on["enum"] == ["info", "warning", "error"]
+
+
+def test_annotations_are_true_a_tool_that_writes_is_not_read_only(session):
+    hints = {n: t.annotations for n, t in session["tools"].items()}
+    for name in ("analyze", "check", "diff"):  # each writes with `out` (analyze also without)
+        assert hints[name].read_only_hint is False and hints[name].destructive_hint is True, name
+    for name in ("findings", "explain", "query"):
+        assert hints[name].read_only_hint is True and hints[name].idempotent_hint is True, name
+    assert all(h.open_world_hint is False for h in hints.values())
+
+
+def test_output_schemas_type_the_fields(session):
+    schemas = {n: t.output_schema for n, t in session["tools"].items()}
+    defs = schemas["diff"]["$defs"]
+    comp = defs["Comparability"]["properties"]
+    assert comp["comparable"]["type"] == "boolean" and comp["aspects"]["items"] == {"$ref": "#/$defs/Aspect"}
+    assert defs["Aspect"]["properties"]["status"]["type"] == "string"
+    assert schemas["diff"]["properties"]["findings"] == {"$ref": "#/$defs/FindingChanges"}
+    assert schemas["check"]["properties"]["outcome"]["enum"] == ["passed", "failed", "inconclusive"]
+    assert schemas["check"]["properties"]["outcomes"]["items"] == {"$ref": "#/$defs/JudgedItem"}
+    assert schemas["explain"]["properties"]["evidence"]["items"] == {"$ref": "#/$defs/Evidence"}
+    assert schemas["analyze"]["properties"]["findings"]["items"] == {"$ref": "#/$defs/Finding"}
+    assert schemas["analyze"]["properties"]["kept"]["type"] == "boolean"
+    assert schemas["query"]["properties"]["rows"]["items"]["type"] == "array"
+    assert "max_rows" in schemas["query"]["properties"]["truncated_by"]["description"]  # fields say what they mean
+    assert "exit status" in schemas["check"]["properties"]["exit_code"]["description"]
+    # the SDK client validated every structured result against these schemas; the typed rows came through whole
+    d = session["diff_forced"].structured_content
+    assert d["tool"]["name"] == "tracediag" and d["dispatch"]  # fields beyond the declared ones are kept
+    assert {a["status"] for a in d["comparability"]["aspects"]} >= {"same", "not comparable"}
 
 
 def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(session):
@@ -112,6 +162,7 @@ def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(sess
     s = r.structured_content
     run = session["run"]
     assert Path(s["run"]) == run and run.parent.name.startswith("runs")
+    assert s["kept"] is True and s["kept_note"] == f"kept: {run} is in the runs folder {run.parent} (--runs-dir)"
     doc = json.loads((run / "findings.json").read_text())  # what the CLI's analyze writes
     assert s["verdict"]["headline"] == doc["verdict"]["headline"] and s["verdict"]["rule"] == doc["verdict"]["rule"]
     assert s["coverage"]["rules"] == len(RULE_MODULES) and s["coverage"]["text"] == doc["verdict"]["coverage_text"]
@@ -219,4 +270,33 @@ def test_without_the_sdk_the_command_says_what_to_install():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, **_env()},
                        timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
     assert r.returncode == 2
-    assert r.stderr == "tracediag: error: tracediag mcp needs the MCP Python SDK: pip install 'tracediag[mcp]'\n"
+    assert r.stderr == (
+        "tracediag: error: tracediag mcp needs the MCP Python SDK (mcp>=2.3,<3): pip install 'mcp>=2.3,<3' "
+        "(or pip install '.[mcp]' in tracediag's clone)\n"
+    )
+
+
+def test_with_the_wrong_sdk_major_the_command_names_the_installed_version():
+    # the installed distribution's metadata says 1.26.0 (the SDK's last v1 line), in this process only
+    script = (
+        "import importlib.metadata as m; real = m.version; "
+        "m.version = lambda name: '1.26.0' if name == 'mcp' else real(name); "
+        "from tracediag.cli import main; import sys; sys.argv = ['tracediag', 'mcp']; main()"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, **_env()},
+                       timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.startswith("tracediag: error: tracediag mcp needs the MCP Python SDK mcp>=2.3,<3, and mcp 1.26.0 "
+                               "is installed (its v1 API is another): pip install 'mcp>=2.3,<3'"), r.stderr  # fmt: skip
+    assert "is missing" not in r.stderr and "\n" not in r.stderr.rstrip("\n")
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"), [("2.3.0", True), ("2.10.1", True), ("2.2.9", False), ("1.26.0", False), ("3.0.0", False)]
+)
+def test_the_sdk_range_is_the_extras(version, ok):
+    from tracediag.cli.mcp import SDK_RANGE, sdk_problem
+
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert f'mcp = ["{SDK_RANGE}"]' in pyproject  # the range the message names is the one the extra installs
+    assert (sdk_problem(version) is None) is ok

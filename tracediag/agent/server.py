@@ -35,156 +35,419 @@ from mcp.server.mcpserver import Context, ListRoots, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.resources import FunctionResource
 from mcp.types import CallToolResult, ListRootsResult, TextContent, ToolAnnotations
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, ValidationError, with_config
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions before Python 3.12
 
 from tracediag import __version__
 from tracediag.agent.cancel import Cancel
+from tracediag.agent.readonly_sql import MAX_ROWS, MAX_TIME_LIMIT_S, ROW_CAP, TIME_LIMIT_S
 from tracediag.agent.roots import Access, file_roots
-from tracediag.agent.tools import Workspace, jsonable
+from tracediag.agent.tools import TP_MAX, Workspace, jsonable
 from tracediag.errors import TracediagError
 
 INSTRUCTIONS = """\
 tracediag tells why an LLM inference service is slow, from profiler traces (PyTorch/Kineto JSON, Nsight Systems
 exports), vLLM/SGLang logs, /metrics scrapes and benchmark results. Start with `analyze` (traces and/or
 log/metrics/bench files, plus the model's config.json as `model`): it writes a run folder and returns the verdict,
-the coverage (which rules could not run and the input that would enable them) and the findings ranked by impact.
+the coverage (which rules could not run and the input that would enable them) and the findings ranked by impact;
+`kept` false says the run folder is temporary (gone when the server stops: pass `out` to keep it).
 Then `explain` a finding's rule (formula, numbers, evidence events, next check), `query` the run's trace.duckdb
 with one read-only SELECT (column docs: the tracediag://tables resources), `diff` two runs (it first says
 whether they are comparable) and `check` a run as a CI gate (passed / failed / inconclusive)."""
 
 
+# --- arguments: each one's meaning, unit and range, in the input schema the server publishes ----------------
+
+_IN_ROOTS = (
+    "; it must lie inside the call's allowed roots (the client's roots, else the server's --allow-root folders, "
+    "else the folder it was started in; the runs folder always), after links and '..' are resolved"
+)
+_RUN = (
+    "a run: the folder analyze or `check --out` wrote, its findings.json or trace.duckdb, or a Parquet store "
+    "written by `tracediag ingest` (analysed once into the runs folder)" + _IN_ROOTS
+)
+
+
+def _arg(description: str, **schema: Any) -> Any:
+    """A parameter's description, and the JSON-schema bounds published with it. Bounds are published, not enforced
+    by the schema validation, so that a value out of range gets the CLI's own one-line error naming the argument."""
+    return Field(description=description, json_schema_extra=schema or None)
+
+
+Inputs = Annotated[
+    list[str],
+    _arg(
+        "paths of profiler traces (PyTorch/Kineto .json or .json.gz, Nsight Systems .sqlite) or folders of them, one "
+        "file per rank; may be empty when log, metrics or bench is given" + _IN_ROOTS,
+    ),
+]
+Model = Annotated[
+    str | None,
+    _arg("path of the served model's Hugging Face config.json; without it the rules that need the model's shapes "
+         "(heads, hidden size, layers) cannot run" + _IN_ROOTS),
+]  # fmt: skip
+Out = Annotated[
+    str | None,
+    _arg("folder to write this call's files into (analyze: findings.json, report.html, trace.duckdb; check: those "
+         "and check.json; diff: diff.json, diff.html), created when missing, the files of an earlier tracediag run "
+         "there replaced, never one of the inputs nor a file tracediag did not write; default: analyze writes a new "
+         "run-N folder of the server's runs folder, check and diff write nothing" + _IN_ROOTS),
+]  # fmt: skip
+Log = Annotated[str | None, _arg("path of a vLLM or SGLang engine log (text)" + _IN_ROOTS)]
+Metrics = Annotated[
+    str | None, _arg("path of Prometheus /metrics scrapes (text exposition format, as `tracediag scrape` writes)"
+                     + _IN_ROOTS)
+]  # fmt: skip
+Bench = Annotated[
+    str | None, _arg("path of a benchmark result: `vllm bench serve` JSON, SGLang bench_serving JSONL or an aiperf "
+                     "profile export" + _IN_ROOTS)
+]  # fmt: skip
+TP = Annotated[
+    int | None,
+    _arg(f"tensor-parallel degree (GPUs per model replica), 1 to {TP_MAX:,}; default: read from the trace "
+         "(distributedInfo, collectives)", minimum=1, maximum=TP_MAX),
+]  # fmt: skip
+Rule = Annotated[
+    str, _arg("a rule id such as COL002 (any case) or a finding id from analyze's findings", maxLength=200)
+]
+SQL = Annotated[
+    str,
+    _arg("one read-only DuckDB SELECT (or WITH … SELECT) over the run's trace.duckdb; the tables and their columns, "
+         "with units: the tracediag://tables resources"),
+]  # fmt: skip
+MaxRows = Annotated[
+    int | None, _arg(f"rows to return at most, 1 to {ROW_CAP:,}; default {MAX_ROWS}", minimum=1, maximum=ROW_CAP)
+]
+TimeLimit = Annotated[
+    float | None,
+    _arg(f"seconds the query may run, above 0 and at most {MAX_TIME_LIMIT_S:g}; default {TIME_LIMIT_S:g}",
+         exclusiveMinimum=0, maximum=MAX_TIME_LIMIT_S),
+]  # fmt: skip
+Before = Annotated[str, _arg("the earlier run, or a trace, folder of traces or store to analyse as one: " + _RUN)]
+After = Annotated[str, _arg("the later run, given as `before` is: " + _RUN)]
+ForceCompare = Annotated[
+    bool, _arg("compare the measures even when the runs are not comparable (another model, layout or GPU); "
+               "default false: only the comparability verdict")
+]  # fmt: skip
+FailOn = Annotated[
+    Literal["info", "warning", "error"] | None,
+    _arg("the lowest severity of a new finding that fails the gate; default: warning (or the config's fail_on)"),
+]
+Baseline = Annotated[
+    str | None,
+    _arg("an earlier run to judge against: only findings new or worse than in it fail the gate; " + _RUN),
+]
+Rules = Annotated[
+    str | None,
+    _arg("the rules to run: comma-separated ids or globs such as 'COL*,SHP001'; default: every rule"),
+]
+Require = Annotated[
+    str | None,
+    _arg("rules that must run (ids or globs, comma-separated): the outcome is inconclusive when one could not"),
+]
+Config = Annotated[
+    str | None,
+    _arg("path of a tracediag.toml or a pyproject.toml with [tool.tracediag] (the gate's settings and "
+         "expectations); default: none" + _IN_ROOTS),
+]  # fmt: skip
+RunArg = Annotated[str, _arg(_RUN[0].upper() + _RUN[1:])]
+
+
 # --- structured results ------------------------------------------------------------------------------------
+# Each tool's result type is its output schema. A row type is open (`extra="allow"`): a field a later version adds
+# comes through (and the schema says additionalProperties) instead of being dropped by the result's validation.
+# A number that can be non-finite (a change from 0, a rate of inf) is `float | str`: tools.jsonable writes such a
+# float as its text ("inf"), since JSON has no infinity.
+
+OPEN = ConfigDict(extra="allow")
+Ratio = float | str | None  # a share, a change or a rate: a float, or its text when it is not finite
 
 
 class Verdict(TypedDict):
-    status: str | None  # problem / no_problem / nothing_ran / inconclusive (and any status a later version adds)
+    status: Annotated[
+        str | None,
+        Field(description="problem / no_problem / nothing_ran / inconclusive (and any status a later version adds)"),
+    ]
     headline: str | None
-    rule: str | None
-    severity: str | None
-    confidence: str | None
-    cost: str | None
+    rule: Annotated[str | None, Field(description="the rule whose finding is the headline")]
+    severity: Annotated[str | None, Field(description="info / warning / error")]
+    confidence: Annotated[str | None, Field(description="high / medium / low")]
+    cost: Annotated[str | None, Field(description='what the finding costs, in words ("50% of the steady GPU time")')]
     next_check: str | None
-    explains: list[str] | None
+    explains: Annotated[list[str] | None, Field(description="the findings this one explains (downstream of it)")]
 
 
+@with_config(OPEN)
+class Enable(TypedDict):
+    input: Annotated[
+        str,
+        Field(
+            description='the input to pass: a CLI flag such as "--log" (the MCP argument of that name, where the '
+            "tool has one)"
+        ),
+    ]
+    rules: Annotated[list[str], Field(description="the rules it would enable")]
+
+
+@with_config(OPEN)
 class Coverage(TypedDict):
-    rules: int | None
+    rules: Annotated[int | None, Field(description="rules known")]
     ran: int | None
     could_not_run: int | None
     text: str | None
-    enable: list[dict[str, Any]]
+    enable: list[Enable]
 
 
+@with_config(OPEN)
 class Finding(TypedDict):
-    id: str
+    id: Annotated[
+        str,
+        Field(
+            description="the finding id (the rule id, with a suffix when a rule has several findings): explain's `rule`"
+        ),
+    ]
     rule: str
     severity: str | None
     title: str
-    impact: float | None
+    impact: Annotated[
+        Ratio, Field(description="the finding's share of the time it is measured against (0.5: half), the ranking key")
+    ]
     cost: str
     confidence: str | None
-    downstream_of: list[str]
+    downstream_of: Annotated[list[str], Field(description="the findings this one is a consequence of")]
 
 
 class RunSummary(TypedDict):
-    run: str
+    run: Annotated[str, Field(description="the run folder: give it as `run` to findings, explain, query, diff")]
+    kept: Annotated[
+        bool,
+        Field(description="False: the folder is in the server's temporary runs folder, removed when the server stops"),
+    ]
+    kept_note: Annotated[str, Field(description="where the run is, and for how long")]
     verdict: Verdict
     coverage: Coverage
     findings: list[Finding]
     tp: int | None
     model: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
+
+
+@with_config(OPEN)
+class Evidence(TypedDict, total=False):
+    rank: int | None
+    step: int | None
+    ts_ns: Annotated[int | None, Field(description="the event's start on the trace's clock, ns")]
+    name: Annotated[str | None, Field(description="the event's name (an op, a kernel, a runtime call)")]
 
 
 class Explanation(TypedDict):
     run: str
     id: str
     rule: str
-    status: str
+    status: Annotated[str, Field(description="finding / pass / skipped (could not run)")]
     title: str
-    step: int | None
+    step: Annotated[int | None, Field(description="the diagnostic walk's step (1: shapes … 5: roofline)")]
     walk_step: str | None
     rule_title: str | None
     severity: str | None
     confidence: str | None
-    impact: float | None
+    impact: Ratio
     cost: str | None
     formula: str | None
-    substituted: str | None
-    values: dict[str, Any]
-    evidence: list[dict[str, Any]]
+    substituted: Annotated[str | None, Field(description="the formula with the measured values plugged in")]
+    values: Annotated[
+        dict[str, Any],
+        Field(description="every value of the formula and its inputs, by name (the rule's own; units in the names)"),
+    ]
+    evidence: list[Evidence]
     next_check: str | None
-    reason: str | None
+    reason: Annotated[str | None, Field(description="why it could not run, and what would let it")]
     downstream_of: list[str]
-    table: list[dict[str, Any]]
-    table_rows: int
-    also: list[str]
-    about: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    table: Annotated[
+        list[dict[str, Any]],
+        Field(description="the rule's per-rank / per-step table (its columns are the rule's), first rows"),
+    ]
+    table_rows: Annotated[int, Field(description="rows the table has in all")]
+    also: Annotated[list[str], Field(description="other findings of the same rule")]
+    about: Annotated[str | None, Field(description="the rule's documentation")]
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 class QueryResult(TypedDict):
     run: str
     columns: list[str]
-    types: list[str]
-    rows: list[list[Any]]
+    types: Annotated[list[str], Field(description="DuckDB type of each column (BIGINT, DOUBLE, VARCHAR, …)")]
+    rows: Annotated[list[list[Any]], Field(description="one list per row, one cell per column")]
     row_count: int
     truncated: bool
-    truncated_by: str | None  # "max_rows" or "max_bytes": which cap stopped the answer
+    truncated_by: Annotated[str | None, Field(description='"max_rows" or "max_bytes": which cap stopped the answer')]
     max_rows: int
     max_bytes: int
+
+
+@with_config(OPEN)
+class Aspect(TypedDict):
+    aspect: Annotated[str, Field(description="model / layout / gpu / engine / step_shapes / workload / fitness")]
+    label: str
+    status: Annotated[str, Field(description="same / differs / not comparable / not checked")]
+    why: str | None
+
+
+@with_config(OPEN)
+class Difference(TypedDict):
+    aspect: str
+    what: str
+    before: Any
+    after: Any
+    invalidates: Annotated[bool, Field(description="True: this difference alone makes the runs not comparable")]
 
 
 class Comparability(TypedDict):
     comparable: bool
     verdict: str
     forced: bool
-    differences: list[dict[str, Any]]
+    differences: list[Difference]
     not_checked: list[str]
-    aspects: list[dict[str, Any]]  # each of the 7 aspects: same / differs / not comparable / not checked, with why
-    checked: int  # aspects both runs knew
-    summary: str  # "comparable on N of 7 aspects; not checked: ..."
-    efficiency_comparable: bool  # per-op % of roofline: another GPU does not invalidate it
+    aspects: Annotated[
+        list[Aspect],
+        Field(description="each of the 7 aspects: same / differs / not comparable / not checked, with why"),
+    ]
+    checked: Annotated[int, Field(description="aspects both runs knew")]
+    summary: Annotated[str, Field(description='"comparable on N of 7 aspects; not checked: ..."')]
+    efficiency_comparable: Annotated[
+        bool, Field(description="per-op % of roofline: another GPU does not invalidate it")
+    ]
     efficiency_verdict: str
 
 
+@with_config(OPEN)
+class FindingChange(TypedDict, total=False):
+    rule: str
+    id: str
+    severity: str | None
+    title: str
+    impact: Ratio
+
+
+class FindingChanges(TypedDict, total=False):
+    added: list[FindingChange]
+    removed: list[FindingChange]
+    fixed: list[FindingChange]
+    no_longer_evaluated: list[FindingChange]
+    changed: list[FindingChange]
+    unchanged: list[FindingChange]
+
+
+@with_config(OPEN)
+class StepTime(TypedDict, total=False):
+    phase: Annotated[str, Field(description="prefill / decode / mixed")]
+    T_bucket: Annotated[str, Field(description='the step\'s token count bucket ("T=33-64")')]
+    before_median_ns: float | None
+    after_median_ns: float | None
+    change: Annotated[Ratio, Field(description="after / before − 1")]
+    before_steps: int
+    after_steps: int
+
+
+@with_config(OPEN)
+class Prediction(TypedDict, total=False):
+    rule: str
+    phase: str | None
+    status: Annotated[
+        str,
+        Field(
+            description="within / outside / confounded / …: the measured change against the earlier run's prediction"
+        ),
+    ]
+    text: str
+    formula: str
+    predicted: dict[str, Any]
+    measured: dict[str, Any]
+
+
+@with_config(OPEN)
 class DiffResult(TypedDict):
     schema: str
-    before: dict[str, Any]
+    before: Annotated[
+        dict[str, Any], Field(description="the earlier run: path, kind, tp, model, inputs, device, findings")
+    ]
     after: dict[str, Any]
     comparability: Comparability
-    fingerprints: dict[str, Any]
+    fingerprints: Annotated[
+        dict[str, Any], Field(description="before / after: model, layout, gpu, engine, step_shapes, workload, fitness")
+    ]
     headlines: list[str]
     notes: list[str]
-    findings: dict[str, list[dict[str, Any]]]
-    step_time: list[dict[str, Any]]
-    communication_share: list[dict[str, Any]]
-    attention_share: list[dict[str, Any]]
-    kernel_family_time: list[dict[str, Any]]
-    collectives_per_step: list[dict[str, Any]]
-    payload_per_call: list[dict[str, Any]]
+    findings: FindingChanges
+    step_time: list[StepTime]
+    communication_share: Annotated[list[dict[str, Any]], Field(description="phase, before, after, change")]
+    attention_share: Annotated[list[dict[str, Any]], Field(description="phase, before, after, change")]
+    kernel_family_time: Annotated[
+        list[dict[str, Any]], Field(description="klass, family, before/after total, per step, calls, mean")
+    ]
+    collectives_per_step: Annotated[list[dict[str, Any]], Field(description="phase, op, before, after, change, ranges")]
+    payload_per_call: Annotated[
+        list[dict[str, Any]], Field(description="key (op), calls, mean bytes, dtypes before and after")
+    ]
     payload_by_dtype: list[dict[str, Any]]
     dispatch_changes: list[dict[str, Any]]
-    efficiency: dict[str, Any]  # per-op % of each GPU's own roofline, before and after
-    predictions: list[dict[str, Any]]  # the earlier run's priced changes against the measured ones
+    efficiency: Annotated[dict[str, Any], Field(description="per-op % of each GPU's own roofline, before and after")]
+    predictions: Annotated[
+        list[Prediction], Field(description="the earlier run's priced changes against the measured ones")
+    ]
     out: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
+
+
+@with_config(OPEN)
+class GateCoverage(TypedDict, total=False):
+    rules: int
+    ran: int
+    passed: int
+    findings: int
+    could_not_run: int
+    enable: list[Enable]
+    not_applicable_to_inputs: Any
+
+
+@with_config(OPEN)
+class JudgedItem(TypedDict, total=False):
+    suite: Annotated[str, Field(description="rules / expect / baseline")]
+    id: str
+    rule: str | None
+    step: int | None
+    name: str
+    status: Annotated[str, Field(description="fail / finding / skipped (plain passes are left out)")]
+    severity: str | None
+    required: bool
+    message: str
 
 
 class CheckOutcome(TypedDict):
     outcome: Literal["passed", "failed", "inconclusive"]
-    exit_code: int
+    exit_code: Annotated[int, Field(description="the command's exit status: 0 passed, 1 failed, 4 inconclusive")]
     fail_on: str
     inconclusive: list[str]
-    counts: dict[str, int]
-    coverage: dict[str, Any]
+    counts: Annotated[dict[str, int], Field(description="judged items by status: pass, fail, finding, skipped")]
+    coverage: GateCoverage
     verdict: Verdict
-    outcomes: list[dict[str, Any]]
+    outcomes: list[JudgedItem]
     warnings: list[str]
     text: str
     out: str | None
-    truncated: list[str]  # the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")
+    truncated: Annotated[
+        list[str],
+        Field(description='the lists and strings cut to keep the answer within its byte cap ("findings: 12 of 3,000")'),
+    ]
 
 
 # --- calling the library -----------------------------------------------------------------------------------
@@ -220,8 +483,13 @@ def _call(work: Callable[[Callable[[str], None]], dict[str, Any]], ctx: Context 
         return _error(one_line(f"tracediag: internal error: {type(exc).__name__}: {exc}") + " (please report it)")
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+# True hints. A tool that can write files (analyze, check, and diff with `out`) is not read-only, and it is
+# destructive: given an `out` that holds an earlier run, it replaces that run's files (never a file tracediag did not
+# write: the output guard refuses those). Not idempotent: without `out`, analyze writes a new run-N each call. None
+# reaches beyond the machine. `findings` of a Parquet store writes only into the server's own runs folder (the store
+# analysed once), nothing of the caller's.
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 CANCEL_GRACE_S = 3.0  # how long a cancelled call waits for its work to stop (staged files removed) before it returns
 
 
@@ -294,13 +562,15 @@ async def _in_worker(work: Callable[[], Any], cancel: Cancel, working: set[threa
         raise
 
 
-def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
-    """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir`. Every path
+def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> MCPServer:
+    """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir` (`temporary`:
+    a folder removed when the server stops, which each run summary says). Every path
     argument must lie inside the call's allowed roots (tracediag.agent.roots): the client's roots when it offers
     them, else `allow_roots` (--allow-root), else the folder the server was started in; the runs folder always."""
     base = Path.cwd()
     allow = list(allow_roots)
-    shared = Workspace(runs_dir)  # the runs and analysed stores of all calls; each call gets its own scoped view
+    # the runs and analysed stores of all calls; each call gets its own scoped view
+    shared = Workspace(runs_dir, temporary=temporary)
 
     def access(roots: ListRootsResult | None) -> Access:
         client = file_roots(str(r.uri) for r in roots.roots) if roots is not None else []
@@ -328,13 +598,13 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
 
     @server.tool(annotations=WRITES)
     async def analyze(
-        inputs: list[str],
-        model: str | None = None,
-        out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
-        tp: int | None = None,
+        inputs: Inputs,
+        model: Model = None,
+        out: Out = None,
+        log: Log = None,
+        metrics: Metrics = None,
+        bench: Bench = None,
+        tp: TP = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> RunSummary:
@@ -348,13 +618,13 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
                           roots)  # fmt: skip
 
     @server.tool(annotations=READ_ONLY)
-    async def findings(run: str, ctx: Context | None = None, roots: ClientRoots = None) -> RunSummary:
+    async def findings(run: RunArg, ctx: Context | None = None, roots: ClientRoots = None) -> RunSummary:
         """The verdict, coverage and ranked findings of an existing run: an analyze or `check --out` folder, its
         findings.json or trace.duckdb, or a Parquet store made by `tracediag ingest` (analysed once)."""
         return await call(lambda ws, say: ws.findings(run, progress=say), ctx, roots)
 
     @server.tool(annotations=READ_ONLY)
-    async def explain(run: str, rule: str, ctx: Context | None = None, roots: ClientRoots = None) -> Explanation:
+    async def explain(run: RunArg, rule: Rule, ctx: Context | None = None, roots: ClientRoots = None) -> Explanation:
         """One rule's outcome on a run (rule id such as COL002, or a finding id): status, formula, the formula
         with the values plugged in, the values by name, the evidence events (rank, step, ts_ns, name), the next
         check, why it could not run when it did not, and the rule's own documentation."""
@@ -362,10 +632,10 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
 
     @server.tool(annotations=READ_ONLY)
     async def query(
-        run: str,
-        sql: str,
-        max_rows: int | None = None,
-        time_limit_s: float | None = None,
+        run: RunArg,
+        sql: SQL,
+        max_rows: MaxRows = None,
+        time_limit_s: TimeLimit = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> QueryResult:
@@ -376,13 +646,13 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
         (default 10) or when the call is cancelled."""
         return await call(lambda ws, say: ws.query(run, sql, max_rows, time_limit_s), None, roots)
 
-    @server.tool(annotations=READ_ONLY)
+    @server.tool(annotations=WRITES)
     async def diff(
-        before: str,
-        after: str,
-        model: str | None = None,
-        force_compare: bool = False,
-        out: str | None = None,
+        before: Before,
+        after: After,
+        model: Model = None,
+        force_compare: ForceCompare = False,
+        out: Out = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> DiffResult:
@@ -395,18 +665,18 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> MCPServer:
 
     @server.tool(annotations=WRITES)
     async def check(
-        inputs: list[str],
-        model: str | None = None,
-        tp: int | None = None,
-        fail_on: str | None = None,
-        baseline: str | None = None,
-        rules: str | None = None,
-        require: str | None = None,
-        config: str | None = None,
-        out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
+        inputs: Inputs,
+        model: Model = None,
+        tp: TP = None,
+        fail_on: FailOn = None,
+        baseline: Baseline = None,
+        rules: Rules = None,
+        require: Require = None,
+        config: Config = None,
+        out: Out = None,
+        log: Log = None,
+        metrics: Metrics = None,
+        bench: Bench = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> CheckOutcome:
@@ -461,11 +731,11 @@ def _add_table_resources(server: MCPServer) -> None:
         )
 
 
-def serve(runs_dir: Path, allow_roots: Sequence[Path] = ()) -> bool:
+def serve(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> bool:
     """Serve over stdio until the client closes it. True when every call's work has ended; False when some is still
     running a second after (the cancelled handlers already waited CANCEL_GRACE_S: a stage that does not look at its
     cancellation flag): the caller then ends the process rather than wait for work no one will read (the worker
     threads would keep it alive)."""
-    server = build_server(runs_dir, allow_roots)
+    server = build_server(runs_dir, allow_roots, temporary)
     server.run("stdio")
     return server.wait_idle(1.0)

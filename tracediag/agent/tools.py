@@ -169,10 +169,14 @@ class Workspace:
 
     `access` (tracediag.agent.roots.Access): the roots every path argument must lie in (None: any path, as on
     the command line, where naming a path is consent). `cancel`: the call's cancellation flag. Both are per call:
-    `scoped(access, cancel)` is this workspace (its runs and analysed stores shared) for one call."""
+    `scoped(access, cancel)` is this workspace (its runs and analysed stores shared) for one call. `temporary`:
+    the runs folder goes when the server stops, which each run summary says (`kept`, `kept_note`)."""
 
-    def __init__(self, runs_dir: Path, access: Access | None = None, cancel: Cancel | None = None) -> None:
+    def __init__(
+        self, runs_dir: Path, access: Access | None = None, cancel: Cancel | None = None, temporary: bool = False
+    ) -> None:
         self.runs_dir = Path(runs_dir)
+        self.temporary = temporary  # the runs folder is removed when the server stops (no --runs-dir)
         self.access = access
         self.cancel = cancel
         self._stores: dict[Path, Path] = {}
@@ -320,11 +324,23 @@ class Workspace:
                     out_dir.rmdir()  # the reserved folder, still empty: the failed call leaves nothing
             raise
         # this call's own result, not findings.json read back (another call may write the same folder)
-        return bounded(summary(orjson.loads(findings_json(report)), out_dir))
+        return bounded(summary(orjson.loads(findings_json(report)), out_dir) | self.kept(out_dir))
 
     def findings(self, run: str, progress: Progress | None = None) -> dict[str, Any]:
         folder, doc, _ = self.resolve(run, progress)
-        return bounded(summary(doc, folder))
+        return bounded(summary(doc, folder) | self.kept(folder))
+
+    def kept(self, folder: Path) -> dict[str, Any]:
+        """Whether the run `folder` outlives the server (`kept`), and where it is and for how long (`kept_note`)."""
+        runs = self.runs_dir.resolve()
+        inside = folder.resolve().is_relative_to(runs)
+        if inside and self.temporary:
+            return {"kept": False, "kept_note": f"temporary: {folder} is in the server's temporary runs folder {runs}, "
+                    "removed when the server stops; pass `out` to keep a run, or start the server with "
+                    "`tracediag mcp --runs-dir DIR`"}  # fmt: skip
+        if inside:
+            return {"kept": True, "kept_note": f"kept: {folder} is in the runs folder {runs} (--runs-dir)"}
+        return {"kept": True, "kept_note": f"kept: {folder} (the folder given, not removed by the server)"}
 
     def explain(self, run: str, rule: str) -> dict[str, Any]:
         """One rule's outcome on a run: its status, formula, values plugged in, evidence events, next check."""

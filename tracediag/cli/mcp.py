@@ -11,7 +11,32 @@ from typing import Annotated
 
 import typer
 
-MISSING_SDK = "tracediag mcp needs the MCP Python SDK: pip install 'tracediag[mcp]'"
+SDK_RANGE = "mcp>=2.3,<3"  # the `mcp` extra of pyproject.toml: the SDK's v2 API (mcp.server.mcpserver.MCPServer)
+INSTALL = f"pip install '{SDK_RANGE}' (or pip install '.[mcp]' in tracediag's clone)"
+MISSING_SDK = f"tracediag mcp needs the MCP Python SDK ({SDK_RANGE}): {INSTALL}"
+
+
+def sdk_problem(version: str | None) -> str | None:
+    """What is wrong with the installed MCP SDK `version` (None: not installed), or None when it is in SDK_RANGE."""
+    if version is None:
+        return MISSING_SDK
+    parts = [int(p) if p.isdigit() else -1 for p in version.split(".")[:2]]
+    major, minor = [*parts, 0, 0][:2]
+    if major == 2 and minor >= 3:
+        return None
+    return (
+        f"tracediag mcp needs the MCP Python SDK {SDK_RANGE}, and mcp {version} is installed (its "
+        f"{'v1' if major < 2 else 'next major'} API is another): {INSTALL}"
+    )
+
+
+def _installed_sdk() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcp")
+    except PackageNotFoundError:
+        return None
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +83,9 @@ def mcp(
     from tracediag.errors import UsageError
 
     def run():
+        problem = sdk_problem(_installed_sdk())
+        if problem is not None:
+            raise UsageError(problem)
         try:
             from tracediag.agent.server import serve
         except ModuleNotFoundError as exc:
@@ -68,7 +96,7 @@ def mcp(
         if runs_dir is not None:
             return serve(runs_dir, roots)
         with tempfile.TemporaryDirectory(prefix="tracediag-mcp-", ignore_cleanup_errors=True) as tmp:
-            return serve(Path(tmp), roots)
+            return serve(Path(tmp), roots, temporary=True)
 
     idle = _guard(run, debug)
     if idle is False:
