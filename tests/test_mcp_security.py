@@ -107,12 +107,10 @@ def test_a_huge_query_answer_is_cut_at_the_byte_cap_and_says_so(run):
         "CREATE TABLE forged (n BIGINT, s VARCHAR GENERATED ALWAYS AS (repeat('x', n)))",
     ],
 )
-def test_a_read_back_store_that_carries_code_is_refused_by_diff_and_check(run, tmp_path, code):
-    """A baseline or diff input is data: a view over a local file, a macro that shadows a built-in, a view that never
-    ends, a generated column — 'not a tracediag store', and the file's content nowhere."""
+def _forged_copy(folder, tmp_path, code: str):
+    """A copy of the run folder whose trace.duckdb also runs `code` (`{secret}`: a file holding SECRET)."""
     import duckdb
 
-    ws, folder = run
     secret = tmp_path / "secret.txt"
     secret.write_text(SECRET)
     forged = tmp_path / "forged"
@@ -120,6 +118,14 @@ def test_a_read_back_store_that_carries_code_is_refused_by_diff_and_check(run, t
     con = duckdb.connect(str(forged / "trace.duckdb"))
     con.execute(code.format(secret=secret))
     con.close()
+    return forged
+
+
+def test_a_read_back_store_that_carries_code_is_refused_by_diff_and_check(run, tmp_path, code):
+    """A baseline or diff input is data: a view over a local file, a macro that shadows a built-in, a view that never
+    ends, a generated column — 'not a tracediag store', and the file's content nowhere."""
+    ws, folder = run
+    forged = _forged_copy(folder, tmp_path, code)
     for call in (
         lambda: ws.diff(str(forged), folder, force_compare=True),
         lambda: ws.check([str(HEALTHY)], model=str(HEALTHY / "config.json"), baseline=str(forged)),
@@ -492,18 +498,10 @@ def test_unrecognised_describes_the_shape_of_a_line_never_the_line():
 def test_a_store_that_carries_code_is_refused_by_query_and_the_notebook(run, tmp_path, code):
     """The agent's query and tracediag.open read a store as data too: a view over a local file or a macro that
     forges answers is 'not a tracediag store', the file's content nowhere."""
-    import duckdb
-
     import tracediag
 
     ws, folder = run
-    secret = tmp_path / "secret.txt"
-    secret.write_text(SECRET)
-    forged = tmp_path / "forged"
-    shutil.copytree(folder, forged)
-    con = duckdb.connect(str(forged / "trace.duckdb"))
-    con.execute(code.format(secret=secret))
-    con.close()
+    forged = _forged_copy(folder, tmp_path, code)
     with pytest.raises(InputError, match="not a tracediag store") as e:
         ws.query(str(forged), "SELECT median(dur_ns) FROM kernels")
     assert SECRET not in str(e.value)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracediag.analyses.basis import window_time
+from tracediag.analyses.kernels import phase_name
 from tracediag.context import Context
 
 LAUNCH_BOUND_US = 5  # op_roofline.launch_bound: mean kernel time per call under this
@@ -80,6 +81,21 @@ class Buyable:
     @property
     def buyable_ns(self) -> float:
         return sum(g.buyable_ns for g in self.groups)
+
+
+def family_row(g: FamilyGroup, b: Buyable, unphased: str) -> dict[str, Any]:
+    """One family and phase as KRN012's table and the report's buyable table show it (each adds its own share)."""
+    return {
+        "family": g.family,
+        "phase": phase_name(g.phase, unphased),
+        "calls": g.calls,
+        "kernel_ns": g.kernel_ns,
+        "roofline_ns": round(g.roofline_ns),
+        "pct_of_roofline": round(g.pct_of_roofline or 0, 1),
+        "buyable_ns": round(g.buyable_ns),
+        "buyable_at_best_ns": round(g.demonstrated_ns),
+        "share_of_step_time": round(share(g.buyable_ns, b.basis_ns), 4),
+    }
 
 
 def share(ns: float, of: float) -> float:

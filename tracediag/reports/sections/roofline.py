@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracediag.analyses.kernels import phase_name, phase_order, unphased_name
-from tracediag.analyses.roofline import LAUNCH_BOUND_US, amdahl, buyable, share
+from tracediag.analyses.roofline import LAUNCH_BOUND_US, amdahl, buyable, family_row, share
 from tracediag.reports import svg
 from tracediag.reports.sections import Section
 
@@ -62,21 +62,8 @@ def build(ctx) -> Section | None:
     unphased = unphased_name(ctx)
     families = []
     for g in b.groups:
-        s = share(g.buyable_ns, b.basis_ns)
-        families.append(
-            {
-                "family": g.family,
-                "phase": phase_name(g.phase, unphased),
-                "calls": g.calls,
-                "kernel_ns": g.kernel_ns,
-                "roofline_ns": round(g.roofline_ns),
-                "pct_of_roofline": round(g.pct_of_roofline or 0, 1),
-                "buyable_ns": round(g.buyable_ns),
-                "buyable_at_best_ns": round(g.demonstrated_ns),
-                "share_of_step_time": round(s, 4),
-                "step_speedup_bound": round(amdahl(s), 3) if amdahl(s) else None,
-            }
-        )
+        bound = amdahl(share(g.buyable_ns, b.basis_ns))
+        families.append(family_row(g, b, unphased) | {"step_speedup_bound": round(bound, 3) if bound else None})
     ops = [
         {
             "phase": phase_name(r["phase"], unphased),

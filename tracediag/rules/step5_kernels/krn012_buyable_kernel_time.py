@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import ms, phase_name, unphased_name
-from tracediag.analyses.roofline import LAUNCH_BOUND_US, Buyable, FamilyGroup, amdahl, buyable, share
+from tracediag.analyses.roofline import LAUNCH_BOUND_US, Buyable, FamilyGroup, amdahl, buyable, family_row, share
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -95,18 +95,8 @@ def _row_evidence(ctx: Context, r: dict) -> dict:
 
 def _table(b: Buyable, unphased: str) -> list[dict]:
     return [
-        {
-            "family": g.family,
-            "phase": phase_name(g.phase, unphased),
-            "calls": g.calls,
-            "kernel_ns": g.kernel_ns,
-            "roofline_ns": round(g.roofline_ns),
-            "pct_of_roofline": round(g.pct_of_roofline or 0, 1),
-            "buyable_ns": round(g.buyable_ns),
-            "buyable_at_best_ns": round(g.demonstrated_ns),
-            "share_of_step_time": round(share(g.buyable_ns, b.basis_ns), 4),
-            "share_of_phase": round(share(g.buyable_ns, b.phase_ns.get(g.phase, 0)), 4) if b.phase_ns else None,
-        }
+        family_row(g, b, unphased)
+        | {"share_of_phase": round(share(g.buyable_ns, b.phase_ns.get(g.phase, 0)), 4) if b.phase_ns else None}
         for g in b.groups
     ]
 
