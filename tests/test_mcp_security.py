@@ -97,16 +97,6 @@ def test_a_huge_query_answer_is_cut_at_the_byte_cap_and_says_so(run):
     assert len(json.dumps(res["rows"])) <= MAX_BYTES
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        "DROP TABLE kernels; CREATE VIEW kernels AS SELECT * FROM read_text('{secret}')",
-        "CREATE MACRO median(a) AS 42",
-        "CREATE VIEW everything AS SELECT * FROM range(1000000000000)",
-        "CREATE OR REPLACE VIEW step_collectives AS SELECT content AS op FROM read_text('{secret}')",
-        "CREATE TABLE forged (n BIGINT, s VARCHAR GENERATED ALWAYS AS (repeat('x', n)))",
-    ],
-)
 def _forged_copy(folder, tmp_path, code: str):
     """A copy of the run folder whose trace.duckdb also runs `code` (`{secret}`: a file holding SECRET)."""
     import duckdb
@@ -121,6 +111,16 @@ def _forged_copy(folder, tmp_path, code: str):
     return forged
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "DROP TABLE kernels; CREATE VIEW kernels AS SELECT * FROM read_text('{secret}')",
+        "CREATE MACRO median(a) AS 42",
+        "CREATE VIEW everything AS SELECT * FROM range(1000000000000)",
+        "CREATE OR REPLACE VIEW step_collectives AS SELECT content AS op FROM read_text('{secret}')",
+        "CREATE TABLE forged (n BIGINT, s VARCHAR GENERATED ALWAYS AS (repeat('x', n)))",
+    ],
+)
 def test_a_read_back_store_that_carries_code_is_refused_by_diff_and_check(run, tmp_path, code):
     """A baseline or diff input is data: a view over a local file, a macro that shadows a built-in, a view that never
     ends, a generated column — 'not a tracediag store', and the file's content nowhere."""
