@@ -116,7 +116,12 @@ def _why(r: dict[str, Any]) -> str:
 
 
 def buyable(ctx: Context) -> Buyable:
-    """The window's op_roofline, judged per op family and phase (module docstring)."""
+    """The window's op_roofline, judged per op family and phase (module docstring); once per memoized analysis
+    (KRN012 and the report's section read the same one, neither changes it)."""
+    return ctx.once("buyable_kernel_time", lambda: _buyable(ctx))
+
+
+def _buyable(ctx: Context) -> Buyable:
     rows = ctx.rows("SELECT * FROM op_roofline ORDER BY kernel_ns DESC, rank, op, shape, dtype, phase")
     ranks = sorted({r["rank"] for r in rows})
     steps = ctx.rows(
