@@ -144,8 +144,8 @@ def test_a_read_back_store_of_our_own_is_read(run):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=1e30), "tp must be an integer"),
-        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=99999), "tp must be from 1 to 4,096"),
+        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=1e30), "tp: must be an integer"),
+        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=99999), "tp: must be an integer from 1 to 4096"),
         (lambda ws, run: ws.query(run, "SELECT 1", max_rows=0), "max_rows must be from 1"),
         (lambda ws, run: ws.analyze(["a\x00b"]), "inputs[0]: the path holds a NUL byte"),
         (lambda ws, run: ws.analyze(["x" * 100_000]), "inputs[0]: a path of 100,000 characters"),
@@ -363,7 +363,7 @@ def test_out_of_range_numbers_nul_bytes_and_long_paths_are_one_line_errors_namin
     text = _error_line(served["tp_string"])
     assert text.startswith("tracediag: error: tp: Input should be a valid integer") and "aaa" not in text, text
     assert _error_line(served["inputs_not_list"]).startswith("tracediag: error: inputs: ")
-    assert "tp must be from 1 to 4,096, got 99,999" in _error_line(served["tp_big"])
+    assert "tp: must be an integer from 1 to 4096, got int 99999" in _error_line(served["tp_big"])
     assert "max_rows must be" in _error_line(served["rows_0"])
     assert "inputs[0]: the path holds a NUL byte" in _error_line(served["nul"])
     assert "log: the path holds a NUL byte" in _error_line(served["nul_log"])

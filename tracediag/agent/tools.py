@@ -28,9 +28,11 @@ from typing import Any
 from tracediag.agent.cancel import Cancel
 from tracediag.agent.roots import Access, clean_path
 from tracediag.errors import InputError, UsageError
-from tracediag.findings import WALK_STEPS, impact_text
+from tracediag.findings import WALK_STEPS, coverage_sentence, impact_text
 from tracediag.findings import verdict as build_verdict
 from tracediag.gate.outcome import finding_id
+from tracediag.inputspec import BY_NAME
+from tracediag.request import Request
 
 Progress = Callable[[str], None]
 
@@ -131,10 +133,12 @@ def jsonable(v: Any) -> Any:
     return v
 
 
-def summary(doc: dict[str, Any], run: Path) -> dict[str, Any]:
-    """The verdict, the coverage and the ranked findings (id, title, impact) of one run's findings.json."""
+def summary(doc: dict[str, Any], run: Path, audience: str = "mcp") -> dict[str, Any]:
+    """The verdict, the coverage and the ranked findings (id, title, impact) of one run's findings.json; the
+    coverage's advice names the inputs as `audience` passes them (the tools' arguments, by default)."""
     v = doc.get("verdict") or build_verdict(doc["checks"])
     cov = v.get("coverage") or {}
+    text = coverage_sentence(cov, audience=audience) if "enable" in cov else v.get("coverage_text")
     return {
         "run": str(run),
         "verdict": {k: v.get(k) for k in VERDICT_KEYS},
@@ -142,7 +146,7 @@ def summary(doc: dict[str, Any], run: Path) -> dict[str, Any]:
             "rules": cov.get("rules"),
             "ran": cov.get("ran"),
             "could_not_run": cov.get("could_not_run"),
-            "text": v.get("coverage_text"),
+            "text": text,
             "enable": cov.get("enable") or [],
         },
         "findings": [
@@ -221,9 +225,24 @@ class Workspace:
             raise UsageError(f"inputs: a list of paths, got {type(inputs).__name__}")
         return [self._read(f"inputs[{i}]", p) for i, p in enumerate(inputs)]
 
-    def _extra(self, log: str | None, metrics: str | None, bench: str | None) -> list[tuple[Path, str]]:
-        given = (("log", log, "vllm-log"), ("metrics", metrics, "prometheus"), ("bench", bench, "vllm-bench"))
-        return [(self._read(arg, p), fmt) for arg, p, fmt in given if p is not None]
+    def _request(self, inputs: list[str], given: dict[str, Any], config: str | None = None) -> Request:
+        """The call's inputs as the Request every entry point builds (tracediag.request: the same types, bounds and
+        errors), each path resolved and inside the roots first; tracediag.toml from `config`, else found from the
+        server's folder up, as `tracediag check` does."""
+        read = {}
+        for name, v in given.items():
+            kind = BY_NAME[name].kind
+            if v is None or kind not in ("path", "paths"):
+                read[name] = v
+            elif kind == "path":
+                read[name] = self._read(name, v)
+            else:
+                items = [v] if isinstance(v, str) else v
+                if not isinstance(items, list):
+                    raise UsageError(f"{name}: a path or a list of paths, got {type(v).__name__}")
+                read[name] = [self._read(f"{name}[{i}]" if len(items) > 1 else name, p) for i, p in enumerate(items)]
+        cfg = self._read("config", config) if config is not None else True
+        return Request.build(self._inputs(inputs), naming="mcp", config=cfg, **read)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None:
@@ -287,44 +306,39 @@ class Workspace:
         inputs: list[str],
         model: str | None = None,
         out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
-        tp: int | None = None,
         progress: Progress | None = None,
+        config: str | None = None,
+        **given: Any,
     ) -> dict[str, Any]:
         """Analyse traces and telemetry into `out` (default: a new folder of the workspace), as `tracediag
-        analyze` does; the run's verdict, coverage and ranked findings."""
+        analyze` does; the run's verdict, coverage and ranked findings. `given`: the other inputs of a run by
+        name (tracediag.inputspec: tp, log, metrics, bench, nccl_tests, topology, slo, …)."""
         import orjson
 
-        from tracediag.analysis import analyze
+        from tracediag.analysis import run as run_analysis
         from tracediag.files import OutputGuard
         from tracediag.output import findings_json, staged_outputs
 
-        tp = int_arg("tp", tp, 1, TP_MAX)
         if out is not None and isinstance(out, str) and not out.strip():
             raise UsageError("out: empty path; give a folder, or leave it out for a new one")
-        paths, model_path, extra = self._inputs(inputs), self._read("model", model), self._extra(log, metrics, bench)
+        request = self._request(inputs, {"model": model, **given}, config)
         out_dir = self._write("out", out)
         say = self._say(progress)
-
-        def produce(staging: Path):
-            return analyze(paths, model=model_path, tp=tp, db_path=staging / "trace.duckdb", extra_inputs=extra,
-                           progress=say)  # fmt: skip
-
-        guard = OutputGuard.of(paths, model_path, [p for p, _ in extra])  # never an input, never a file not ours
+        guard = OutputGuard.of(request.read_paths())  # never an input, never a file not ours
         self._check_cancel()
         reserved = out_dir is None
         out_dir = out_dir or self._new_run_dir()
         try:
-            report = staged_outputs(out_dir, produce, guard=guard)
+            report = staged_outputs(out_dir, lambda staging: run_analysis(request, staging / "trace.duckdb",
+                                                                          progress=say), guard=guard)  # fmt: skip
         except BaseException:
             if reserved:
                 with contextlib.suppress(OSError):
                     out_dir.rmdir()  # the reserved folder, still empty: the failed call leaves nothing
             raise
         # this call's own result, not findings.json read back (another call may write the same folder)
-        return bounded(summary(orjson.loads(findings_json(report)), out_dir) | self.kept(out_dir))
+        doc = orjson.loads(findings_json(report))
+        return bounded(summary(doc, out_dir) | self.kept(out_dir))
 
     def findings(self, run: str, progress: Progress | None = None) -> dict[str, Any]:
         folder, doc, _ = self.resolve(run, progress)
@@ -434,45 +448,30 @@ class Workspace:
         self,
         inputs: list[str],
         model: str | None = None,
-        tp: int | None = None,
         fail_on: str | None = None,
         baseline: str | None = None,
         rules: str | None = None,
         require: str | None = None,
         config: str | None = None,
         out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
         progress: Progress | None = None,
+        **given: Any,
     ) -> dict[str, Any]:
         """The gate as `tracediag check` gives it: outcome (passed / failed / inconclusive), its exit status,
-        the judged items that are not plain passes, and the command's own text."""
+        the judged items that are not plain passes, and the command's own text. `given`: the other inputs of a
+        run by name, as `analyze` takes them."""
         from tracediag.gate.run import run_check
         from tracediag.gate.text import print_result
 
-        tp = int_arg("tp", tp, 1, TP_MAX)
-        paths, extra = self._inputs(inputs), self._extra(log, metrics, bench)
-        model_path, baseline_path = self._read("model", model), self._read("baseline", baseline)
-        config_path, out_dir = self._read("config", config), self._write("out", out)
+        request = self._request(inputs, {"model": model, **given}, config)
+        baseline_path, out_dir = self._read("baseline", baseline), self._write("out", out)
         say = self._say(progress)
         self._check_cancel()
-        result, warnings = run_check(
-            paths,
-            model=model_path,
-            tp=tp,
-            fail_on=fail_on,
-            baseline=baseline_path,
-            rules=rules,
-            require=require,
-            config=config_path,
-            out=out_dir,
-            extra_inputs=extra,
-            progress=say,
-        )
+        result, warnings = run_check(request, fail_on=fail_on, baseline=baseline_path, rules=rules, require=require,
+                                     out=out_dir, progress=say)  # fmt: skip
         out_text = None if out_dir is None else str(out_dir)
         text = io.StringIO()
-        print_result(result, file=text, out=out_text)
+        print_result(result, file=text, out=out_text, audience="mcp")
         d = result.to_dict()
         return bounded({
             "outcome": result.outcome,

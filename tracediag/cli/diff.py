@@ -75,6 +75,7 @@ def diff(
     after_bench: Annotated[
         list[Path] | None, _side_input("--after-bench", "`vllm bench serve` result JSON", "AFTER")
     ] = None,
+    config: opt.Config = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     fmt: opt.DiffFormat = "text",
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
@@ -86,8 +87,9 @@ def diff(
     is reported unless --force-compare is given. Per-op efficiency (% of each GPU's own roofline) is
     compared across GPUs all the same.
 
-    Serving inputs (--before-log, --after-metrics, ...) and --memory-limit apply to sides given as traces;
-    an analysed run (findings.json, output folder) already holds what it was analysed with.
+    Serving inputs (--before-log, --after-metrics, ...), --memory-limit and the settings of tracediag.toml
+    (found from the current folder up, or --config) apply to sides given as traces; an analysed run
+    (findings.json, output folder) already holds what it was analysed with.
 
     Exit status: 0 the runs are comparable; 1 they are not (with or without --force-compare); 2 a usage or
     input error; 3 an internal error.
@@ -98,7 +100,7 @@ def diff(
       tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
       tracediag diff tp2-run/ tp4-run/ --force-compare
     """
-    from tracediag.cli import _guard, extra_inputs_from, memory_budget
+    from tracediag.cli import _guard, extra_inputs_from
     from tracediag.cli.progress import progress
     from tracediag.diff import DIFF_OUTPUT_NAMES, run_diff
     from tracediag.files import OutputGuard
@@ -125,9 +127,11 @@ def diff(
                 keep_python=keep_python,
                 jobs=jobs,
                 force_compare=force_compare,
-                memory_limit=memory_budget(memory_limit),
+                memory_limit=memory_limit,
                 before_inputs=sides["before"],
                 after_inputs=sides["after"],
+                config=config if config is not None else True,
+                naming="cli",
             )
 
     d = _guard(run, debug)
