@@ -97,3 +97,13 @@ def test_the_agent_skill_file_names_tables_and_columns_the_store_has():
         for part in columns.split(" / "):  # one column list per table, in the order the tables are named
             for col in re.findall(r"\w+", part.replace("`", "")):
                 assert any(col in docs[t] for t in names), (tables, col)
+
+
+def test_extending_md_names_every_extension_point_and_readme_links_it():
+    page = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    assert "docs/extending.md" in (REPO / "README.md").read_text(encoding="utf-8")
+    points = ("## A rule", "## A derivation", "## An ingester", "## A kernel family", "## A GPU", "## A report section")
+    for needle in (*points, "tracediag.testing import run_cases", "python -m tracediag.docs --write"):
+        assert needle in page, needle
+    for path in re.findall(r"`((?:tracediag|tests)/[\w/.]+\.(?:py|json|sql))`", page):
+        assert (REPO / path).exists(), path  # every fixed path it names is there
