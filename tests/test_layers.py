@@ -14,7 +14,10 @@ PACKAGE = REPO / "tracediag"
 
 # Top to bottom. A module belongs to the floor of its longest listed prefix.
 FLOORS = [
-    ("entry points", ["tracediag", "tracediag.__main__", "tracediag.cli", "tracediag.docs", "tracediag.agent"]),
+    (
+        "entry points",
+        ["tracediag", "tracediag.__main__", "tracediag.cli", "tracediag.docs", "tracediag.testing", "tracediag.agent"],
+    ),
     (
         "library",
         [

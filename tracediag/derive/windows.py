@@ -52,6 +52,11 @@ import pyarrow as pa
 from tracediag.derive import intervals as iv
 from tracediag.derive.fitness import QUEUE_LATENCY_NS, REPEAT_LAUNCH, startup_end
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "cpu_ops", "runtime", "memops", "inputs", "steps")
+PROVIDES = ("host_stalls", "gpu_timeline")
+UPDATES = ("steps.windows",)
+
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
 _NO_LAUNCH = np.iinfo(np.int64).max  # GPU work with no launching call recorded: never counted as queued
