@@ -286,44 +286,65 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             win_busy += busy
             win_idle += (w1 - w0) - busy - st - cold_i
         if bs.size:
-            # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
-            # before its first kernel)
-            all_s = np.array([r["ts_ns"] for r, _, _ in found], dtype=np.int64)
-            all_e = np.array([r["ts_ns"] + r["dur_ns"] for r, _, _ in found], dtype=np.int64)
-            g0 = int(min(bs[0], all_s.min())) if all_s.size else int(bs[0])
-            g1 = int(max(be[-1], all_e.max())) if all_s.size else int(be[-1])
-            steady = max(0, s1 - s0)
-            steady_busy = _inside(bs, be, s0, s1)
-            # steady idle that no stall and no start-up call holds: inside windows or between them
-            steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
-            queued_in = int(queued_each.sum())
             k_lo, k_hi = np.searchsorted(kern_rank, rank, "left"), np.searchsorted(kern_rank, rank, "right")
-            rank_ts = kern_ts[k_lo:k_hi]  # sorted: the kernels starting in [s0, s1)
-            kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
-            timeline.append(
-                {
-                    "rank": rank,
-                    "gpu_ts_ns": g0,
-                    "gpu_end_ns": g1,
-                    "span_ns": g1 - g0,
-                    "busy_ns": iv.total(bs, be),
-                    "startup_end_ns": s0,
-                    "stop_ts_ns": s1,
-                    "steady_span_ns": steady,
-                    "steady_busy_ns": steady_busy,
-                    "steady_kernels": kernels_steady,
-                    "windows": len(windows),
-                    "window_ns": sum(w["w1"] - w["w0"] for w in windows),
-                    "window_busy_ns": win_busy,
-                    "idle_in_windows_ns": win_idle,
-                    "idle_between_ns": max(0, steady_free - win_idle),
-                    "queued_idle_in_windows_ns": queued_in,
-                    "queued_idle_between_ns": max(0, _inside(qs, qe, s0, s1) - queued_in),
-                    "stall_ns": iv.total(ks, ke),
-                    "startup_idle_ns": _inside(cs, ce, g0, g1),
-                }
-            )
+            intervals = {"busy": (bs, be), "stall": (ks, ke), "startup": (cs, ce), "queued": (qs, qe)}
+            in_windows = (win_busy, win_idle, int(queued_each.sum()))
+            timeline.append(_timeline_row(rank, intervals, found, (s0, s1), kern_ts[k_lo:k_hi], windows, in_windows))
     _write(con, updates, stalls, timeline)
+
+
+def _timeline_row(
+    rank: int,
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]],
+    found: list[tuple],
+    segment: tuple[int, int],
+    rank_ts: np.ndarray,
+    windows: list[dict],
+    in_windows: tuple[int, int, int],
+) -> dict:
+    """The rank's gpu_timeline row: its profiled span, the steady segment [s0, s1) and the busy, idle, queued,
+    stall and start-up time in and between its step windows. `intervals`: GPU busy, host-blocking stall, start-up
+    idle and queued idle (each disjoint, sorted); `rank_ts`: the rank's kernel start times, sorted; `in_windows`:
+    busy, free idle and queued idle summed over the windows."""
+    bs, be = intervals["busy"]
+    ks, ke = intervals["stall"]
+    cs, ce = intervals["startup"]
+    qs, qe = intervals["queued"]
+    s0, s1 = segment
+    win_busy, win_idle, queued_in = in_windows
+    # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
+    # before its first kernel)
+    all_s = np.array([r["ts_ns"] for r, _, _ in found], dtype=np.int64)
+    all_e = np.array([r["ts_ns"] + r["dur_ns"] for r, _, _ in found], dtype=np.int64)
+    g0 = int(min(bs[0], all_s.min())) if all_s.size else int(bs[0])
+    g1 = int(max(be[-1], all_e.max())) if all_s.size else int(be[-1])
+    steady = max(0, s1 - s0)
+    steady_busy = _inside(bs, be, s0, s1)
+    # steady idle that no stall and no start-up call holds: inside windows or between them
+    steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
+    # sorted: the kernels starting in [s0, s1)
+    kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
+    return {
+        "rank": rank,
+        "gpu_ts_ns": g0,
+        "gpu_end_ns": g1,
+        "span_ns": g1 - g0,
+        "busy_ns": iv.total(bs, be),
+        "startup_end_ns": s0,
+        "stop_ts_ns": s1,
+        "steady_span_ns": steady,
+        "steady_busy_ns": steady_busy,
+        "steady_kernels": kernels_steady,
+        "windows": len(windows),
+        "window_ns": sum(w["w1"] - w["w0"] for w in windows),
+        "window_busy_ns": win_busy,
+        "idle_in_windows_ns": win_idle,
+        "idle_between_ns": max(0, steady_free - win_idle),
+        "queued_idle_in_windows_ns": queued_in,
+        "queued_idle_between_ns": max(0, _inside(qs, qe, s0, s1) - queued_in),
+        "stall_ns": iv.total(ks, ke),
+        "startup_idle_ns": _inside(cs, ce, g0, g1),
+    }
 
 
 def _rank_stalls(
