@@ -20,9 +20,10 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   launched by another call and did not run it, the host ahead of the GPU: a device-side wait). A synchronize
   that starts after the last step's host range has ended is the profiler's stop (segment "profiler stop").
   Each is measured once and is its own evidence; its idle time comes out of the step time that phase
-  statistics use (`step_activity.step_ns`). Allocations, module loading, initialisation calls and first
-  launches that load a module or compile are **start-up calls** (KRN010's, wherever they happen); the others
-  are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment. Only the
+  statistics use (`step_activity.step_ns`). Module loading, initialisation calls and first launches that load
+  a module or compile are **start-up calls** (KRN010's, wherever they happen), and so are allocations outside the
+  steady segment; the others — an allocation in the steady segment among them (the caching allocator growing or
+  emptied in the steady state) — are host-blocking stalls of the steady state (KRN006's) there. Only the
   first launch of a kernel (by name, on the rank) can load its module or compile it: a slow launch of a kernel
   that ran before is host contention or a full launch queue, a host-blocking stall of kind REPEAT_LAUNCH.
 * Segments of each rank's window (tracediag/derive/fitness.py says how they are chosen): **start-up** from the
@@ -247,6 +248,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         for r, gs, ge in found:
             stop = r["ts_ns"] >= s1 or _profiler_stop_sync(r, last_step_end)
             r["segment"] = STARTUP if s0 is not None and r["ts_ns"] < s0 else STOP if stop else STEADY
+            if r["segment"] == STEADY and r["kind"] == "allocation":  # the allocator growing in the steady state
+                r["startup_call"] = False
             (stall_parts if r["segment"] == STEADY and not r["startup_call"] else startup_parts).append((gs, ge))
         cs, ce = _union(startup_parts)  # start-up idle
         ks, ke = _union(stall_parts)
