@@ -16,6 +16,64 @@ def register(app: typer.Typer) -> None:
     app.command("check")(check)
 
 
+FailOnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="LEVEL",
+        help="Lowest severity that fails: info, warning or error (config: fail_on; default warning).",
+    ),
+]
+
+BaselineOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        metavar="RUN",
+        help="A previous run: its findings.json (or analyze output folder), or its traces. Only new or "
+        "worsened findings and regressed key measures fail.",
+    ),
+]
+
+JunitOption = Annotated[
+    str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
+]
+
+AnnotatedTraceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--annotated-trace",
+        metavar="FILE",
+        help="Write a Chrome-trace JSON with each finding marked (Perfetto UI).",
+    ),
+]
+
+RulesOption = Annotated[
+    str | None,
+    typer.Option("--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."),
+]
+
+RequireOption = Annotated[
+    str | None,
+    typer.Option(
+        "--require",
+        metavar="GLOBS",
+        help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
+        "check inconclusive, exit 4 (config: require).",
+    ),
+]
+
+OutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--out",
+        "-o",
+        metavar="DIR",
+        help="Also write report.html, findings.json, trace.duckdb and check.json here.",
+    ),
+]
+
+
 def check(
     inputs: opt.Inputs = None,
     model: opt.Model = None,
@@ -23,59 +81,14 @@ def check(
     store: opt.Store = None,
     ranks: opt.Ranks = None,
     scheduler: opt.Scheduler = None,
-    fail_on: Annotated[
-        str | None,
-        typer.Option(
-            "--fail-on",
-            metavar="LEVEL",
-            help="Lowest severity that fails: info, warning or error (config: fail_on; default warning).",
-        ),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="RUN",
-            help="A previous run: its findings.json (or analyze output folder), or its traces. Only new or "
-            "worsened findings and regressed key measures fail.",
-        ),
-    ] = None,
-    junit: Annotated[
-        str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
-    ] = None,
-    annotated_trace: Annotated[
-        str | None,
-        typer.Option(
-            "--annotated-trace",
-            metavar="FILE",
-            help="Write a Chrome-trace JSON with each finding marked (Perfetto UI).",
-        ),
-    ] = None,
-    rules: Annotated[
-        str | None,
-        typer.Option(
-            "--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."
-        ),
-    ] = None,
-    require: Annotated[
-        str | None,
-        typer.Option(
-            "--require",
-            metavar="GLOBS",
-            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
-            "check inconclusive, exit 4 (config: require).",
-        ),
-    ] = None,
+    fail_on: FailOnOption = None,
+    baseline: BaselineOption = None,
+    junit: JunitOption = None,
+    annotated_trace: AnnotatedTraceOption = None,
+    rules: RulesOption = None,
+    require: RequireOption = None,
     config: opt.Config = None,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            "--out",
-            "-o",
-            metavar="DIR",
-            help="Also write report.html, findings.json, trace.duckdb and check.json here.",
-        ),
-    ] = None,
+    out: OutOption = None,
     force: opt.Force = False,
     metrics: opt.Metrics = None,
     log: opt.Log = None,

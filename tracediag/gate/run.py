@@ -30,6 +30,42 @@ def check_json(result) -> bytes:
     return orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
 
 
+def _selection(cfg, rules: str | None, require: str | None) -> tuple[list[str], list[str], list[str]]:
+    """(rule ids to run, rule ids that must run, warnings) from --rules / --require or the config's keys: the
+    required rules run even when --rules leaves them out; a --rules glob matching nothing is a warning (a rule of a
+    later version), a --require one an error (the check could not vouch for it)."""
+    patterns = parse_rule_globs(rules) if rules is not None else cfg.rules
+    if patterns is None:
+        raise UsageError(f"--rules: {rules!r} is not rule ids or globs such as COL*,SHP001")
+    known = [m.RULE.id for m in load_rules()]
+    selected, unmatched = select_rules(patterns, known)
+    if patterns and not selected:
+        raise UsageError(f"--rules {','.join(patterns)} matches no rule (rules: {', '.join(known)})")
+    warnings = [f"rule selection '{p}' matches no rule in this version (rules: {', '.join(known)})" for p in unmatched]
+    req_patterns = parse_rule_globs(require) if require is not None else cfg.require
+    if req_patterns is None:
+        raise UsageError(f"--require: {require!r} is not rule ids or globs such as SHP*,COL*")
+    required, req_unmatched = select_rules(req_patterns, known) if req_patterns else ([], [])
+    if req_unmatched:
+        raise UsageError(
+            f"--require {','.join(req_unmatched)} matches no rule in this version (rules: {', '.join(known)})"
+        )
+    return [r for r in known if r in set(selected) | set(required)], required, warnings
+
+
+def _check_outputs(guard: OutputGuard, junit: Path | None, annotated_trace: Path | None, out: Path | None) -> None:
+    """Every output path is checked before anything runs: never an input, never a file tracediag did not write."""
+    for option, p in (("--junit", junit), ("--annotated-trace", annotated_trace)):
+        if p is not None:
+            guard.check_file(p, option)
+            if Path(p).is_dir():
+                raise UsageError(f"{p} is a folder; give a file path")
+    if junit is not None and annotated_trace is not None and Path(junit).absolute() == Path(annotated_trace).absolute():
+        raise UsageError(f"--junit and --annotated-trace are both {junit}; give each its own file")
+    if out is not None:
+        guard.check_folder(out, OUTPUT_NAMES)
+
+
 def run_check(
     request: Request,
     *,
@@ -61,36 +97,9 @@ def run_check(
     if fail_on is not None and fail_on not in FAIL_ON_LEVELS:
         raise UsageError(f"--fail-on must be one of {', '.join(FAIL_ON_LEVELS)}, got '{fail_on}'")
     cfg = request.config
-    patterns = parse_rule_globs(rules) if rules is not None else cfg.rules
-    if patterns is None:
-        raise UsageError(f"--rules: {rules!r} is not rule ids or globs such as COL*,SHP001")
-    known = [m.RULE.id for m in load_rules()]
-    selected, unmatched = select_rules(patterns, known)
-    warnings = []
-    if patterns and not selected:
-        raise UsageError(f"--rules {','.join(patterns)} matches no rule (rules: {', '.join(known)})")
-    for p in unmatched:
-        warnings.append(f"rule selection '{p}' matches no rule in this version (rules: {', '.join(known)})")
-    req_patterns = parse_rule_globs(require) if require is not None else cfg.require
-    if req_patterns is None:
-        raise UsageError(f"--require: {require!r} is not rule ids or globs such as SHP*,COL*")
-    required, req_unmatched = select_rules(req_patterns, known) if req_patterns else ([], [])
-    if req_unmatched:
-        raise UsageError(
-            f"--require {','.join(req_unmatched)} matches no rule in this version (rules: {', '.join(known)})"
-        )
-    selected = [r for r in known if r in set(selected) | set(required)]
+    selected, required, warnings = _selection(cfg, rules, require)
     request = dataclasses.replace(request, rules=tuple(selected))
-    guard = OutputGuard.of(request.read_paths(), baseline, cfg.path, force=force)
-    for option, p in (("--junit", junit), ("--annotated-trace", annotated_trace)):
-        if p is not None:
-            guard.check_file(p, option)
-            if Path(p).is_dir():
-                raise UsageError(f"{p} is a folder; give a file path")
-    if junit is not None and annotated_trace is not None and Path(junit).absolute() == Path(annotated_trace).absolute():
-        raise UsageError(f"--junit and --annotated-trace are both {junit}; give each its own file")
-    if out is not None:
-        guard.check_folder(out, OUTPUT_NAMES)
+    _check_outputs(OutputGuard.of(request.read_paths(), baseline, cfg.path, force=force), junit, annotated_trace, out)
     holder = {}
     with tempfile.TemporaryDirectory(prefix="tracediag-check-") as tmp:
         base = None
