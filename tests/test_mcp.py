@@ -188,7 +188,9 @@ def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(sess
     s = r.structured_content
     run = session["run"]
     assert Path(s["run"]) == run and run.parent.name.startswith("runs")
-    assert s["kept"] is True and s["kept_note"] == f"kept: {run} is in the runs folder {run.parent} (--runs-dir)"
+    assert s["kept"] is True and s["kept_note"] == (
+        f"kept: {run} is in the runs folder {run.parent} (--runs-dir); the folder keeps the last 100 runs (--keep-runs)"
+    )
     doc = json.loads((run / "findings.json").read_text())  # what the CLI's analyze writes
     assert s["verdict"]["headline"] == doc["verdict"]["headline"] and s["verdict"]["rule"] == doc["verdict"]["rule"]
     assert s["coverage"]["rules"] == len(RULE_MODULES)

@@ -10,6 +10,7 @@ CLI's own errors about a file that is not the format asked for."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -508,3 +509,21 @@ def test_a_store_that_carries_code_is_refused_by_query_and_the_notebook(run, tmp
     with tracediag.open(forged) as opened, pytest.raises(InputError, match="not a tracediag store"):
         opened.sql("SELECT 1")
     assert ws.query(folder, "SELECT count(*) AS n FROM steps")["rows"][0][0] > 0  # our own store is read
+
+
+def test_the_runs_folder_keeps_the_last_runs_and_says_so(tmp_path):
+    """Beyond --keep-runs the oldest finished runs go (an agent's loop must not fill the disk); a run still being
+    written (no findings.json yet) and the new one stay; the run summary says how many are kept."""
+    from tracediag.agent.tools import KEEP_RUNS
+    from tracediag.cli.mcp import mcp
+
+    ws = Workspace(tmp_path / "runs", keep_runs=2)
+    for n in (1, 2, 3):
+        (tmp_path / "runs" / f"run-{n}").mkdir(parents=True)
+    for n in (2, 3):
+        (tmp_path / "runs" / f"run-{n}" / "findings.json").write_text("{}")
+    new = ws._new_run_dir()
+    assert new.name == "run-4"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-1", "run-4"]  # run-1 still being written
+    assert "keeps the last 2 runs (--keep-runs)" in ws.kept(new)["kept_note"]
+    assert inspect.signature(mcp).parameters["keep_runs"].default == KEEP_RUNS

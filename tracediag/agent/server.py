@@ -42,7 +42,7 @@ from tracediag import __version__
 from tracediag.agent.cancel import Cancel
 from tracediag.agent.readonly_sql import MAX_ROWS, MAX_TIME_LIMIT_S, ROW_CAP, TIME_LIMIT_S
 from tracediag.agent.roots import Access, file_roots
-from tracediag.agent.tools import TP_MAX, Workspace, jsonable
+from tracediag.agent.tools import KEEP_RUNS, TP_MAX, Workspace, jsonable
 from tracediag.errors import TracediagError
 from tracediag.inputspec import INPUTS, RATE_BOUNDS
 
@@ -621,7 +621,9 @@ async def _in_worker(work: Callable[[], Any], cancel: Cancel, working: set[threa
 Call = Callable[..., Any]
 
 
-def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> MCPServer:
+def build_server(
+    runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False, keep_runs: int = KEEP_RUNS
+) -> MCPServer:
     """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir` (`temporary`:
     a folder removed when the server stops, which each run summary says). Every path
     argument must lie inside the call's allowed roots (tracediag.agent.roots): the client's roots when it offers
@@ -629,7 +631,7 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
     base = Path.cwd()
     allow = list(allow_roots)
     # the runs and analysed stores of all calls; each call gets its own scoped view
-    shared = Workspace(runs_dir, temporary=temporary)
+    shared = Workspace(runs_dir, temporary=temporary, keep_runs=keep_runs)
 
     def access(roots: ListRootsResult | None) -> Access:
         client = file_roots(str(r.uri) for r in roots.roots) if roots is not None else []
@@ -829,11 +831,13 @@ def _add_table_resources(server: MCPServer) -> None:
         )
 
 
-def serve(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> bool:
+def serve(
+    runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False, keep_runs: int = KEEP_RUNS
+) -> bool:
     """Serve over stdio until the client closes it. True when every call's work has ended; False when some is still
     running a second after (the cancelled handlers already waited CANCEL_GRACE_S: a stage that does not look at its
     cancellation flag): the caller then ends the process rather than wait for work no one will read (the worker
     threads would keep it alive)."""
-    server = build_server(runs_dir, allow_roots, temporary)
+    server = build_server(runs_dir, allow_roots, temporary, keep_runs)
     server.run("stdio")
     return server.wait_idle(1.0)

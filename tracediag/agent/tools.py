@@ -20,6 +20,8 @@ import copy
 import io
 import itertools
 import math
+import re
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +42,8 @@ TABLE_ROWS = 20  # rows of a finding's per-rank/per-step table that `explain` re
 VERDICT_KEYS = ("status", "headline", "rule", "severity", "confidence", "cost", "next_check", "explains")
 MAX_ANSWER_BYTES = 1 << 20  # JSON bytes of one tool's answer (query: its rows, readonly_sql.MAX_BYTES)
 TP_MAX = 4096  # the CLI's --tp bound
+KEEP_RUNS = 100  # run-N folders a server keeps in its runs folder by default (tracediag mcp --keep-runs)
+_RUN_NAME = re.compile(r"run-(\d+)")
 _CUT_STRING = 1000  # characters a string keeps when cutting lists is not enough
 
 
@@ -177,10 +181,16 @@ class Workspace:
     the runs folder goes when the server stops, which each run summary says (`kept`, `kept_note`)."""
 
     def __init__(
-        self, runs_dir: Path, access: Access | None = None, cancel: Cancel | None = None, temporary: bool = False
+        self,
+        runs_dir: Path,
+        access: Access | None = None,
+        cancel: Cancel | None = None,
+        temporary: bool = False,
+        keep_runs: int = KEEP_RUNS,
     ) -> None:
         self.runs_dir = Path(runs_dir)
         self.temporary = temporary  # the runs folder is removed when the server stops (no --runs-dir)
+        self.keep_runs = keep_runs  # run-N folders kept in the runs folder, the oldest removed beyond (0: all)
         self.access = access
         self.cancel = cancel
         self._stores: dict[Path, Path] = {}
@@ -193,19 +203,38 @@ class Workspace:
         return ws
 
     def _new_run_dir(self) -> Path:
-        """A new run folder, created now (exist_ok=False): two concurrent calls never get the same one."""
+        """A new run folder, created now (exist_ok=False): two concurrent calls never get the same one. Beyond
+        `keep_runs` runs in the folder, the oldest finished ones go first (an agent's loop must not fill the disk)."""
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             for n in itertools.count(1):
                 p = self.runs_dir / f"run-{n}"
                 try:
                     p.mkdir()
-                    return p
+                    break
                 except FileExistsError:
                     continue
         except OSError as exc:
             raise UsageError(f"cannot create a run folder in {self.runs_dir} ({exc.strerror or exc})") from None
-        raise AssertionError("unreachable")
+        self._prune_runs(keep=p)
+        return p
+
+    def _prune_runs(self, keep: Path) -> None:
+        """Remove the oldest finished runs (a run-N folder holding findings.json) beyond `keep_runs`, never `keep`
+        nor a folder whose run is still being written (it has no findings.json yet)."""
+        if not self.keep_runs:
+            return
+        runs = sorted((int(m.group(1)), d) for d in self.runs_dir.iterdir()
+                      if (m := _RUN_NAME.fullmatch(d.name)) and d.is_dir() and not d.is_symlink())  # fmt: skip
+        excess = len(runs) - self.keep_runs
+        for _, d in runs:
+            if excess <= 0:
+                break
+            if d != keep and (d / "findings.json").is_file():
+                shutil.rmtree(d, ignore_errors=True)
+                with self._lock:
+                    self._stores = {k: v for k, v in self._stores.items() if v != d}
+                excess -= 1
 
     # --- arguments ----------------------------------------------------------------------------------------
     def _read(self, arg: str, value: str | None) -> Path | None:
@@ -348,12 +377,13 @@ class Workspace:
         """Whether the run `folder` outlives the server (`kept`), and where it is and for how long (`kept_note`)."""
         runs = self.runs_dir.resolve()
         inside = folder.resolve().is_relative_to(runs)
+        cap = f"; the folder keeps the last {self.keep_runs} runs (--keep-runs)" if self.keep_runs else ""
         if inside and self.temporary:
             return {"kept": False, "kept_note": f"temporary: {folder} is in the server's temporary runs folder {runs}, "
                     "removed when the server stops; pass `out` to keep a run, or start the server with "
-                    "`tracediag mcp --runs-dir DIR`"}  # fmt: skip
+                    f"`tracediag mcp --runs-dir DIR`{cap}"}  # fmt: skip
         if inside:
-            return {"kept": True, "kept_note": f"kept: {folder} is in the runs folder {runs} (--runs-dir)"}
+            return {"kept": True, "kept_note": f"kept: {folder} is in the runs folder {runs} (--runs-dir){cap}"}
         return {"kept": True, "kept_note": f"kept: {folder} (the folder given, not removed by the server)"}
 
     def explain(self, run: str, rule: str) -> dict[str, Any]:
