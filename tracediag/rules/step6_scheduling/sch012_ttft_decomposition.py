@@ -4,9 +4,9 @@ Hypothesis: a slow first token is either waiting (the request sits in the engine
 (the prefill of its prompt: prefill cost), or neither (tokenization, the frontend, a KV connector loading or
 receiving the prompt's KV from another instance, the first output's trip back). The three call for different
 fixes, so TTFT is split before anything is tuned: with the queue held fixed, a faster prefill (or a prefix cache)
-removes only the prefill share (the prefix-cache article of the sources, "前缀缓存命中率很高，首字为什么还是慢？",
-"a high prefix-cache hit rate, so why is the first token still slow?": 800 ms queue + 200 ms prefill → 820 ms,
-1.22×).
+removes only the prefill share (Jellow, "前缀缓存命中率很高，首字为什么还是慢？" — "a high prefix-cache hit rate, so
+why is the first token still slow?" —, in the series 模型推理加速专题, one of the project's source articles: 800 ms
+queue + 200 ms prefill → 820 ms, 1.22×).
 
 Formula: over the window (between the first and last timed scrape, else between the first and last untimed scrape
 when no count fell between them, or since the process started for one scrape)
