@@ -52,6 +52,7 @@ FLOORS = [
             "tracediag.files",
             "tracediag.inputfile",
             "tracediag.inputspec",
+            "tracediag.interrupt",
             "tracediag.schemas",
         ],
     ),

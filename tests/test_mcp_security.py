@@ -170,6 +170,46 @@ def test_a_cancelled_query_stops_at_once(run):
     assert time.monotonic() - t0 < 10  # the interrupt, not the 60 s time limit
 
 
+@pytest.mark.parametrize("stage", ["running", "building"])
+def test_a_cancelled_analysis_stops_inside_the_stage_it_is_in(tmp_path, monkeypatch, stage):
+    """Cancelled while a stage runs (the rules, the report sections), the analysis stops at that stage's next
+    checkpoint — one rule or section later — not at the next stage: the stage's last rule or section never runs,
+    and the reserved run folder goes."""
+    import importlib
+
+    from tracediag.reports.sections import SECTION_BUILDERS
+    from tracediag.rules import RULE_MODULES
+
+    last = importlib.import_module(RULE_MODULES[-1] if stage == "running" else list(SECTION_BUILDERS)[-1])
+    attr = "check" if stage == "running" else "build"
+    reached = []
+    monkeypatch.setattr(last, attr, lambda ctx: reached.append(ctx))
+    cancel = Cancel()
+    ws = Workspace(tmp_path / "runs").scoped(None, cancel)
+
+    def progress(name: str) -> None:
+        if name.startswith(stage):
+            cancel.set()  # after the stage's own boundary check: only a checkpoint inside the stage sees it
+
+    with pytest.raises(Cancelled):
+        ws.analyze([str(HEALTHY)], progress=progress)
+    assert reached == []
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_stop_interrupts_the_running_duckdb_statement():
+    import duckdb
+
+    from tracediag.interrupt import interrupting, stopping
+
+    flag, con = Cancel(), duckdb.connect()
+    threading.Timer(0.3, flag.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled), stopping(flag), interrupting(con):
+        con.execute(SPIN).fetchall()
+    assert time.monotonic() - t0 < 5
+
+
 # --- through the server, driven by the SDK client over stdio -------------------------------------------------
 
 HUGE = "SELECT repeat('x', 5000) AS s FROM range(10000)"

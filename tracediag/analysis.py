@@ -22,6 +22,7 @@ from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import without_pandas
+from tracediag.interrupt import interrupting
 from tracediag.model import ModelConfig
 from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import Section, build_sections
@@ -271,7 +272,8 @@ def run(
         files = input_files(request.traces, request.side_inputs)
         con = build_store(files, db_path=db_path, options=request.ingest_options(), jobs=request.jobs, progress=say)
     try:
-        report = evaluate(con, request, extra_sections, progress=say)
+        with interrupting(con):  # a stopped call's running statement ends at once (tracediag.interrupt)
+            report = evaluate(con, request, extra_sections, progress=say)
         if db_path is not None and store is None:
             if column_comments:
                 comment_columns(con)  # unit and meaning of every column, for whoever opens the file

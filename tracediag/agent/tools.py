@@ -34,6 +34,7 @@ from tracediag.findings import WALK_STEPS, coverage_sentence, impact_text
 from tracediag.findings import verdict as build_verdict
 from tracediag.gate.outcome import finding_id
 from tracediag.inputspec import BY_NAME
+from tracediag.interrupt import stopping
 from tracediag.request import Request
 
 Progress = Callable[[str], None]
@@ -358,8 +359,9 @@ class Workspace:
         reserved = out_dir is None
         out_dir = out_dir or self._new_run_dir()
         try:
-            report = staged_outputs(out_dir, lambda staging: run_analysis(request, staging / "trace.duckdb",
-                                                                          progress=say), guard=guard)  # fmt: skip
+            with stopping(self.cancel):  # stopped inside a stage too: per chunk, derivation, rule (tracediag.interrupt)
+                report = staged_outputs(out_dir, lambda staging: run_analysis(request, staging / "trace.duckdb",
+                                                                              progress=say), guard=guard)  # fmt: skip
         except BaseException:
             if reserved:
                 with contextlib.suppress(OSError):
@@ -497,8 +499,9 @@ class Workspace:
         baseline_path, out_dir = self._read("baseline", baseline), self._write("out", out)
         say = self._say(progress)
         self._check_cancel()
-        result, warnings = run_check(request, fail_on=fail_on, baseline=baseline_path, rules=rules, require=require,
-                                     out=out_dir, progress=say)  # fmt: skip
+        with stopping(self.cancel):
+            result, warnings = run_check(request, fail_on=fail_on, baseline=baseline_path, rules=rules,
+                                         require=require, out=out_dir, progress=say)  # fmt: skip
         out_text = None if out_dir is None else str(out_dir)
         text = io.StringIO()
         print_result(result, file=text, out=out_text, audience="mcp")

@@ -27,6 +27,7 @@ from importlib import resources
 
 import duckdb
 
+from tracediag.interrupt import checkpoint
 from tracediag.store import run_sql_file, transaction
 
 # The parsers' tables (tracediag/store/schema*.sql) the derivations read: required without a provider.
@@ -173,9 +174,11 @@ def build_all(con: duckdb.DuckDBPyConnection, order: list[Derivation] | None = N
     with transaction(con):
         for d in order:
             if not d.late:
+                checkpoint()
                 d.run(con)
         con.execute("".join(f"DROP TABLE IF EXISTS {name};" for d in order for name in d.scratch))
     for d in order:
         if d.late:
+            checkpoint()
             with transaction(con):
                 d.run(con)
