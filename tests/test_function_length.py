@@ -15,7 +15,6 @@ KNOWN_LONG_REASONS: dict[tuple[str, str], str] = {
     ("cli/diff.py", "diff"): _ELSEWHERE,
     ("gate/run.py", "run_check"): _ELSEWHERE,
     ("ingest/prometheus.py", "parse_prometheus"): _ELSEWHERE,
-    ("rules/step5_kernels/krn011_dominant_copies.py", "check"): _ELSEWHERE,
 }
 KNOWN_LONG: set[tuple[str, str]] = set(KNOWN_LONG_REASONS)
 
