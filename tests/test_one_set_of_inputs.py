@@ -104,3 +104,35 @@ def test_analyze_check_and_diff_read_tracediag_toml(tmp_path, monkeypatch):
     assert r.exit_code in (0, 1), r.output  # the flag over the file's budgets
     (sch010,) = json.loads((tmp_path / "c" / "findings.json").read_text())["checks"]
     assert sch010["values"]["slo_ms"] == {"ttft": 1.0}
+
+
+# a real file or value for each input the coverage can advise
+ADVISED = {
+    "model": SAMPLES / "healthy_tp2" / "config.json",
+    "tp": 2,
+    "log": EXT / "vllm" / "log_excerpts" / "vllm-5578_v0_preemption_warning_swapped_pending.log",
+    "metrics": EXT / "sglang" / "metrics" / "sglang-docs_production_metrics_scrape.prom",  # with a TTFT histogram
+    "bench": BENCH,
+    "nccl_tests": EXT / "nccl-tests" / "h100x2_all_reduce_perf.txt",
+    "topology": REPO / "tests" / "data" / "topology" / "h100x2_nvswitch.topo.json",
+    "slo": "ttft=500,tpot=50,e2el=10000",
+    "hbm_bandwidth": 3350.0,
+    "peak_tflops": 989.0,
+    "tp1_baseline": SAMPLES / "healthy_tp1",
+    "graph_capture": SAMPLES / "healthy_tp1" / "rank0.pt.trace.json.gz",
+}
+
+
+def test_the_coverage_advice_followed_literally_gets_each_rule_past_that_input():
+    """For every input the coverage of a sample run advises ("pass --topology topo.json to enable …"), passing that
+    input — by the argument the advice names, nothing else — leaves none of those rules asking for it again: each
+    runs, or now names another input it lacks."""
+    trace = [SAMPLES / "healthy_tp2"]
+    base = tracediag.analyze(trace)
+    groups = base.verdict["coverage"]["enable"]
+    assert len(groups) >= 6
+    for g in groups:
+        arg, flag = g["argument"], option_name(g["input"])
+        got = tracediag.analyze(trace, rules=tuple(g["rules"]), **{arg: ADVISED[arg]})
+        still = [c.rule for c in got.checks if c.status == "not_applicable" and flag in (c.enable or ())[:1]]
+        assert not still, f"{g['input']}: {still} still ask for it"
