@@ -198,7 +198,9 @@ def test_nothing_ran_is_not_a_clean_result():
                     enable=("--model config.json",)) for r in ("A", "B")]  # fmt: skip
     v = verdict(checks)
     assert v["status"] == "nothing_ran" and "not a clean result" in v["headline"]
-    assert coverage(checks)["enable"] == [{"input": "--model config.json", "rules": ["A", "B"]}]
+    assert coverage(checks)["enable"] == [
+        {"input": "--model config.json", "argument": "model", "config_key": None, "rules": ["A", "B"]}
+    ]
 
 
 def test_a_huge_string_is_kept_once():
