@@ -120,8 +120,8 @@ def test_col003_tp1_projection_checked_against_a_tp1_run(tmp_path):
     assert r.exit_code == 1, r.stdout + r.stderr
     d = json.loads((out / "diff.json").read_text())
     (col003,) = [p for p in d["predictions"] if p["rule"] == "COL003"]
-    v = next(c for c in json.loads((REPO / "tests" / "golden" / "healthy_tp2.json").read_text())["checks"]
-             if c["rule"] == "COL003")["values"]  # fmt: skip
+    (golden,) = json.loads((REPO / "tests" / "golden" / "rules" / "COL003.json").read_text())["healthy_tp2"]
+    v = golden["values"]
     (decode,) = [x for x in d["step_time"] if x["phase"] == "decode"]
     saving = v["calls_per_step"] * v["alpha_us"] * 1e3 - v["c_saved_by_tp_ms_per_step"] * 1e6
     saving -= v["breakeven_denominator_s"] * 1e9 * v["median_T"]
