@@ -65,3 +65,47 @@ def test_a_failed_bulk_insert_in_a_transaction_raises_its_own_error():
     con.begin()  # as a store's load: the INSERT's failure aborts it, and unregistering then raised TransactionException
     with pytest.raises(duckdb.ConversionException):
         append_arrow(con, "t", pa.table({"a": ["x"]}))
+
+
+PROM_617 = EXTERNAL / "vllm" / "metrics" / "production-stack-617_vllm0.10.0_v1_engine_label_excerpt.prom"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("kv_cache_usage_perc{", "-1e308", "beyond 1e300"),
+        ("kv_cache_usage_perc{", "+Inf", "beyond 1e300"),
+        ("kv_cache_usage_perc{", "7.5", "usage fraction"),
+        ("kv_cache_usage_perc{", "NaN", "not a number"),
+        ("_bucket{", "-3", "negative count"),
+    ],
+)
+def test_a_scrape_value_no_metric_has_is_a_counted_bad_record(tmp_path, name, value, why):
+    from tracediag.ingest.prometheus import parse_prometheus
+
+    lines = PROM_617.read_text().splitlines()
+    i = next(n for n, ln in enumerate(lines) if name in ln and not ln.startswith("#"))
+    lines[i] = lines[i].rsplit(" ", 1)[0] + " " + value
+    f = tmp_path / "metrics.prom"
+    f.write_text("\n".join(lines) + "\n")
+    good = parse_prometheus(PROM_617, 0, IngestOptions())
+    assert good.inputs_rows[0]["bad_records"] == 0
+    bad = parse_prometheus(f, 0, IngestOptions())
+    assert bad.inputs_rows[0]["bad_records"] == 1
+    field = json.loads(bad.inputs_rows[0]["meta_json"])["bad_records"]["fields"]["metric_samples.value"]
+    assert field["count"] == 1 and why in field["action"], field
+    samples = bad.tables["metric_samples"]
+    assert samples.num_rows == good.tables["metric_samples"].num_rows  # kept, its value NULL
+    row = samples.filter(samples.column("line").to_numpy() == i + 1)
+    assert row.column("value").to_pylist() == [None]
+
+
+def test_a_scrape_file_whose_lines_would_not_fit_the_budget_is_refused_naming_the_limit(tmp_path):
+    from tracediag.ingest.prometheus import parse_prometheus
+
+    f = tmp_path / "metrics.prom"
+    f.write_text("".join(f"a{i} 1\n" for i in range(60_000)))  # 0.5 MB within the 8 MiB read budget of 64 MiB
+    with pytest.raises(InputError) as e:
+        parse_prometheus(f, 0, IngestOptions(memory_limit=64 << 20))
+    assert e.value.path == str(f) and "60,001 lines" in e.value.problem and "--memory-limit 64 MiB" in e.value.problem
+    assert parse_prometheus(f, 0, IngestOptions()).tables["metric_samples"].num_rows == 60_000
