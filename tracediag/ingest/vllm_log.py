@@ -306,6 +306,8 @@ SPEC_SCHEMA = pa.schema(
 )
 MAX_EXAMPLES = 5
 MAX_TEXT = 500
+MAX_RUN_STARTS = 20  # the run starts listed in the input's meta (all are counted in `runs`)
+MAX_PROCESSES = 4096  # process names whose pid is followed (DP x TP engines and workers: hundreds at most)
 RUN_PID_GAP_S = 30.0  # a process name with a new pid starts a new run when its old pid was last heard this long ago
 _OUTER_TIME = re.compile(r"^[-\s\[]*(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})")
 
@@ -689,7 +691,8 @@ class LogState:
         self.run += 1
         self.run_active = False
         self.max_t = None
-        self.run_starts.append({"run": self.run, "line": line, "why": why})
+        if len(self.run_starts) < MAX_RUN_STARTS:  # a log whose clock jumps back every line is a run a line
+            self.run_starts.append({"run": self.run, "line": line, "why": why})
 
     def bad(self, line: int, text: str, why: str) -> None:
         self.n_malformed += 1
@@ -714,7 +717,8 @@ class LogState:
                 and t_s - old[1] >= RUN_PID_GAP_S
             ):  # data-parallel API servers share a name and interleave; a restarted one comes back later
                 self.new_run(line, f"new pid {pid} of {proc} (was {old[0]})")
-            self.pids[proc] = (pid, t_s if t_s is not None else (old[1] if old else None))
+            if old is not None or len(self.pids) < MAX_PROCESSES:  # a name a line must not grow it without end
+                self.pids[proc] = (pid, t_s if t_s is not None else (old[1] if old else None))
         if t_s is not None:
             if self.max_t is not None and t_s < self.max_t - RUN_BACKWARDS_S and self.run_active:
                 self.new_run(line, f"time went back {self.max_t - t_s:.0f} s")
@@ -765,7 +769,7 @@ class LogState:
             "preemption_warnings": kinds.get("preemption", 0),
             "events": kinds,
             "runs": self.run + 1,
-            "run_starts": self.run_starts[:20],
+            "run_starts": self.run_starts,
             "startup_facts": facts,
             "malformed_lines": self.n_malformed,
             "malformed_examples": [{"line": n, "text": t} for n, t in self.malformed],
