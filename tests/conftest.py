@@ -39,7 +39,7 @@ def pytest_report_header(config):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/*.json from this run")
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/ from this run")
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """docs/adding-a-rule.md followed mechanically: in a copy of the package, a new rule is one module file (the
 docstring's four sections, RULE, check) plus its cases file, and with no other edit it is registered, runs in
-the report, counts in the coverage, is listed in the generated docs/rules.md and is run by the rule-cases
-machinery (tests/test_rule_cases.py). Also: the registered list is what the walk-step packages hold, in
-(step, id) order."""
+the report, counts in the coverage and is run by the rule-cases machinery (tests/test_rule_cases.py); every
+listing of the rules follows from the module — the generated docs/rules.md, README.md's rule table and the rules
+of its step in docs/method.md gain it (`python -m tracediag.docs --write`), and nothing else in them changes.
+Also: the registered list is what the walk-step packages hold, in (step, id) order."""
 
 from __future__ import annotations
 
@@ -118,6 +119,24 @@ doc = rules_markdown()
 assert "### KRN990 — CPU ops per layer stay under a budget" in doc
 assert "Module `tracediag.rules.step5_kernels.krn990_ops_per_layer`. Needs: tables `cpu_ops`; model `L`." in doc
 assert "Enabled by: `--model config.json`." in doc
+# the other listings: README.md's table and docs/method.md's step 5 gain the rule, and nothing else changes
+import difflib
+from pathlib import Path
+
+from tracediag.docs import generated_files
+
+changed = {}
+for path, text in generated_files(Path(".")).items():
+    if path.name != "rules.md":
+        old = path.read_text(encoding="utf-8").splitlines()
+        diff = [d for d in difflib.ndiff(old, text.splitlines()) if d[:2] in ("+ ", "- ")]
+        changed[str(path)] = diff
+link = "[KRN990](docs/rules.md#krn990--cpu-ops-per-layer-stay-under-a-budget)"
+row = f"| {link} | 5 | CPU ops per layer stay under a budget |"
+assert changed["README.md"] == ["+ " + row], changed["README.md"]
+removed, added = changed["docs/method.md"]
+assert removed.startswith("- *Rules of this step*") and removed.endswith(", KRN012."), removed
+assert added == "+" + removed[1:-1] + ", KRN990.", added
 print("rules:", len(RULE_MODULES))
 """
 
@@ -135,6 +154,9 @@ def test_a_new_rule_is_one_file_and_its_cases(tmp_path):
     _copy(REPO / "tests" / "cases", tmp_path / "tests" / "cases")
     (tmp_path / "tests" / "data").symlink_to(REPO / "tests" / "data")
     (tmp_path / "sample_traces").symlink_to(REPO / "sample_traces")
+    (tmp_path / "docs").mkdir()
+    for f in ("README.md", "docs/method.md"):  # the pages with generated listings, as the repository has them
+        shutil.copy2(REPO / f, tmp_path / f)
     # the only edits: the module and its cases
     (tmp_path / "tracediag/rules/step5_kernels/krn990_ops_per_layer.py").write_text(SCRATCH_RULE)
     (tmp_path / "tests/cases/krn990.toml").write_text(SCRATCH_CASES)

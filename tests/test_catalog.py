@@ -336,6 +336,10 @@ GPU_TRACE_EXPECTATIONS = [
     ("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
      "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernel", ("attention", "ck_attention")),
     ("tracelens_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "Cijk_Alik_Bljk_BBS", ("gemm", "hipblaslt")),
+    # ROCm convolutions of a ResNet step (were "other"): MIOpen's implicit-GEMM asm and Composable Kernel's grouped conv
+    ("tracelens_mi300x_rank0of8_rccl_ddp.json.gz", "igemm_", ("conv", "miopen")),
+    ("tracelens_mi300x_rank0of8_rccl_ddp.json.gz", "_ZN2ck16tensor_operation6device12_GLOBAL__N_1",
+     ("conv", "ck_conv")),
 ]  # fmt: skip
 
 

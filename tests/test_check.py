@@ -25,6 +25,7 @@ from tracediag.gate.baseline import compare_measures
 from tracediag.gate.config import CheckConfig, Tolerances, load_config, parse_config, select_rules
 from tracediag.gate.outcome import finding_id
 from tracediag.measures import t_bucket
+from tracediag.request import Request
 from tracediag.rules import RULE_MODULES
 
 DATA = REPO / "tests" / "data"
@@ -261,7 +262,7 @@ def test_selection_runs_only_the_selected_rules(tmp_path, monkeypatch):
 
         monkeypatch.setattr(mod, "check", never)
     d, cfg = sample("fault_fp32_comm_tp2")
-    result, _ = run_check([d], model=cfg, rules="COL003", out=tmp_path / "out")
+    result, _ = run_check(Request.build([d], model=cfg), rules="COL003", out=tmp_path / "out")
     doc = json.loads((tmp_path / "out" / "findings.json").read_text())
     assert [c["rule"] for c in doc["checks"]] == ["COL003"] and result.rules_selected == ["COL003"]
     assert doc["checks"][0] == json.loads(json.dumps(full.to_dict()))
@@ -484,9 +485,9 @@ def test_without_out_the_store_gets_no_column_comments(tmp_path, monkeypatch):
     real = tracediag.analysis.comment_columns
     monkeypatch.setattr(tracediag.analysis, "comment_columns", lambda con: commented.append(real(con)))
     d, cfg = sample("healthy_tp2")
-    alone, _ = run_check([d], model=cfg, rules="COL001")
+    alone, _ = run_check(Request.build([d], model=cfg), rules="COL001")
     assert commented == []
-    kept, _ = run_check([d], model=cfg, rules="COL001", out=tmp_path / "out")
+    kept, _ = run_check(Request.build([d], model=cfg), rules="COL001", out=tmp_path / "out")
     assert len(commented) == 1 and commented[0] > 100
     with duckdb.connect(str(tmp_path / "out" / "trace.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(comment) FROM duckdb_columns() WHERE NOT internal").fetchone()[0] > 100

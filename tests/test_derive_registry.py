@@ -1,19 +1,35 @@
-"""The derivation registry (tracediag/derive/__init__.py): its build order is valid, a requirement left out of a
-declaration is caught, and every table it says it provides is in the store after a build."""
+"""The derivation registry (tracediag/derive/__init__.py): each derivation's declaration is where it is written —
+a `.sql` file's header names exactly the tables its SQL reads, and a comment beside every column it makes; a
+Python module's constants, read from its source, are the ones it holds — its build order is valid, a requirement
+left out of a declaration is caught, and every table it says it provides is in the store after a build."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import inspect
 import re
 from importlib import resources
 
 import pytest
 from conftest import EXTERNAL
 
-from tracediag.derive import CANONICAL, REGISTRY, Derivation, build_all, build_order, provided_tables
+import tracediag.derive
+from tracediag.derive import (
+    CANONICAL,
+    FIELDS,
+    REGISTRY,
+    STEPS,
+    Derivation,
+    build_all,
+    build_order,
+    provided_tables,
+    python_declaration,
+    sql_declaration,
+)
 from tracediag.ingest import load, parse_all
-from tracediag.store import open_store, schema_files
+from tracediag.store import open_store, schema_files, sql_column_comments
 
 TRACE = EXTERNAL / "kineto" / "hta_gp100_gpu_user_annotation.json.gz"  # GPU kernels in an annotated step
 
@@ -57,18 +73,59 @@ def test_canonical_requirements_are_tables_of_the_schema():
 
 
 def _code(sql: str) -> str:
-    return re.sub(r"--[^\n]*", "", sql)
+    return re.sub(r"'(?:[^']|'')*'", "''", re.sub(r"--[^\n]*", "", sql))  # comments and string literals aside
 
 
-def test_each_sql_derivation_requires_the_derived_tables_it_reads():
-    """A derived table named in a .sql derivation's SQL (comments aside) is one it provides or requires."""
-    derived = {n: d for d in REGISTRY for n in d.provides + d.scratch}
-    for d in REGISTRY:
-        if not d.step.endswith(".sql"):
-            continue
-        words = set(re.findall(r"\b[a-z_]+\b", _code(resources.files("tracediag.derive").joinpath(d.step).read_text())))
-        read = {n for n in words & set(derived) if derived[n] is not d}
-        assert read <= set(d.requires), (d.step, read - set(d.requires))
+_MADE = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(?:TABLE|VIEW|MACRO)\s+(\w+)", re.I)
+_CTE = re.compile(r"\b(\w+)\s+AS\s+(?:NOT\s+)?(?:MATERIALIZED\s+)?\(", re.I)
+_READ = re.compile(r"\b(?:FROM|JOIN|UPDATE)\s+(\w+)\b(?!\s*\()", re.I)  # a name, not a table function's call
+
+
+def tables_read(sql: str) -> set[str]:
+    """The tables a SQL text reads or updates (after FROM, JOIN, UPDATE), less those it makes and its CTEs."""
+    code = _code(sql)
+    made = {n.lower() for n in _MADE.findall(code) + _CTE.findall(code)}
+    return {n.lower() for n in _READ.findall(code)} - made
+
+
+def _sql(step: str) -> str:
+    return resources.files("tracediag.derive").joinpath(step).read_text(encoding="utf-8")
+
+
+def test_tables_read_finds_from_join_and_update_but_not_ctes_or_what_the_file_makes():
+    sql = """-- FROM not_me
+    CREATE TEMP TABLE t AS WITH c AS (SELECT * FROM a WHERE x = 'FROM b') SELECT * FROM c JOIN d USING (k);
+    UPDATE e SET y = 1 FROM (SELECT * FROM t) s; SELECT * FROM read_parquet('f');"""
+    assert tables_read(sql) == {"a", "d", "e"}
+
+
+@pytest.mark.parametrize("step", [s for s in STEPS if s.endswith(".sql")])
+def test_a_sql_derivation_declares_in_its_header_the_tables_it_reads(step):
+    """`-- requires:` names (stages aside) exactly the tables the SQL reads, so the header cannot drift from it."""
+    declared = sql_declaration(_sql(step))
+    assert {r.split(".")[0] for r in declared["requires"]} == tables_read(_sql(step)), step
+
+
+@pytest.mark.parametrize("step", [s for s in STEPS if not s.endswith(".sql")])
+def test_a_python_derivation_declares_in_its_constants_what_the_registry_reads(step):
+    """The registry reads a module's REQUIRES / PROVIDES / UPDATES / SCRATCH / LATE from its source (importing
+    none): what it reads is what the module holds, in the one form every Python derivation uses."""
+    module = importlib.import_module(step)
+    text = inspect.getsource(module)
+    assert python_declaration(text) == {
+        f: getattr(module, f.upper()) for f in (*FIELDS, "late") if hasattr(module, f.upper())
+    }
+    assert callable(module.build) and "requires" in python_declaration(text)
+
+
+def test_the_registry_is_the_declarations_of_the_steps():
+    assert tuple(d.step for d in REGISTRY) == STEPS
+    with pytest.raises(ValueError, match="declares no requires"):
+        tracediag.derive.read_declaration("collective_calls.sql")  # a part of collectives.py, not a derivation
+    assert sql_declaration("-- requires: a, b.c\n-- late: why\nSELECT 1; -- provides: no") == {
+        "requires": ("a", "b.c"),
+        "late": True,
+    }
 
 
 @functools.cache
@@ -111,6 +168,27 @@ def test_every_provided_table_is_in_the_store_after_a_build():
     ref = _reference()
     assert set(ref) == set(provided_tables())
     assert ref["steps"][0] and ref["kernel_steps"][0] and ref["step_activity"][0], "the sample must exercise them"
+
+
+def test_a_sql_derivation_comments_every_column_it_makes_in_its_own_file():
+    con = open_store()
+    try:
+        load(con, _parsed())
+        build_all(con)
+        for d in REGISTRY:
+            if not d.step.endswith(".sql"):
+                continue
+            said = sql_column_comments(_sql(d.step))
+            for table in d.provides:
+                cols = [
+                    r[0]
+                    for r in con.execute(
+                        "SELECT column_name FROM duckdb_columns() WHERE table_name = ?", [table]
+                    ).fetchall()
+                ]
+                assert cols and not [c for c in cols if c not in said.get(table, {})], (d.step, table)
+    finally:
+        con.close()
 
 
 @pytest.mark.parametrize("step", [d.step for d in REGISTRY if set(d.requires) - CANONICAL])

@@ -1,15 +1,29 @@
-"""Docs that cannot rot: the rules reference is generated, every rule documents itself."""
+"""Docs that cannot rot: every listing of the rules is generated (the reference, README's table, the rules of
+each step in docs/method.md), no prose quotes how many rules there are, every rule documents itself."""
 
 from __future__ import annotations
 
+import re
+
 from conftest import REPO
 
-from tracediag.docs import REQUIRED_SECTIONS, rules_markdown
+from tracediag.docs import REQUIRED_SECTIONS, generated_files
 from tracediag.engine import load_rules
 
+RULE_COUNT = re.compile(r"\b\d+ (?:of \d+ )?(?:rules|rule modules)\b")  # "36 rules", "6 of 36 rules ran"
 
-def test_rules_md_is_current():
-    assert (REPO / "docs" / "rules.md").read_text() == rules_markdown(), "run: python -m tracediag.docs > docs/rules.md"
+
+def test_generated_listings_are_current():
+    for path, text in generated_files(REPO).items():
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run python -m tracediag.docs --write"
+
+
+def test_no_prose_quotes_a_rule_count():
+    """A count of the rules goes stale with the next rule: the docs say N (or "every rule") instead."""
+    pages = [REPO / "README.md", REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for page in pages:
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            assert not RULE_COUNT.search(line), f"{page.relative_to(REPO)}:{n} quotes a rule count: {line.strip()}"
 
 
 def test_every_rule_has_docstring_sections_and_metadata():
@@ -83,3 +97,13 @@ def test_the_agent_skill_file_names_tables_and_columns_the_store_has():
         for part in columns.split(" / "):  # one column list per table, in the order the tables are named
             for col in re.findall(r"\w+", part.replace("`", "")):
                 assert any(col in docs[t] for t in names), (tables, col)
+
+
+def test_extending_md_names_every_extension_point_and_readme_links_it():
+    page = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    assert "docs/extending.md" in (REPO / "README.md").read_text(encoding="utf-8")
+    points = ("## A rule", "## A derivation", "## An ingester", "## A kernel family", "## A GPU", "## A report section")
+    for needle in (*points, "tracediag.testing import run_cases", "python -m tracediag.docs --write"):
+        assert needle in page, needle
+    for path in re.findall(r"`((?:tracediag|tests)/[\w/.]+\.(?:py|json|sql))`", page):
+        assert (REPO / path).exists(), path  # every fixed path it names is there

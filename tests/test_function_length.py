@@ -6,10 +6,14 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tracediag"
-MAX_LINES = 150
+MAX_LINES = 100
 
 # (path under tracediag/, function name): functions allowed over the limit, each with the reason
-KNOWN_LONG: set[tuple[str, str]] = set()
+_ELSEWHERE = "being split in another change"
+KNOWN_LONG_REASONS: dict[tuple[str, str], str] = {
+    ("ingest/prometheus.py", "parse_prometheus"): _ELSEWHERE,
+}
+KNOWN_LONG: set[tuple[str, str]] = set(KNOWN_LONG_REASONS)
 
 
 def _function_lengths() -> dict[tuple[str, str, int], int]:

@@ -90,3 +90,16 @@ def test_python_frames_are_used_when_kept_and_suggested_when_left_out():
     skipped = _krn006(str(path)).values["longest_gap"]["host_attribution"]
     assert not skipped["python_frames"] and skipped["spans"][0]["name"] == "cudaGraphLaunch"
     assert skipped["advice"].startswith("Run tracediag with --keep-python: the trace holds 2,142 Python frames")
+
+
+def test_idle_over_the_whole_trace_of_a_non_llm_program_is_a_rate_and_heads_the_verdict():
+    """pipit saxpy (MPI + CUDA, no step markers, no prefill or decode): its one 'step' is the whole trace, so GPU idle
+    66 % of it is no one-step sample of an engine loop. Before: info with the one-step caveat, and copies at 26 % of
+    the window headed the verdict; now a warning that heads it, on the same basis."""
+    r = analyze([str(NSYS / "pipit_saxpy_mpi_nvtx.sqlite")])
+    c = {c.rule: c for c in r.checks}
+    idle, copies = c["KRN006"], c["KRN011"]
+    assert idle.severity == "warning" and idle.confidence == "high" and "one_step_caveat" not in idle.values
+    assert idle.impact_basis == copies.impact_basis == "the window's step time"
+    assert idle.impact > 0.6 > 0.3 > copies.impact
+    assert r.verdict["rule"] == "KRN006" and r.verdict["status"] == "problem"

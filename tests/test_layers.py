@@ -14,7 +14,10 @@ PACKAGE = REPO / "tracediag"
 
 # Top to bottom. A module belongs to the floor of its longest listed prefix.
 FLOORS = [
-    ("entry points", ["tracediag", "tracediag.__main__", "tracediag.cli", "tracediag.docs", "tracediag.agent"]),
+    (
+        "entry points",
+        ["tracediag", "tracediag.__main__", "tracediag.cli", "tracediag.docs", "tracediag.testing", "tracediag.agent"],
+    ),
     (
         "library",
         [
@@ -23,6 +26,7 @@ FLOORS = [
             "tracediag.diff",
             "tracediag.notebook",
             "tracediag.runs",
+            "tracediag.request",
             "tracediag.output",
             "tracediag.fleet",
             "tracediag.engine",
@@ -47,6 +51,8 @@ FLOORS = [
             "tracediag.version",
             "tracediag.files",
             "tracediag.inputfile",
+            "tracediag.inputspec",
+            "tracediag.interrupt",
             "tracediag.schemas",
         ],
     ),

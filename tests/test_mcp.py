@@ -22,6 +22,17 @@ from tracediag.rules import RULE_MODULES
 
 TP1 = SAMPLES / "healthy_tp1"
 TP2 = SAMPLES / "healthy_tp2"
+EXT = REPO / "tests" / "data" / "external"
+# the inputs besides traces and model that `tracediag analyze` takes, as tool arguments, and the rule each enables
+EVERY_INPUT = {
+    "topology": str(REPO / "tests" / "data" / "topology" / "h100x2_nvswitch.topo.json"),
+    "nccl_tests": [str(EXT / "nccl-tests" / "h100x2_all_reduce_perf.txt")],
+    "bench": str(EXT / "vllm" / "bench" / "vllm-0.33.0_rate6_save-detailed.json"),
+    "slo": "ttft=500,tpot=50",
+    "hbm_bandwidth": 3350.0,
+    "memory_limit": "1GiB",
+}
+ENABLED = {"PATH001": "topology", "PATH002": "nccl_tests", "SCH010": "slo", "KRN005": "hbm_bandwidth"}
 
 
 def _env() -> dict[str, str]:
@@ -52,6 +63,9 @@ async def _session(runs: Path, store: Path) -> dict[str, Any]:
         got["analyze"] = await call("analyze", {"inputs": [str(TP1)], "model": str(TP1 / "config.json")},
                                     progress_callback=on_progress)  # fmt: skip
         run = got["analyze"].structured_content["run"]
+        got["analyze_inputs"] = await call(
+            "analyze", {"inputs": [str(TP2)], "model": str(TP2 / "config.json"), **EVERY_INPUT}
+        )
         got["findings"] = await call("findings", {"run": run})
         got["explain"] = await call("explain", {"run": run, "rule": "sch001"})
         got["explain_unknown"] = await call("explain", {"run": run, "rule": "NOPE001"})
@@ -156,16 +170,35 @@ def test_output_schemas_type_the_fields(session):
     assert {a["status"] for a in d["comparability"]["aspects"]} >= {"same", "not comparable"}
 
 
+def test_every_input_of_the_cli_reaches_the_analysis_as_a_tool_argument(session):
+    """topology, nccl-tests, bench, SLO, bandwidth and memory limit given to the tool enable the rules they enable on
+    the command line, and the tool's schema describes each (with the same inputs the CLI's analyze has)."""
+    r = session["analyze_inputs"]
+    assert not r.is_error, r.content
+    doc = json.loads((Path(r.structured_content["run"]) / "findings.json").read_text())
+    status = {c["rule"]: c["status"] for c in doc["checks"]}
+    assert all(status[rule] != "not_applicable" for rule in ENABLED), status
+    props = session["tools"]["analyze"].input_schema["properties"]
+    assert all(props[name].get("description") for name in ENABLED.values())
+
+
 def test_analyze_returns_verdict_coverage_and_ranked_findings_with_progress(session):
     r = session["analyze"]
     assert not r.is_error, r.content
     s = r.structured_content
     run = session["run"]
     assert Path(s["run"]) == run and run.parent.name.startswith("runs")
-    assert s["kept"] is True and s["kept_note"] == f"kept: {run} is in the runs folder {run.parent} (--runs-dir)"
+    assert s["kept"] is True and s["kept_note"] == (
+        f"kept: {run} is in the runs folder {run.parent} (--runs-dir); the folder keeps the last 100 runs (--keep-runs)"
+    )
     doc = json.loads((run / "findings.json").read_text())  # what the CLI's analyze writes
     assert s["verdict"]["headline"] == doc["verdict"]["headline"] and s["verdict"]["rule"] == doc["verdict"]["rule"]
-    assert s["coverage"]["rules"] == len(RULE_MODULES) and s["coverage"]["text"] == doc["verdict"]["coverage_text"]
+    assert s["coverage"]["rules"] == len(RULE_MODULES)
+    # the coverage's advice names what an agent can pass: the tools' arguments, not the CLI's flags
+    cli_text, text = doc["verdict"]["coverage_text"], s["coverage"]["text"]
+    assert "pass --log to enable" in cli_text and "pass the `log` argument to enable" in text
+    assert " --" not in text and text.split(":")[0] == cli_text.split(":")[0]
+    assert {e["argument"] for e in s["coverage"]["enable"]} >= {"log", "topology", "metrics"}
     assert [f["id"] for f in s["findings"]] == [f["rule"] for f in doc["findings"]]
     assert all(f["title"] and isinstance(f["impact"], float) for f in s["findings"])
     assert json.loads(r.content[0].text) == s  # the same result as text for clients without structured output

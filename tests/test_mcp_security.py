@@ -10,6 +10,7 @@ CLI's own errors about a file that is not the format asked for."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -144,8 +145,8 @@ def test_a_read_back_store_of_our_own_is_read(run):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=1e30), "tp must be an integer"),
-        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=99999), "tp must be from 1 to 4,096"),
+        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=1e30), "tp: must be an integer"),
+        (lambda ws, run: ws.analyze([str(HEALTHY)], tp=99999), "tp: must be an integer from 1 to 4096"),
         (lambda ws, run: ws.query(run, "SELECT 1", max_rows=0), "max_rows must be from 1"),
         (lambda ws, run: ws.analyze(["a\x00b"]), "inputs[0]: the path holds a NUL byte"),
         (lambda ws, run: ws.analyze(["x" * 100_000]), "inputs[0]: a path of 100,000 characters"),
@@ -167,6 +168,46 @@ def test_a_cancelled_query_stops_at_once(run):
     with pytest.raises(Cancelled):
         scoped.query(folder, "SELECT count(*) FROM range(10000000000) a, range(1000) b", time_limit_s=60)
     assert time.monotonic() - t0 < 10  # the interrupt, not the 60 s time limit
+
+
+@pytest.mark.parametrize("stage", ["running", "building"])
+def test_a_cancelled_analysis_stops_inside_the_stage_it_is_in(tmp_path, monkeypatch, stage):
+    """Cancelled while a stage runs (the rules, the report sections), the analysis stops at that stage's next
+    checkpoint — one rule or section later — not at the next stage: the stage's last rule or section never runs,
+    and the reserved run folder goes."""
+    import importlib
+
+    from tracediag.reports.sections import SECTION_BUILDERS
+    from tracediag.rules import RULE_MODULES
+
+    last = importlib.import_module(RULE_MODULES[-1] if stage == "running" else list(SECTION_BUILDERS)[-1])
+    attr = "check" if stage == "running" else "build"
+    reached = []
+    monkeypatch.setattr(last, attr, lambda ctx: reached.append(ctx))
+    cancel = Cancel()
+    ws = Workspace(tmp_path / "runs").scoped(None, cancel)
+
+    def progress(name: str) -> None:
+        if name.startswith(stage):
+            cancel.set()  # after the stage's own boundary check: only a checkpoint inside the stage sees it
+
+    with pytest.raises(Cancelled):
+        ws.analyze([str(HEALTHY)], progress=progress)
+    assert reached == []
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_a_stop_interrupts_the_running_duckdb_statement():
+    import duckdb
+
+    from tracediag.interrupt import interrupting, stopping
+
+    flag, con = Cancel(), duckdb.connect()
+    threading.Timer(0.3, flag.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(Cancelled), stopping(flag), interrupting(con):
+        con.execute(SPIN).fetchall()
+    assert time.monotonic() - t0 < 5
 
 
 # --- through the server, driven by the SDK client over stdio -------------------------------------------------
@@ -363,7 +404,7 @@ def test_out_of_range_numbers_nul_bytes_and_long_paths_are_one_line_errors_namin
     text = _error_line(served["tp_string"])
     assert text.startswith("tracediag: error: tp: Input should be a valid integer") and "aaa" not in text, text
     assert _error_line(served["inputs_not_list"]).startswith("tracediag: error: inputs: ")
-    assert "tp must be from 1 to 4,096, got 99,999" in _error_line(served["tp_big"])
+    assert "tp: must be an integer from 1 to 4096, got int 99999" in _error_line(served["tp_big"])
     assert "max_rows must be" in _error_line(served["rows_0"])
     assert "inputs[0]: the path holds a NUL byte" in _error_line(served["nul"])
     assert "log: the path holds a NUL byte" in _error_line(served["nul_log"])
@@ -508,3 +549,21 @@ def test_a_store_that_carries_code_is_refused_by_query_and_the_notebook(run, tmp
     with tracediag.open(forged) as opened, pytest.raises(InputError, match="not a tracediag store"):
         opened.sql("SELECT 1")
     assert ws.query(folder, "SELECT count(*) AS n FROM steps")["rows"][0][0] > 0  # our own store is read
+
+
+def test_the_runs_folder_keeps_the_last_runs_and_says_so(tmp_path):
+    """Beyond --keep-runs the oldest finished runs go (an agent's loop must not fill the disk); a run still being
+    written (no findings.json yet) and the new one stay; the run summary says how many are kept."""
+    from tracediag.agent.tools import KEEP_RUNS
+    from tracediag.cli.mcp import mcp
+
+    ws = Workspace(tmp_path / "runs", keep_runs=2)
+    for n in (1, 2, 3):
+        (tmp_path / "runs" / f"run-{n}").mkdir(parents=True)
+    for n in (2, 3):
+        (tmp_path / "runs" / f"run-{n}" / "findings.json").write_text("{}")
+    new = ws._new_run_dir()
+    assert new.name == "run-4"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-1", "run-4"]  # run-1 still being written
+    assert "keeps the last 2 runs (--keep-runs)" in ws.kept(new)["kept_note"]
+    assert inspect.signature(mcp).parameters["keep_runs"].default == KEEP_RUNS

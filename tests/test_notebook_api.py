@@ -26,7 +26,7 @@ TRACE = SAMPLES / "healthy_tp2"
         ({"jobs": 0}, "jobs: must be an integer from 1 to 1024"),
         ({"peak_tflops": -1.0}, "peak_tflops: must be a number from 0.001"),
         ({"hbm_bandwidth": 1e9}, "hbm_bandwidth: must be a number from 0.001 to 100000"),
-        ({"slo": ""}, "--slo"),
+        ({"slo": ""}, "slo: empty"),
     ],
 )
 def test_the_clis_checks_apply(kwargs, word):

@@ -1,86 +1,39 @@
-"""One generic runner for the per-rule case files in tests/cases/*.toml (inputs are real traces)."""
+"""The per-rule case files in tests/cases/*.toml (inputs are real traces), run by tracediag.testing, the case
+runner a rule outside the package uses too."""
 
 from __future__ import annotations
 
-import functools
 import tomllib
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-from tracediag.analysis import analyze
-from tracediag.context import Settings
+from tracediag import testing
 from tracediag.engine import BUILTIN_RULES
 from tracediag.rules import module_name
 
 CASES_DIR = Path(__file__).parent / "cases"
 
 
-def _resolve(p: str) -> Path:
-    return REPO / p
-
-
 def _cases():
-    for f in sorted(CASES_DIR.glob("*.toml")):
-        for case in tomllib.loads(f.read_text())["case"]:
-            yield pytest.param(f.stem.upper(), case, id=f"{f.stem}: {case['name']}")
+    for rule, case in testing.load_cases(CASES_DIR):
+        yield pytest.param(rule, case, id=f"{rule.lower()}: {case['name']}")
 
 
 def rule_module(rule_id: str) -> str:
     return module_name(rule_id)
 
 
-@functools.cache
 def _report(trace, model, tp, rule, inputs: tuple[tuple[str, str], ...] = (), settings: tuple = ()):
-    # extra_rules runs a rule not yet registered; `inputs` = (path, format) pairs (--nccl-tests, --log, ...);
-    # `settings` = Settings fields as (name, value) pairs (tp1_baseline paths are resolved)
-    fields = {k: (str(_resolve(v)) if k == "tp1_baseline" else v) for k, v in settings}
-    return analyze(
-        [_resolve(trace)] if trace else [],
-        model=_resolve(model) if model else None,
-        tp=tp,
-        extra_inputs=[(_resolve(p), fmt) for p, fmt in inputs],
-        settings=Settings(**fields),
-        extra_rules=[rule_module(rule)],
-    )
-
-
-def _settings(case: dict) -> tuple:
-    s = dict(case.get("settings", {}))
-    if "tp1_baseline" in case:
-        s["tp1_baseline"] = case["tp1_baseline"]
-    if "slo" in case:
-        s["slo_ms"] = tuple((k, float(v)) for k, v in case["slo"].items())
-    return tuple(sorted((k, _freeze(v)) for k, v in s.items()))
-
-
-def _freeze(v):
-    """TOML arrays -> tuples (hashable for the cache, and the shape Settings fields take)."""
-    return tuple(_freeze(x) for x in v) if isinstance(v, list) else v
+    """The analysis of a case's inputs with the rule added (tracediag.testing.analysis, shared between cases)."""
+    return testing.analysis(REPO, trace, model, tp, rule_module(rule), inputs, settings)
 
 
 @pytest.mark.parametrize(("rule", "case"), list(_cases()))
 def test_case(rule, case):
-    inputs = tuple(tuple(x) for x in case.get("inputs", ()))
-    report = _report(case.get("trace"), case.get("model"), case.get("tp"), rule, inputs, _settings(case))
-    (check,) = [c for c in report.checks if c.rule == rule]
-    assert check.status == case["status"], check.to_dict()
-    if "severity" in case:
-        assert check.severity == case["severity"]
-    if "reason_contains" in case:
-        assert case["reason_contains"] in check.reason
-    if "title_contains" in case:
-        assert case["title_contains"] in check.title
-    for key, want in case.get("values", {}).items():
-        got = check.values[key]
-        assert got == pytest.approx(want), f"{key}: {got} != {want}"
-    if "cost_model_applies" in case:
-        assert check.cost_model_applies is case["cost_model_applies"]
-    if check.status == "finding":
-        # every finding shows its numbers, formula and where in the trace to look
-        assert check.formula and check.substituted and check.values and check.evidence and check.next_check
-        assert all({"rank", "ts_ns", "name"} <= set(e) for e in check.evidence)
+    """The runner a rule outside the package uses too (tracediag.testing.run_cases)."""
+    testing.check_case(rule, case, root=REPO)
 
 
 # Statuses no real input in the repository can produce; each is exercised on a documented
@@ -102,3 +55,19 @@ def test_every_rule_has_pass_finding_and_na_cases():
         rule_id = module.rsplit(".", 1)[1].split("_")[0].upper()
         covered = statuses.get(rule_id, set()) | {st for (r, st) in SYNTHETIC_ONLY if r == rule_id}
         assert covered >= {"pass", "finding", "not_applicable"}, rule_id
+
+
+def test_a_rule_outside_the_package_runs_its_cases_with_the_same_runner(tmp_path, monkeypatch):
+    """docs/extending.md: a rule of another package (here a module on sys.path, id XYZ990) and its case file,
+    paths relative to the root given."""
+    from test_adding_a_rule import SCRATCH_CASES, SCRATCH_RULE
+
+    (tmp_path / "outside_rule.py").write_text(SCRATCH_RULE.replace("KRN990", "XYZ990"))
+    na = SCRATCH_CASES[SCRATCH_CASES.index('[[case]]\nname = "no model config"') :]
+    (tmp_path / "xyz990.toml").write_text(na)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (check,) = testing.run_cases(tmp_path / "xyz990.toml", module="outside_rule", root=REPO)
+    assert check.rule == "XYZ990" and check.status == "not_applicable"
+    (tmp_path / "xyz990.toml").write_text(na.replace('status = "not_applicable"', 'status = "pass"'))
+    with pytest.raises(AssertionError, match="no model config"):  # a failed expectation names its case
+        testing.run_cases(tmp_path, module="outside_rule", root=REPO)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import duckdb
 
 from tracediag.analyses.stragglers import rank_groups
-from tracediag.context import Baseline, Context, Settings
+from tracediag.context import Settings
 from tracediag.derive.graph_capture import drop_gemm_overlay, overlay_gemm_shapes
 from tracediag.derive.layout import Layout, TPDegree, detect_layout
 from tracediag.derive.op_roofline import apply_measured_roofs
@@ -22,10 +22,11 @@ from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, Check, ranked_findings
 from tracediag.findings import verdict as build_verdict
 from tracediag.ingest import without_pandas
-from tracediag.ingest.base import IngestOptions
-from tracediag.model import ModelConfig, load_model_config
+from tracediag.interrupt import interrupting
+from tracediag.model import ModelConfig
 from tracediag.pipeline import build_store, input_files
 from tracediag.reports.sections import Section, build_sections
+from tracediag.request import Request
 from tracediag.rules import RULE_MODULES
 from tracediag.store import comment_columns, query_dicts
 from tracediag.version import __version__
@@ -177,56 +178,6 @@ def _without_pandas(fn: Callable) -> Callable:
     return run
 
 
-# the CLI's bounds of the numeric inputs (tracediag/cli/options.py, cli/analyze.py), for callers of the library
-_BOUNDS = {"tp": (1, 4096), "jobs": (1, 1024), "hbm_bandwidth": (0.001, 100_000), "peak_tflops": (0.001, 100_000),
-           "memory_limit": (1, 1 << 50)}  # fmt: skip
-_KEYWORD_FORMATS = {"log": "vllm-log", "metrics": "prometheus", "bench": "vllm-bench", "nccl_tests": "nccl-tests",
-                    "topology": "topology"}  # fmt: skip
-
-
-def _check_numbers(**values: Any) -> None:
-    """Each given number is of its type and within the CLI's bounds, else a UsageError naming the argument."""
-    for name, v in values.items():
-        if v is None:
-            continue
-        lo, hi = _BOUNDS[name]
-        integral = name in ("tp", "jobs", "memory_limit")
-        if isinstance(v, bool) or not isinstance(v, int if integral else (int, float)) or not lo <= v <= hi:
-            kind = "an integer" if integral else "a number"
-            raise UsageError(f"{name}: must be {kind} from {lo:g} to {hi:g}, got {type(v).__name__} {v!r:.40}")
-
-
-def _keyword_inputs(**given: Any) -> list[tuple[Path, str]]:
-    out = []
-    for name, paths in given.items():
-        for p in [paths] if isinstance(paths, (str, Path)) else paths or []:
-            out.append((Path(p), _KEYWORD_FORMATS[name]))
-    return out
-
-
-def _keyword_settings(settings: Settings | None, **given: Any) -> Settings | None:
-    """`settings` with the keyword inputs filled in (the CLI's options of the same names)."""
-    import dataclasses
-
-    from tracediag.context import parse_slo
-
-    fields = {
-        "slo_ms": parse_slo(given["slo"]) if given["slo"] is not None else None,
-        "hbm_bandwidth_gbs": given["hbm_bandwidth"],
-        "peak_tflops": given["peak_tflops"],
-        "tp1_baseline": str(given["tp1_baseline"]) if given["tp1_baseline"] is not None else None,
-        "graph_capture": str(given["graph_capture"]) if given["graph_capture"] is not None else None,
-    }
-    fields = {k: v for k, v in fields.items() if v is not None}
-    if not fields:
-        return settings
-    base = settings or Settings()
-    twice = [k for k in fields if getattr(base, k) not in (None, ())]
-    if twice:
-        raise UsageError(f"{', '.join(twice)}: given both in settings and as a keyword argument")
-    return dataclasses.replace(base, **fields)
-
-
 @_without_pandas
 def analyze(
     paths: list[str | Path],
@@ -243,27 +194,21 @@ def analyze(
     progress: Callable[[str], None] | None = None,
     ranks: str | list[int] | None = None,
     scheduler: Any = None,
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     rules: tuple[str, ...] | None = None,
     *,
     column_comments: bool = True,
-    log: list[str | Path] | str | Path | None = None,
-    metrics: list[str | Path] | str | Path | None = None,
-    bench: list[str | Path] | str | Path | None = None,
-    nccl_tests: list[str | Path] | str | Path | None = None,
-    topology: list[str | Path] | str | Path | None = None,
-    slo: str | None = None,
-    hbm_bandwidth: float | None = None,
-    peak_tflops: float | None = None,
-    tp1_baseline: str | Path | None = None,
-    graph_capture: str | Path | None = None,
+    config: str | Path | bool = False,
+    **inputs: Any,
 ) -> Report:
     """Ingest inputs into a DuckDB store (file `db_path` or in memory), derive, run the rules.
 
-    The keyword inputs are the CLI's, with its checks (`tp` 1 to 4096, `jobs` 1 to 1024, bandwidth and peak > 0 and
-    ≤ 1e5, `slo` as 'ttft=500,tpot=50'): `log`, `metrics`, `bench`, `nccl_tests`, `topology` (a path or a list),
-    `slo`, `hbm_bandwidth` (GB/s), `peak_tflops`, `tp1_baseline`, `graph_capture`; each fills `extra_inputs` or
-    `settings` as the option of the same name does (a value given both ways is an error).
+    The inputs are the CLI's (tracediag.inputspec), with its checks (`tp` 1 to 4096, `jobs` 1 to 1024, bandwidth
+    and peak > 0 and ≤ 1e5, `slo` as 'ttft=500,tpot=50', `memory_limit` in bytes or as '2GiB'), as keywords:
+    `log`, `metrics`, `bench`, `nccl_tests`, `topology` (a path or a list), `slo`, `hbm_bandwidth` (GB/s),
+    `peak_tflops`, `tp1_baseline`, `graph_capture`; each fills `extra_inputs` or `settings` as the option of the
+    same name does (a value given both ways is an error). `config`: a tracediag.toml to take settings from (True:
+    find one from the working folder up, as the commands do; default none).
 
     `paths` are traces or folders of traces (format detected from content); `extra_inputs` are
     (path, format) pairs given with an explicit format (CLI --metrics, --log, --bench, ...).
@@ -275,52 +220,60 @@ def analyze(
     most 8, else one per TP group plus the stragglers COL005 names), "all", a list of ranks, or text like
     "0,3,8-15" (tracediag.fleet.ranks). With several TP groups the rules run per group and are merged; on a
     store the groups run as local processes, or on the Dask cluster `scheduler` (an address or a Client).
-    `memory_limit` is the memory budget in bytes (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
+    `memory_limit` is the memory budget (tracediag.memory; None: DEFAULT_MEMORY_LIMIT): the parsers'
     chunks and spill threshold, DuckDB's memory_limit, and the TP=1 baseline's store.
     `rules` (rule ids): run only these registered rules (`tracediag check --rules`); None runs every rule.
     `column_comments`: give the file store's columns their unit and meaning (for whoever opens trace.duckdb; False
     for a store that only this process reads back, such as `tracediag check` without --out).
     """
-    say = progress or (lambda stage: None)
-    _check_numbers(tp=tp, jobs=jobs, memory_limit=memory_limit, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops)
-    extra_inputs = [*extra_inputs, *_keyword_inputs(log=log, metrics=metrics, bench=bench, nccl_tests=nccl_tests,
-                                                     topology=topology)]  # fmt: skip
-    settings = _keyword_settings(settings, slo=slo, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops,
-                                 tp1_baseline=tp1_baseline, graph_capture=graph_capture)  # fmt: skip
-    if isinstance(ranks, str):
-        from tracediag.fleet.ranks import parse_ranks
+    loaded = model if isinstance(model, ModelConfig) else None
+    request = Request.build(
+        list(paths) if isinstance(paths, (list, tuple)) else paths,
+        model=None if loaded is not None else model,
+        tp=tp,
+        keep_python=keep_python,
+        jobs=jobs,
+        ranks=ranks,
+        memory_limit=memory_limit,
+        config=config,
+        settings=settings,
+        store=store,
+        scheduler=scheduler,
+        rules=rules,
+        extra_rules=extra_rules,
+        side_inputs=extra_inputs,
+        **inputs,
+    )
+    if loaded is not None:
+        request = request.with_model(loaded)
+    return run(request, db_path, extra_sections=extra_sections, progress=progress, column_comments=column_comments)
 
-        ranks = parse_ranks(ranks)
-    if scheduler is not None and store is None:
-        raise UsageError("--scheduler runs the rules over a Parquet store: give --store (made by `tracediag ingest`)")
-    model_cfg = load_model_config(model) if isinstance(model, (str, Path)) else model
+
+def run(
+    request: Request,
+    db_path: str | Path | None = None,
+    *,
+    extra_sections: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
+    column_comments: bool = True,
+) -> Report:
+    """The analysis of a checked request (tracediag.request): its store built (or a Parquet store opened), the
+    rules run, the report assembled. `analyze` is this with the inputs as keywords."""
+    say = progress or (lambda stage: None)
+    store = request.store
     if store is not None:
-        if paths or extra_inputs:
+        if request.traces or request.side_inputs:
             raise UsageError("--store replaces the inputs: give either traces or --store, not both")
         from tracediag.fleet import open_store_views
 
         say(f"opening the store {store}")
         con = open_store_views(store, db_path)
     else:
-        files = input_files(paths, extra_inputs)
-        options = IngestOptions(keep_python=keep_python, memory_limit=memory_limit)
-        con = build_store(files, db_path=db_path, options=options, jobs=jobs, progress=say)
+        files = input_files(request.traces, request.side_inputs)
+        con = build_store(files, db_path=db_path, options=request.ingest_options(), jobs=request.jobs, progress=say)
     try:
-        report = evaluate(
-            con,
-            model_cfg,
-            tp,
-            settings,
-            extra_rules,
-            extra_sections,
-            progress=say,
-            ranks=ranks,
-            store=store,
-            scheduler=scheduler,
-            jobs=jobs,
-            memory_limit=memory_limit,
-            rules=rules,
-        )
+        with interrupting(con):  # a stopped call's running statement ends at once (tracediag.interrupt)
+            report = evaluate(con, request, extra_sections, progress=say)
         if db_path is not None and store is None:
             if column_comments:
                 comment_columns(con)  # unit and meaning of every column, for whoever opens the file
@@ -341,18 +294,9 @@ def analyze(
 
 def evaluate(
     con: duckdb.DuckDBPyConnection,
-    model: ModelConfig | None,
-    tp: int | None = None,
-    settings: Settings | None = None,
-    extra_rules: list[str] = (),
-    extra_sections: list[str] = (),
+    request: Request,
+    extra_sections: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
-    ranks: str | list[int] | None = None,
-    store: str | Path | None = None,
-    scheduler: Any = None,
-    jobs: int | None = None,
-    memory_limit: int | None = None,
-    rules: tuple[str, ...] | None = None,
 ) -> Report:
     """Run the rules and build the report sections on a store that holds canonical and derived tables.
 
@@ -364,22 +308,24 @@ def evaluate(
     from tracediag.fleet.ranks import LocalCopies, cross_group, make_plan, merge_group_checks, ranks_section, restricted
 
     say = progress or (lambda stage: None)
-    settings = settings or Settings()
+    settings, store = request.settings, request.store
     # a store's small tables read from memory while one group runs on the whole store (dropped before groups)
     copies = LocalCopies.of_store(con, store) if store is not None else LocalCopies(con)
-    baseline = Baseline(settings.tp1_baseline, memory_limit) if settings.tp1_baseline else None
+    baseline = request.baseline()
     overlaid = False  # the capture's GEMM shapes over gemm_shapes (derive/graph_capture.py): one group, no --store
     try:
-        layout = detect_layout(con, tp)
+        layout = detect_layout(con, request.tp)
         tpd = layout.tp
+        ranks = list(request.ranks) if isinstance(request.ranks, tuple) else request.ranks
         plan = make_plan(con, layout, ranks, failed=_failed_inputs(con, store))
-        ctx = Context(con=con, model=model, tp=tpd, settings=settings, layout=layout, baseline=baseline)
+        ctx = request.context(con, layout, baseline)
         if len(plan.groups) <= 1 and plan.all_deep:
             if settings.graph_capture and store is None:
                 overlaid = overlay_gemm_shapes(con, settings.graph_capture) is not None
             if store is None:  # measured roofs by flag replace the catalogue's in op_roofline (a --store is read-only)
                 apply_measured_roofs(con, settings.peak_tflops, settings.hbm_bandwidth_gbs)
-            mods = load_rules(rules) + [importlib.import_module(m) for m in extra_rules if m not in RULE_MODULES]
+            mods = load_rules(request.rules) + [importlib.import_module(m) for m in request.extra_rules
+                                                if m not in RULE_MODULES]  # fmt: skip
             with ctx.memoized():  # the store does not change between the rules and the sections: shared answers
                 say(f"running {len(mods)} rules")
                 checks = run_rules(ctx, mods)
@@ -390,9 +336,7 @@ def evaluate(
         else:
             copies.drop()
             say(f"running the rules on {len(plan.groups)} TP group(s)")
-            results = evaluate_groups(
-                con, plan, model, tp, settings, extra_rules, store, scheduler, jobs, baseline, memory_limit, rules
-            )
+            results = evaluate_groups(con, plan, request, baseline)
             checks = merge_group_checks([(r.group, r.checks) for r in results])
             plan.deep = sorted({d for r in results for d in r.deep})
             plan.why = {d: why for r in results for d, why in r.deep.items()}
@@ -416,7 +360,7 @@ def evaluate(
             baseline.close()
     return Report(
         inputs=inputs,
-        model=model,
+        model=request.model,
         tp=tpd,
         checks=checks,
         sections=sections,

@@ -21,6 +21,7 @@ from tracediag.findings import (
     too_small_to_find,
     walk_key,
 )
+from tracediag.interrupt import checkpoint
 from tracediag.rules import RULE_MODULES
 from tracediag.store import table_count
 
@@ -125,6 +126,7 @@ def run_rules(ctx: Context, rules: list[ModuleType] | None = None) -> list[Check
     checks: list[Check] = []
     with ctx.memoized():  # rules share queries (the TP scheme, the inputs, the step table...): each runs once
         for mod in mods:
+            checkpoint()  # a cancelled call stops between rules
             meta: RuleMeta = mod.RULE
             reason = _missing_input(ctx, meta)
             if reason:

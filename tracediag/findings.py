@@ -338,7 +338,7 @@ def coverage(checks: list[Any]) -> dict[str, Any]:
         groups.setdefault(name, []).append(_get(c, "rule"))
         if len(opt) > len(shown.get(name, "")):
             shown[name] = opt
-    enable = [{"input": shown[k], "rules": v} for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    enable = [_enable_entry(shown[k], v) for k, v in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
     return {
         "rules": total,
         "ran": total - len(not_run),
@@ -350,8 +350,22 @@ def coverage(checks: list[Any]) -> dict[str, Any]:
     }
 
 
-def coverage_sentence(cov: dict[str, Any], limit: int = 4) -> str:
-    """'11 of 27 rules ran; 16 could not run: pass --model config.json to enable SHP001, SHP002… (9); …'"""
+def _enable_entry(form: str, rules: list[str]) -> dict[str, Any]:
+    """One input that would enable `rules`: its CLI form, and how the other entry points give it (tracediag.inputspec):
+    the argument of the notebook API and the MCP tools, the tracediag.toml key where a file may give it."""
+    from tracediag.inputspec import BY_FLAG
+
+    spec = BY_FLAG.get(option_name(form))
+    return {"input": form, "argument": spec.name if spec else None, "config_key": spec.config_key if spec else None,
+            "rules": rules}  # fmt: skip
+
+
+def coverage_sentence(cov: dict[str, Any], limit: int = 4, audience: str = "cli") -> str:
+    """'11 of 27 rules ran; 16 could not run: pass --model config.json to enable SHP001, SHP002… (9); …'; the
+    inputs named as `audience` passes them (tracediag.inputspec.advice: "cli" flags, "mcp" tool arguments,
+    "python" keywords)."""
+    from tracediag.inputspec import advice
+
     ran, total, n = cov["ran"], cov["rules"], cov["could_not_run"]
     if total == 0:
         return "No rule was selected."
@@ -362,7 +376,8 @@ def coverage_sentence(cov: dict[str, Any], limit: int = 4) -> str:
         rules = g["rules"]
         shown = ", ".join(rules[:limit]) + ("…" if len(rules) > limit else "")
         lead = "pass " if i == 0 else ""
-        parts.append(f"{lead}{g['input']} to enable {shown}" + (f" ({len(rules)})" if len(rules) > limit else ""))
+        named = advice(g["input"], audience)
+        parts.append(f"{lead}{named} to enable {shown}" + (f" ({len(rules)})" if len(rules) > limit else ""))
     rest = len(cov["not_applicable_to_inputs"])
     if rest:
         parts.append(f"{rest} need what these inputs do not hold (see each rule's reason)")

@@ -21,6 +21,7 @@ from tracediag.derive import build_all
 from tracediag.errors import InputError, UsageError
 from tracediag.ingest import discover_inputs, load, parse_all, parts_folder
 from tracediag.ingest.base import IngestOptions, Parsed
+from tracediag.interrupt import interrupting
 from tracediag.memory import spill_bytes
 from tracediag.store import memory_limit_within, open_store
 
@@ -125,7 +126,8 @@ def build_store(
         del parsed  # the parsed tables are in the store now: not held while deriving
     if large:
         _release()
-    return _derived(con, say)
+    with interrupting(con):  # a stopped call's derivation statement ends at once (tracediag.interrupt)
+        return _derived(con, say)
 
 
 def _release() -> None:

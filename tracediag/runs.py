@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -12,9 +14,9 @@ from typing import Any, Literal
 import msgspec
 import orjson
 
-from tracediag.context import Settings
 from tracediag.errors import InputError, UsageError
 from tracediag.measures import run_measures
+from tracediag.request import Request
 
 FINDINGS_SCHEMA_PREFIX = "tracediag/findings-"
 FINDINGS_SCHEMA_VERSION = 1  # the findings.json layout this version writes and reads
@@ -149,19 +151,14 @@ def load_run(
     path: str | Path,
     workdir: Path,
     *,
-    model: str | Path | None = None,
-    tp: int | None = None,
-    jobs: int | None = None,
-    keep_python: bool = False,
-    settings: Settings | None = None,
-    memory_limit: int | None = None,
-    extra_inputs: list[tuple[Path, str]] = (),
+    request: Request | None = None,
+    extra_inputs: Sequence[tuple[Path, str]] = (),
     side: str = "the run",
 ) -> RunData:
-    """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs (analysed
-    within `memory_limit` bytes, tracediag.memory, with the (path, format) `extra_inputs`: logs, scrapes, benchmark
-    results). An analysed run or a store already holds what it was analysed with: `extra_inputs` for it are refused,
-    naming `side`."""
+    """A findings.json, an analyze output folder (findings.json + trace.duckdb), a Parquet store, or inputs: analysed
+    as `request` says (tracediag.request: model, tp, settings, memory budget…; its own traces and side inputs
+    replaced by `path` and the (path, format) `extra_inputs`: logs, scrapes, benchmark results). An analysed run or
+    a store already holds what it was analysed with: `extra_inputs` for it are refused, naming `side`."""
     p = Path(path)
     if not p.exists():
         raise InputError(p, "no such file or directory")
@@ -179,7 +176,7 @@ def load_run(
         db = p / "trace.duckdb"
         run = RunData(str(path), "output", read_findings(p / "findings.json"), db if db.exists() else None)
     else:
-        from tracediag.analysis import analyze
+        from tracediag.analysis import run as run_analysis
         from tracediag.output import findings_json
 
         workdir.mkdir(parents=True, exist_ok=True)
@@ -192,20 +189,11 @@ def load_run(
                 f"{given}: {side} ({path}) is a Parquet store, whose inputs were ingested with it; ingest the "
                 "logs, scrapes and benchmark results with the traces"
             )
+        template = dataclasses.replace(request or Request(), traces=(), side_inputs=(), store=None, scheduler=None)
         if is_store(p):  # a Parquet store from `tracediag ingest`: its tables, not re-parsed
-            report = analyze([], model=model, tp=tp, db_path=db, settings=settings, store=p, memory_limit=memory_limit)
+            report = run_analysis(dataclasses.replace(template, store=p), db)
         else:
-            report = analyze(
-                [p],
-                model=model,
-                tp=tp,
-                db_path=db,
-                jobs=jobs,
-                keep_python=keep_python,
-                settings=settings,
-                memory_limit=memory_limit,
-                extra_inputs=list(extra_inputs),
-            )
+            report = run_analysis(dataclasses.replace(template, traces=(p,), side_inputs=tuple(extra_inputs)), db)
         run = RunData(str(path), "inputs", orjson.loads(findings_json(report)), db)  # exactly what findings.json holds
     if run.kind == "inputs":
         run.measures = run_measures(run.doc, run.db_path)

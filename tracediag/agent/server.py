@@ -42,8 +42,9 @@ from tracediag import __version__
 from tracediag.agent.cancel import Cancel
 from tracediag.agent.readonly_sql import MAX_ROWS, MAX_TIME_LIMIT_S, ROW_CAP, TIME_LIMIT_S
 from tracediag.agent.roots import Access, file_roots
-from tracediag.agent.tools import TP_MAX, Workspace, jsonable
+from tracediag.agent.tools import KEEP_RUNS, TP_MAX, Workspace, jsonable
 from tracediag.errors import TracediagError
+from tracediag.inputspec import INPUTS, RATE_BOUNDS
 
 INSTRUCTIONS = """\
 tracediag tells why an LLM inference service is slow, from profiler traces (PyTorch/Kineto JSON, Nsight Systems
@@ -93,14 +94,54 @@ Out = Annotated[
          "there replaced, never one of the inputs nor a file tracediag did not write; default: analyze writes a new "
          "run-N folder of the server's runs folder, check and diff write nothing" + _IN_ROOTS),
 ]  # fmt: skip
-Log = Annotated[str | None, _arg("path of a vLLM or SGLang engine log (text)" + _IN_ROOTS)]
+Paths = str | list[str] | None  # one path, or several of the same kind
+Log = Annotated[Paths, _arg("path(s) of vLLM or SGLang engine logs (text)" + _IN_ROOTS)]
 Metrics = Annotated[
-    str | None, _arg("path of Prometheus /metrics scrapes (text exposition format, as `tracediag scrape` writes)"
-                     + _IN_ROOTS)
+    Paths, _arg("path(s) of Prometheus /metrics scrapes (text exposition format, as `tracediag scrape` writes)"
+                + _IN_ROOTS)
 ]  # fmt: skip
 Bench = Annotated[
-    str | None, _arg("path of a benchmark result: `vllm bench serve` JSON, SGLang bench_serving JSONL or an aiperf "
-                     "profile export" + _IN_ROOTS)
+    Paths, _arg("path(s) of benchmark results: `vllm bench serve` JSON, SGLang bench_serving JSONL or an aiperf "
+                "profile export" + _IN_ROOTS)
+]  # fmt: skip
+NcclTests = Annotated[Paths, _arg("path(s) of nccl-tests output (all_reduce_perf …): the measured bus bandwidth "
+                                  "PATH002 and COL003 compare with" + _IN_ROOTS)]  # fmt: skip
+Topology = Annotated[Paths, _arg("path(s) of `tracediag env` snapshots (GPUs, NVLink/PCIe links, NICs): PATH001's "
+                                 "link class" + _IN_ROOTS)]  # fmt: skip
+Slo = Annotated[
+    str | None,
+    _arg("latency budgets in milliseconds, e.g. 'ttft=500,tpot=50,e2el=10000' (keys ttft, tpot, itl, e2el); "
+         "default: the config's slo, else none (SCH010 cannot run)"),
+]  # fmt: skip
+HbmBandwidth = Annotated[
+    float | None,
+    _arg("the GPU's memory bandwidth in GB/s (> 0, ≤ 100,000); default: the catalogue's figure for the GPU the "
+         "trace names", exclusiveMinimum=0, maximum=RATE_BOUNDS[1]),
+]  # fmt: skip
+PeakTflops = Annotated[
+    float | None,
+    _arg("the GPU's dense peak for the activation dtype in TFLOP/s (> 0, ≤ 100,000); default: the catalogue's",
+         exclusiveMinimum=0, maximum=RATE_BOUNDS[1]),
+]  # fmt: skip
+Tp1Baseline = Annotated[
+    str | None, _arg("path of a TP=1 trace of the same model: COL003's projection slope, KRN007's GEMM rates"
+                     + _IN_ROOTS)
+]  # fmt: skip
+GraphCapture = Annotated[
+    str | None,
+    _arg("path of the trace of the CUDA/HIP graph capture beside its replay: replayed kernels get their capturing "
+         "ops (shapes for the per-op roofline)" + _IN_ROOTS),
+]  # fmt: skip
+Ranks = Annotated[
+    str | list[int] | None,
+    _arg("ranks that get the deep per-kernel analysis: 'all', a list of ranks, or text like '0,3,8-15'; default: "
+         "every rank when there are at most 8, else one per TP group plus the stragglers"),
+]  # fmt: skip
+KeepPython = Annotated[bool | None, _arg("also store python_function events (default false)")]
+MemoryLimit = Annotated[
+    str | int | None,
+    _arg("memory budget of the parsers and DuckDB: bytes, or a size such as '512MiB', '2GiB' (at least 64 MiB); "
+         "default 512MiB"),
 ]  # fmt: skip
 TP = Annotated[
     int | None,
@@ -148,8 +189,22 @@ Require = Annotated[
 Config = Annotated[
     str | None,
     _arg("path of a tracediag.toml or a pyproject.toml with [tool.tracediag] (the gate's settings and "
-         "expectations); default: none" + _IN_ROOTS),
+         "expectations); default: the one found from the server's folder up, if any" + _IN_ROOTS),
 ]  # fmt: skip
+AnalyzeConfig = Annotated[
+    str | None,
+    _arg("path of a tracediag.toml or a pyproject.toml with [tool.tracediag]: its settings (slo, hbm_bandwidth_gbs, "
+         "peak_tflops, tp1_baseline, graph_capture, tolerances) apply where no argument gives the same; default: "
+         "the one found from the server's folder up, if any" + _IN_ROOTS),
+]  # fmt: skip
+
+
+def _given(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tool's arguments that are run inputs (tracediag.inputspec) besides the traces and the model, by name."""
+    return {k: v for k, v in arguments.items() if k in RUN_INPUTS}
+
+
+RUN_INPUTS = frozenset(s.name for s in INPUTS) - {"traces", "model", "jobs"}
 RunArg = Annotated[str, _arg(_RUN[0].upper() + _RUN[1:])]
 
 
@@ -562,7 +617,13 @@ async def _in_worker(work: Callable[[], Any], cancel: Cancel, working: set[threa
         raise
 
 
-def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> MCPServer:
+# how a tool runs its work: `call(work, ctx, roots)`, work(workspace scoped to the call, progress) -> the answer
+Call = Callable[..., Any]
+
+
+def build_server(
+    runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False, keep_runs: int = KEEP_RUNS
+) -> MCPServer:
     """The server with its tools and resources; `analyze` without `out` writes runs under `runs_dir` (`temporary`:
     a folder removed when the server stops, which each run summary says). Every path
     argument must lie inside the call's allowed roots (tracediag.agent.roots): the client's roots when it offers
@@ -570,7 +631,7 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
     base = Path.cwd()
     allow = list(allow_roots)
     # the runs and analysed stores of all calls; each call gets its own scoped view
-    shared = Workspace(runs_dir, temporary=temporary)
+    shared = Workspace(runs_dir, temporary=temporary, keep_runs=keep_runs)
 
     def access(roots: ListRootsResult | None) -> Access:
         client = file_roots(str(r.uri) for r in roots.roots) if roots is not None else []
@@ -596,6 +657,16 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
 
     server = _Server("tracediag", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
+    _add_analyze(server, call)
+    _add_reading_tools(server, call)
+    _add_check(server, call)
+    _add_table_resources(server)
+    return server
+
+
+def _add_analyze(server: MCPServer, call: Call) -> None:
+    """The `analyze` tool: a run written from the inputs `tracediag analyze` takes."""
+
     @server.tool(annotations=WRITES)
     async def analyze(
         inputs: Inputs,
@@ -605,17 +676,34 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
         metrics: Metrics = None,
         bench: Bench = None,
         tp: TP = None,
+        nccl_tests: NcclTests = None,
+        topology: Topology = None,
+        slo: Slo = None,
+        hbm_bandwidth: HbmBandwidth = None,
+        peak_tflops: PeakTflops = None,
+        tp1_baseline: Tp1Baseline = None,
+        graph_capture: GraphCapture = None,
+        ranks: Ranks = None,
+        keep_python: KeepPython = None,
+        memory_limit: MemoryLimit = None,
+        config: AnalyzeConfig = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> RunSummary:
         """Analyse profiler traces (Kineto .json/.json.gz, nsys .sqlite, or folders of them, one file per rank)
-        and serving telemetry (log: a vLLM/SGLang engine log; metrics: /metrics scrapes; bench: a `vllm bench
-        serve` result), with the served model's Hugging Face config.json as `model` and the tensor-parallel
-        degree `tp` when the trace does not say. Writes report.html, findings.json and trace.duckdb into `out`
-        (default: a new folder of the server's runs folder) and returns the run folder, the verdict, the
-        coverage and the findings ranked by impact. Reports each stage as progress."""
-        return await call(lambda ws, say: ws.analyze(inputs, model, out, log, metrics, bench, tp, progress=say), ctx,
+        and serving telemetry (log: vLLM/SGLang engine logs; metrics: /metrics scrapes; bench: `vllm bench
+        serve` results), with the served model's Hugging Face config.json as `model` and the tensor-parallel
+        degree `tp` when the trace does not say; the other inputs are those of `tracediag analyze`, each enabling
+        the rules the coverage names. Writes report.html, findings.json and trace.duckdb into `out` (default: a
+        new folder of the server's runs folder) and returns the run folder, the verdict, the coverage and the
+        findings ranked by impact. Reports each stage as progress."""
+        given = _given(locals())
+        return await call(lambda ws, say: ws.analyze(inputs, model, out, progress=say, config=config, **given), ctx,
                           roots)  # fmt: skip
+
+
+def _add_reading_tools(server: MCPServer, call: Call) -> None:
+    """The tools that read runs (findings, explain, query) and compare them (diff)."""
 
     @server.tool(annotations=READ_ONLY)
     async def findings(run: RunArg, ctx: Context | None = None, roots: ClientRoots = None) -> RunSummary:
@@ -663,6 +751,10 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
         diff.json and diff.html there."""
         return await call(lambda ws, say: ws.diff(before, after, model, force_compare, out), None, roots)
 
+
+def _add_check(server: MCPServer, call: Call) -> None:
+    """The `check` tool: the gate, on the inputs `analyze` takes."""
+
     @server.tool(annotations=WRITES)
     async def check(
         inputs: Inputs,
@@ -677,6 +769,16 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
         log: Log = None,
         metrics: Metrics = None,
         bench: Bench = None,
+        nccl_tests: NcclTests = None,
+        topology: Topology = None,
+        slo: Slo = None,
+        hbm_bandwidth: HbmBandwidth = None,
+        peak_tflops: PeakTflops = None,
+        tp1_baseline: Tp1Baseline = None,
+        graph_capture: GraphCapture = None,
+        ranks: Ranks = None,
+        keep_python: KeepPython = None,
+        memory_limit: MemoryLimit = None,
         ctx: Context | None = None,
         roots: ClientRoots = None,
     ) -> CheckOutcome:
@@ -684,16 +786,14 @@ def build_server(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bo
         finding at or above fail_on — info, warning or error — against `baseline` when given) or inconclusive
         (4: a rule in `require` could not run, or the run cannot be diagnosed); the judged items that are not
         plain passes, the verdict, the coverage and the command's own text. `rules` / `require`: ids or globs
-        such as 'COL*,SHP001'."""
+        such as 'COL*,SHP001'. The inputs are analyze's."""
+        given = _given(locals())
         return await call(
-            lambda ws, say: ws.check(inputs, model, tp, fail_on, baseline, rules, require, config, out, log, metrics,
-                                     bench, progress=say),
+            lambda ws, say: ws.check(inputs, model, fail_on, baseline, rules, require, config, out, progress=say,
+                                     **given),
             ctx,
             roots,
         )  # fmt: skip
-
-    _add_table_resources(server)
-    return server
 
 
 def _table_markdown(table: str, columns: dict[str, str]) -> str:
@@ -731,11 +831,13 @@ def _add_table_resources(server: MCPServer) -> None:
         )
 
 
-def serve(runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False) -> bool:
+def serve(
+    runs_dir: Path, allow_roots: Sequence[Path] = (), temporary: bool = False, keep_runs: int = KEEP_RUNS
+) -> bool:
     """Serve over stdio until the client closes it. True when every call's work has ended; False when some is still
     running a second after (the cancelled handlers already waited CANCEL_GRACE_S: a stage that does not look at its
     cancellation flag): the caller then ends the process rather than wait for work no one will read (the worker
     threads would keep it alive)."""
-    server = build_server(runs_dir, allow_roots, temporary)
+    server = build_server(runs_dir, allow_roots, temporary, keep_runs)
     server.run("stdio")
     return server.wait_idle(1.0)

@@ -20,6 +20,8 @@ import copy
 import io
 import itertools
 import math
+import re
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,9 +30,12 @@ from typing import Any
 from tracediag.agent.cancel import Cancel
 from tracediag.agent.roots import Access, clean_path
 from tracediag.errors import InputError, UsageError
-from tracediag.findings import WALK_STEPS, impact_text
+from tracediag.findings import WALK_STEPS, coverage_sentence, impact_text
 from tracediag.findings import verdict as build_verdict
 from tracediag.gate.outcome import finding_id
+from tracediag.inputspec import BY_NAME
+from tracediag.interrupt import stopping
+from tracediag.request import Request
 
 Progress = Callable[[str], None]
 
@@ -38,6 +43,8 @@ TABLE_ROWS = 20  # rows of a finding's per-rank/per-step table that `explain` re
 VERDICT_KEYS = ("status", "headline", "rule", "severity", "confidence", "cost", "next_check", "explains")
 MAX_ANSWER_BYTES = 1 << 20  # JSON bytes of one tool's answer (query: its rows, readonly_sql.MAX_BYTES)
 TP_MAX = 4096  # the CLI's --tp bound
+KEEP_RUNS = 100  # run-N folders a server keeps in its runs folder by default (tracediag mcp --keep-runs)
+_RUN_NAME = re.compile(r"run-(\d+)")
 _CUT_STRING = 1000  # characters a string keeps when cutting lists is not enough
 
 
@@ -131,10 +138,12 @@ def jsonable(v: Any) -> Any:
     return v
 
 
-def summary(doc: dict[str, Any], run: Path) -> dict[str, Any]:
-    """The verdict, the coverage and the ranked findings (id, title, impact) of one run's findings.json."""
+def summary(doc: dict[str, Any], run: Path, audience: str = "mcp") -> dict[str, Any]:
+    """The verdict, the coverage and the ranked findings (id, title, impact) of one run's findings.json; the
+    coverage's advice names the inputs as `audience` passes them (the tools' arguments, by default)."""
     v = doc.get("verdict") or build_verdict(doc["checks"])
     cov = v.get("coverage") or {}
+    text = coverage_sentence(cov, audience=audience) if "enable" in cov else v.get("coverage_text")
     return {
         "run": str(run),
         "verdict": {k: v.get(k) for k in VERDICT_KEYS},
@@ -142,7 +151,7 @@ def summary(doc: dict[str, Any], run: Path) -> dict[str, Any]:
             "rules": cov.get("rules"),
             "ran": cov.get("ran"),
             "could_not_run": cov.get("could_not_run"),
-            "text": v.get("coverage_text"),
+            "text": text,
             "enable": cov.get("enable") or [],
         },
         "findings": [
@@ -173,10 +182,16 @@ class Workspace:
     the runs folder goes when the server stops, which each run summary says (`kept`, `kept_note`)."""
 
     def __init__(
-        self, runs_dir: Path, access: Access | None = None, cancel: Cancel | None = None, temporary: bool = False
+        self,
+        runs_dir: Path,
+        access: Access | None = None,
+        cancel: Cancel | None = None,
+        temporary: bool = False,
+        keep_runs: int = KEEP_RUNS,
     ) -> None:
         self.runs_dir = Path(runs_dir)
         self.temporary = temporary  # the runs folder is removed when the server stops (no --runs-dir)
+        self.keep_runs = keep_runs  # run-N folders kept in the runs folder, the oldest removed beyond (0: all)
         self.access = access
         self.cancel = cancel
         self._stores: dict[Path, Path] = {}
@@ -189,19 +204,38 @@ class Workspace:
         return ws
 
     def _new_run_dir(self) -> Path:
-        """A new run folder, created now (exist_ok=False): two concurrent calls never get the same one."""
+        """A new run folder, created now (exist_ok=False): two concurrent calls never get the same one. Beyond
+        `keep_runs` runs in the folder, the oldest finished ones go first (an agent's loop must not fill the disk)."""
         try:
             self.runs_dir.mkdir(parents=True, exist_ok=True)
             for n in itertools.count(1):
                 p = self.runs_dir / f"run-{n}"
                 try:
                     p.mkdir()
-                    return p
+                    break
                 except FileExistsError:
                     continue
         except OSError as exc:
             raise UsageError(f"cannot create a run folder in {self.runs_dir} ({exc.strerror or exc})") from None
-        raise AssertionError("unreachable")
+        self._prune_runs(keep=p)
+        return p
+
+    def _prune_runs(self, keep: Path) -> None:
+        """Remove the oldest finished runs (a run-N folder holding findings.json) beyond `keep_runs`, never `keep`
+        nor a folder whose run is still being written (it has no findings.json yet)."""
+        if not self.keep_runs:
+            return
+        runs = sorted((int(m.group(1)), d) for d in self.runs_dir.iterdir()
+                      if (m := _RUN_NAME.fullmatch(d.name)) and d.is_dir() and not d.is_symlink())  # fmt: skip
+        excess = len(runs) - self.keep_runs
+        for _, d in runs:
+            if excess <= 0:
+                break
+            if d != keep and (d / "findings.json").is_file():
+                shutil.rmtree(d, ignore_errors=True)
+                with self._lock:
+                    self._stores = {k: v for k, v in self._stores.items() if v != d}
+                excess -= 1
 
     # --- arguments ----------------------------------------------------------------------------------------
     def _read(self, arg: str, value: str | None) -> Path | None:
@@ -221,9 +255,24 @@ class Workspace:
             raise UsageError(f"inputs: a list of paths, got {type(inputs).__name__}")
         return [self._read(f"inputs[{i}]", p) for i, p in enumerate(inputs)]
 
-    def _extra(self, log: str | None, metrics: str | None, bench: str | None) -> list[tuple[Path, str]]:
-        given = (("log", log, "vllm-log"), ("metrics", metrics, "prometheus"), ("bench", bench, "vllm-bench"))
-        return [(self._read(arg, p), fmt) for arg, p, fmt in given if p is not None]
+    def _request(self, inputs: list[str], given: dict[str, Any], config: str | None = None) -> Request:
+        """The call's inputs as the Request every entry point builds (tracediag.request: the same types, bounds and
+        errors), each path resolved and inside the roots first; tracediag.toml from `config`, else found from the
+        server's folder up, as `tracediag check` does."""
+        read = {}
+        for name, v in given.items():
+            kind = BY_NAME[name].kind
+            if v is None or kind not in ("path", "paths"):
+                read[name] = v
+            elif kind == "path":
+                read[name] = self._read(name, v)
+            else:
+                items = [v] if isinstance(v, str) else v
+                if not isinstance(items, list):
+                    raise UsageError(f"{name}: a path or a list of paths, got {type(v).__name__}")
+                read[name] = [self._read(f"{name}[{i}]" if len(items) > 1 else name, p) for i, p in enumerate(items)]
+        cfg = self._read("config", config) if config is not None else True
+        return Request.build(self._inputs(inputs), naming="mcp", config=cfg, **read)
 
     def _check_cancel(self) -> None:
         if self.cancel is not None:
@@ -287,44 +336,40 @@ class Workspace:
         inputs: list[str],
         model: str | None = None,
         out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
-        tp: int | None = None,
         progress: Progress | None = None,
+        config: str | None = None,
+        **given: Any,
     ) -> dict[str, Any]:
         """Analyse traces and telemetry into `out` (default: a new folder of the workspace), as `tracediag
-        analyze` does; the run's verdict, coverage and ranked findings."""
+        analyze` does; the run's verdict, coverage and ranked findings. `given`: the other inputs of a run by
+        name (tracediag.inputspec: tp, log, metrics, bench, nccl_tests, topology, slo, …)."""
         import orjson
 
-        from tracediag.analysis import analyze
+        from tracediag.analysis import run as run_analysis
         from tracediag.files import OutputGuard
         from tracediag.output import findings_json, staged_outputs
 
-        tp = int_arg("tp", tp, 1, TP_MAX)
         if out is not None and isinstance(out, str) and not out.strip():
             raise UsageError("out: empty path; give a folder, or leave it out for a new one")
-        paths, model_path, extra = self._inputs(inputs), self._read("model", model), self._extra(log, metrics, bench)
+        request = self._request(inputs, {"model": model, **given}, config)
         out_dir = self._write("out", out)
         say = self._say(progress)
-
-        def produce(staging: Path):
-            return analyze(paths, model=model_path, tp=tp, db_path=staging / "trace.duckdb", extra_inputs=extra,
-                           progress=say)  # fmt: skip
-
-        guard = OutputGuard.of(paths, model_path, [p for p, _ in extra])  # never an input, never a file not ours
+        guard = OutputGuard.of(request.read_paths())  # never an input, never a file not ours
         self._check_cancel()
         reserved = out_dir is None
         out_dir = out_dir or self._new_run_dir()
         try:
-            report = staged_outputs(out_dir, produce, guard=guard)
+            with stopping(self.cancel):  # stopped inside a stage too: per chunk, derivation, rule (tracediag.interrupt)
+                report = staged_outputs(out_dir, lambda staging: run_analysis(request, staging / "trace.duckdb",
+                                                                              progress=say), guard=guard)  # fmt: skip
         except BaseException:
             if reserved:
                 with contextlib.suppress(OSError):
                     out_dir.rmdir()  # the reserved folder, still empty: the failed call leaves nothing
             raise
         # this call's own result, not findings.json read back (another call may write the same folder)
-        return bounded(summary(orjson.loads(findings_json(report)), out_dir) | self.kept(out_dir))
+        doc = orjson.loads(findings_json(report))
+        return bounded(summary(doc, out_dir) | self.kept(out_dir))
 
     def findings(self, run: str, progress: Progress | None = None) -> dict[str, Any]:
         folder, doc, _ = self.resolve(run, progress)
@@ -334,12 +379,13 @@ class Workspace:
         """Whether the run `folder` outlives the server (`kept`), and where it is and for how long (`kept_note`)."""
         runs = self.runs_dir.resolve()
         inside = folder.resolve().is_relative_to(runs)
+        cap = f"; the folder keeps the last {self.keep_runs} runs (--keep-runs)" if self.keep_runs else ""
         if inside and self.temporary:
             return {"kept": False, "kept_note": f"temporary: {folder} is in the server's temporary runs folder {runs}, "
                     "removed when the server stops; pass `out` to keep a run, or start the server with "
-                    "`tracediag mcp --runs-dir DIR`"}  # fmt: skip
+                    f"`tracediag mcp --runs-dir DIR`{cap}"}  # fmt: skip
         if inside:
-            return {"kept": True, "kept_note": f"kept: {folder} is in the runs folder {runs} (--runs-dir)"}
+            return {"kept": True, "kept_note": f"kept: {folder} is in the runs folder {runs} (--runs-dir){cap}"}
         return {"kept": True, "kept_note": f"kept: {folder} (the folder given, not removed by the server)"}
 
     def explain(self, run: str, rule: str) -> dict[str, Any]:
@@ -434,45 +480,31 @@ class Workspace:
         self,
         inputs: list[str],
         model: str | None = None,
-        tp: int | None = None,
         fail_on: str | None = None,
         baseline: str | None = None,
         rules: str | None = None,
         require: str | None = None,
         config: str | None = None,
         out: str | None = None,
-        log: str | None = None,
-        metrics: str | None = None,
-        bench: str | None = None,
         progress: Progress | None = None,
+        **given: Any,
     ) -> dict[str, Any]:
         """The gate as `tracediag check` gives it: outcome (passed / failed / inconclusive), its exit status,
-        the judged items that are not plain passes, and the command's own text."""
+        the judged items that are not plain passes, and the command's own text. `given`: the other inputs of a
+        run by name, as `analyze` takes them."""
         from tracediag.gate.run import run_check
         from tracediag.gate.text import print_result
 
-        tp = int_arg("tp", tp, 1, TP_MAX)
-        paths, extra = self._inputs(inputs), self._extra(log, metrics, bench)
-        model_path, baseline_path = self._read("model", model), self._read("baseline", baseline)
-        config_path, out_dir = self._read("config", config), self._write("out", out)
+        request = self._request(inputs, {"model": model, **given}, config)
+        baseline_path, out_dir = self._read("baseline", baseline), self._write("out", out)
         say = self._say(progress)
         self._check_cancel()
-        result, warnings = run_check(
-            paths,
-            model=model_path,
-            tp=tp,
-            fail_on=fail_on,
-            baseline=baseline_path,
-            rules=rules,
-            require=require,
-            config=config_path,
-            out=out_dir,
-            extra_inputs=extra,
-            progress=say,
-        )
+        with stopping(self.cancel):
+            result, warnings = run_check(request, fail_on=fail_on, baseline=baseline_path, rules=rules,
+                                         require=require, out=out_dir, progress=say)  # fmt: skip
         out_text = None if out_dir is None else str(out_dir)
         text = io.StringIO()
-        print_result(result, file=text, out=out_text)
+        print_result(result, file=text, out=out_text, audience="mcp")
         d = result.to_dict()
         return bounded({
             "outcome": result.outcome,

@@ -45,11 +45,16 @@ def unphased_word(domain: dict[str, Any] | None) -> str:
     return "forward"
 
 
-def unphased_name(ctx: Context) -> str:
-    """unphased_word of the run's domain (read once per memoized context)."""
+def workload_domain(ctx: Context) -> dict[str, Any]:
+    """The run's domain (derive/domain.py: workload, mode, the counts behind them), read once per context."""
     from tracediag.derive import domain
 
-    return unphased_word(ctx.once("workload_domain", lambda: domain.read(ctx.con)))
+    return ctx.once("workload_domain", lambda: domain.read(ctx.con)) or {}
+
+
+def unphased_name(ctx: Context) -> str:
+    """unphased_word of the run's domain (read once per memoized context)."""
+    return unphased_word(workload_domain(ctx))
 
 
 def phase_name(phase: str | None, unphased: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 # fmt: off
 KLASSES = frozenset({
     "attention", "attention_fallback", "gemm", "wo_gemm", "dequant", "collective",
-    "memcpy", "memset", "norm", "elementwise", "sync", "other",
+    "memcpy", "memset", "norm", "elementwise", "sync", "conv", "other",
 })
 COLLECTIVE_OPS = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",

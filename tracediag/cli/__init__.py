@@ -105,6 +105,19 @@ def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
     return [(p, FLAG_FORMATS[flag]) for flag, paths in flags.items() for p in paths or []]
 
 
+def cli_request(given: dict, *, config=None, store=None, scheduler=None, rules=None):
+    """The Request of a command's options (tracediag.request): `given` by input name (the positional traces as
+    `inputs`), checked as every entry point checks them, errors naming the flags; tracediag.toml read from
+    `config`, else found from the current folder up."""
+    from tracediag.request import Request
+
+    values = {k: v for k, v in given.items() if k != "inputs"}
+    values = {k: (v or None) if isinstance(v, list) else v for k, v in values.items()}
+    values["keep_python"] = values.get("keep_python") or None
+    return Request.build(given.get("inputs") or [], naming="cli", config=config if config is not None else True,
+                         store=store, scheduler=scheduler, rules=rules, **values)  # fmt: skip
+
+
 def memory_budget(text: str | None) -> int | None:
     """--memory-limit as bytes for the library calls (None when not given: the default, tracediag.memory)."""
     from tracediag.memory import parse_size

@@ -16,6 +16,64 @@ def register(app: typer.Typer) -> None:
     app.command("check")(check)
 
 
+FailOnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="LEVEL",
+        help="Lowest severity that fails: info, warning or error (config: fail_on; default warning).",
+    ),
+]
+
+BaselineOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        metavar="RUN",
+        help="A previous run: its findings.json (or analyze output folder), or its traces. Only new or "
+        "worsened findings and regressed key measures fail.",
+    ),
+]
+
+JunitOption = Annotated[
+    str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
+]
+
+AnnotatedTraceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--annotated-trace",
+        metavar="FILE",
+        help="Write a Chrome-trace JSON with each finding marked (Perfetto UI).",
+    ),
+]
+
+RulesOption = Annotated[
+    str | None,
+    typer.Option("--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."),
+]
+
+RequireOption = Annotated[
+    str | None,
+    typer.Option(
+        "--require",
+        metavar="GLOBS",
+        help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
+        "check inconclusive, exit 4 (config: require).",
+    ),
+]
+
+OutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--out",
+        "-o",
+        metavar="DIR",
+        help="Also write report.html, findings.json, trace.duckdb and check.json here.",
+    ),
+]
+
+
 def check(
     inputs: opt.Inputs = None,
     model: opt.Model = None,
@@ -23,72 +81,25 @@ def check(
     store: opt.Store = None,
     ranks: opt.Ranks = None,
     scheduler: opt.Scheduler = None,
-    fail_on: Annotated[
-        str | None,
-        typer.Option(
-            "--fail-on",
-            metavar="LEVEL",
-            help="Lowest severity that fails: info, warning or error (config: fail_on; default warning).",
-        ),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="RUN",
-            help="A previous run: its findings.json (or analyze output folder), or its traces. Only new or "
-            "worsened findings and regressed key measures fail.",
-        ),
-    ] = None,
-    junit: Annotated[
-        str | None, typer.Option("--junit", metavar="FILE", help="Write JUnit XML here (one test case per rule).")
-    ] = None,
-    annotated_trace: Annotated[
-        str | None,
-        typer.Option(
-            "--annotated-trace",
-            metavar="FILE",
-            help="Write a Chrome-trace JSON with each finding marked (Perfetto UI).",
-        ),
-    ] = None,
-    rules: Annotated[
-        str | None,
-        typer.Option(
-            "--rules", metavar="GLOBS", help="Rules to run: ids or globs, e.g. 'COL*,SHP001' (config: rules)."
-        ),
-    ] = None,
-    require: Annotated[
-        str | None,
-        typer.Option(
-            "--require",
-            metavar="GLOBS",
-            help="Rules that must run, e.g. 'SHP*,COL*': one that could not run (a missing input) makes the "
-            "check inconclusive, exit 4 (config: require).",
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            metavar="FILE",
-            help="tracediag.toml or pyproject.toml ([tool.tracediag]); default: found from the current folder up.",
-        ),
-    ] = None,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            "--out",
-            "-o",
-            metavar="DIR",
-            help="Also write report.html, findings.json, trace.duckdb and check.json here.",
-        ),
-    ] = None,
+    fail_on: FailOnOption = None,
+    baseline: BaselineOption = None,
+    junit: JunitOption = None,
+    annotated_trace: AnnotatedTraceOption = None,
+    rules: RulesOption = None,
+    require: RequireOption = None,
+    config: opt.Config = None,
+    out: OutOption = None,
     force: opt.Force = False,
     metrics: opt.Metrics = None,
     log: opt.Log = None,
     bench: opt.Bench = None,
     nccl_tests: opt.NcclTests = None,
     topology: opt.Topology = None,
+    hbm_bandwidth: opt.HbmBandwidth = None,
+    peak_tflops: opt.PeakTflops = None,
+    slo: opt.Slo = None,
+    tp1_baseline: opt.Tp1Baseline = None,
+    graph_capture: opt.GraphCapture = None,
     keep_python: opt.KeepPython = False,
     jobs: opt.Jobs = None,
     memory_limit: opt.MemoryLimit = None,
@@ -111,12 +122,14 @@ def check(
       tracediag check traces/ -m config.json --require 'SHP*,COL*'
       tracediag check traces/ -m config.json --format json > check.json
     """
-    from tracediag.cli import _guard, emit_json, extra_inputs_from, memory_budget
+    from tracediag.cli import _guard, cli_request, emit_json
     from tracediag.cli.progress import progress, wanted
     from tracediag.gate.run import run_check
 
-    extra = extra_inputs_from(metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests, topology=topology)
-
+    given = dict(inputs=inputs, model=model, tp=tp, ranks=ranks, keep_python=keep_python, jobs=jobs,
+                 memory_limit=memory_limit, metrics=metrics, log=log, bench=bench, nccl_tests=nccl_tests,
+                 topology=topology, hbm_bandwidth=hbm_bandwidth, peak_tflops=peak_tflops, slo=slo,
+                 tp1_baseline=tp1_baseline, graph_capture=graph_capture)  # fmt: skip
     paths = {}
 
     def run():
@@ -126,28 +139,10 @@ def check(
             annotated_trace=opt.output_path(annotated_trace, "--annotated-trace"),
             out=opt.output_path(out, "--out"),
         )
-        budget = memory_budget(memory_limit)
+        request = cli_request(given, config=config, store=store, scheduler=scheduler)
         with progress(enabled=wanted(show_progress, quiet)) as say:
-            return run_check(
-                inputs or [],
-                model=model,
-                tp=tp,
-                fail_on=fail_on,
-                baseline=baseline,
-                rules=rules,
-                require=require,
-                config=config,
-                force=force,
-                **paths,
-                extra_inputs=extra,
-                store=store,
-                keep_python=keep_python,
-                jobs=jobs,
-                progress=say,
-                ranks=ranks,
-                scheduler=scheduler,
-                memory_limit=budget,
-            )
+            return run_check(request, fail_on=fail_on, baseline=baseline, rules=rules, require=require, force=force,
+                             **paths, progress=say)  # fmt: skip
 
     result, warnings = _guard(run, debug)
     for w in warnings:

@@ -22,6 +22,50 @@ def register(app: typer.Typer) -> None:
     app.command("diff")(diff)
 
 
+ModelOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--model", "-m", metavar="FILE", help="Hugging Face config.json, for sides given as traces (both sides)."
+    ),
+]
+
+BeforeModelOption = Annotated[
+    Path | None,
+    typer.Option("--before-model", metavar="FILE", help="config.json for BEFORE only (overrides --model)."),
+]
+
+AfterModelOption = Annotated[
+    Path | None,
+    typer.Option("--after-model", metavar="FILE", help="config.json for AFTER only (overrides --model)."),
+]
+
+TpOption = Annotated[
+    int | None,
+    typer.Option(
+        "--tp", min=1, max=4096, metavar="N", help="Tensor-parallel degree (1 to 4096) for sides given as traces."
+    ),
+]
+
+OutOption = Annotated[
+    str, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
+]
+
+ForceCompareOption = Annotated[
+    bool,
+    typer.Option(
+        "--force-compare",
+        help="Report the changes even when the runs are not comparable (another model, layout, GPU, step "
+        "shape or load); the verdict still says why they are not.",
+    ),
+]
+
+BeforeBenchOption = Annotated[
+    list[Path] | None, _side_input("--before-bench", "`vllm bench serve` result JSON", "BEFORE")
+]
+
+AfterBenchOption = Annotated[list[Path] | None, _side_input("--after-bench", "`vllm bench serve` result JSON", "AFTER")]
+
+
 def diff(
     before: Annotated[
         Path,
@@ -30,38 +74,13 @@ def diff(
         ),
     ],
     after: Annotated[Path, typer.Argument(metavar="AFTER", help="The later run, in any of the same forms.")],
-    model: Annotated[
-        Path | None,
-        typer.Option(
-            "--model", "-m", metavar="FILE", help="Hugging Face config.json, for sides given as traces (both sides)."
-        ),
-    ] = None,
-    before_model: Annotated[
-        Path | None,
-        typer.Option("--before-model", metavar="FILE", help="config.json for BEFORE only (overrides --model)."),
-    ] = None,
-    after_model: Annotated[
-        Path | None,
-        typer.Option("--after-model", metavar="FILE", help="config.json for AFTER only (overrides --model)."),
-    ] = None,
-    tp: Annotated[
-        int | None,
-        typer.Option(
-            "--tp", min=1, max=4096, metavar="N", help="Tensor-parallel degree (1 to 4096) for sides given as traces."
-        ),
-    ] = None,
-    out: Annotated[
-        str, typer.Option("--out", "-o", metavar="DIR", help="Output folder for diff.html and diff.json.")
-    ] = "tracediag-diff",
+    model: ModelOption = None,
+    before_model: BeforeModelOption = None,
+    after_model: AfterModelOption = None,
+    tp: TpOption = None,
+    out: OutOption = "tracediag-diff",
     force: opt.Force = False,
-    force_compare: Annotated[
-        bool,
-        typer.Option(
-            "--force-compare",
-            help="Report the changes even when the runs are not comparable (another model, layout, GPU, step "
-            "shape or load); the verdict still says why they are not.",
-        ),
-    ] = False,
+    force_compare: ForceCompareOption = False,
     keep_python: Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")] = False,
     jobs: opt.Jobs = None,
     memory_limit: opt.MemoryLimit = None,
@@ -69,12 +88,9 @@ def diff(
     after_log: Annotated[list[Path] | None, _side_input("--after-log", "vLLM engine/server logs", "AFTER")] = None,
     before_metrics: Annotated[list[Path] | None, _side_input("--before-metrics", "/metrics scrapes", "BEFORE")] = None,
     after_metrics: Annotated[list[Path] | None, _side_input("--after-metrics", "/metrics scrapes", "AFTER")] = None,
-    before_bench: Annotated[
-        list[Path] | None, _side_input("--before-bench", "`vllm bench serve` result JSON", "BEFORE")
-    ] = None,
-    after_bench: Annotated[
-        list[Path] | None, _side_input("--after-bench", "`vllm bench serve` result JSON", "AFTER")
-    ] = None,
+    before_bench: BeforeBenchOption = None,
+    after_bench: AfterBenchOption = None,
+    config: opt.Config = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No terminal summary.")] = False,
     fmt: opt.DiffFormat = "text",
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
@@ -86,8 +102,9 @@ def diff(
     is reported unless --force-compare is given. Per-op efficiency (% of each GPU's own roofline) is
     compared across GPUs all the same.
 
-    Serving inputs (--before-log, --after-metrics, ...) and --memory-limit apply to sides given as traces;
-    an analysed run (findings.json, output folder) already holds what it was analysed with.
+    Serving inputs (--before-log, --after-metrics, ...), --memory-limit and the settings of tracediag.toml
+    (found from the current folder up, or --config) apply to sides given as traces; an analysed run
+    (findings.json, output folder) already holds what it was analysed with.
 
     Exit status: 0 the runs are comparable; 1 they are not (with or without --force-compare); 2 a usage or
     input error; 3 an internal error.
@@ -98,7 +115,7 @@ def diff(
       tracediag diff before-traces/ after-traces/ -m config.json -o diff-out/
       tracediag diff tp2-run/ tp4-run/ --force-compare
     """
-    from tracediag.cli import _guard, extra_inputs_from, memory_budget
+    from tracediag.cli import _guard, extra_inputs_from
     from tracediag.cli.progress import progress
     from tracediag.diff import DIFF_OUTPUT_NAMES, run_diff
     from tracediag.files import OutputGuard
@@ -125,9 +142,11 @@ def diff(
                 keep_python=keep_python,
                 jobs=jobs,
                 force_compare=force_compare,
-                memory_limit=memory_budget(memory_limit),
+                memory_limit=memory_limit,
                 before_inputs=sides["before"],
                 after_inputs=sides["after"],
+                config=config if config is not None else True,
+                naming="cli",
             )
 
     d = _guard(run, debug)

@@ -63,6 +63,16 @@ def mcp(
             "resolved (links, ..) before the check.",
         ),
     ] = None,
+    keep_runs: Annotated[
+        int,
+        typer.Option(
+            "--keep-runs",
+            min=0,
+            max=1_000_000,
+            metavar="N",
+            help="Runs kept in the runs folder: beyond N the oldest finished run-N folders are removed (0: keep all).",
+        ),
+    ] = 100,  # tracediag.agent.tools.KEEP_RUNS (not imported here: the CLI starts without the server's imports)
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
 ) -> None:
     """Serve tracediag's tools over stdio for MCP clients: analyze, findings, explain, query, diff, check.
@@ -94,9 +104,9 @@ def mcp(
             raise
         roots = list(allow_root or [])
         if runs_dir is not None:
-            return serve(runs_dir, roots)
+            return serve(runs_dir, roots, keep_runs=keep_runs)
         with tempfile.TemporaryDirectory(prefix="tracediag-mcp-", ignore_cleanup_errors=True) as tmp:
-            return serve(Path(tmp), roots, temporary=True)
+            return serve(Path(tmp), roots, temporary=True, keep_runs=keep_runs)
 
     idle = _guard(run, debug)
     if idle is False:

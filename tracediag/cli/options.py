@@ -13,6 +13,16 @@ import typer
 
 from tracediag.cli.progress import HEARTBEAT_S
 from tracediag.errors import UsageError
+from tracediag.inputspec import BY_NAME
+
+
+def _declared(name: str, type_: type, *short: str):
+    """The option of input `name` as tracediag.inputspec declares it: flag, metavar, help and bounds."""
+    spec = BY_NAME[name]
+    bounds = {"min": spec.bounds[0], "max": spec.bounds[1]} if spec.bounds else {}
+    help_ = spec.help[0].upper() + spec.help[1:] + "." + (f" Config: {spec.config_key}." if spec.config_key else "")
+    return Annotated[type_ | None, typer.Option(spec.flag, *short, metavar=spec.metavar, help=help_, **bounds)]
+
 
 Inputs = Annotated[
     list[Path] | None,
@@ -51,14 +61,23 @@ MemoryLimit = Annotated[
         "traces are decoded in chunks within it, DuckDB spills to disk beyond it.",
     ),
 ]
-Metrics = Annotated[
-    list[Path] | None, typer.Option("--metrics", metavar="FILE", help="vLLM /metrics scrapes (Prometheus text).")
-]
-Log = Annotated[list[Path] | None, typer.Option("--log", metavar="FILE", help="vLLM engine/server logs.")]
-Bench = Annotated[list[Path] | None, typer.Option("--bench", metavar="FILE", help="`vllm bench serve` result JSON.")]
-NcclTests = Annotated[list[Path] | None, typer.Option("--nccl-tests", metavar="FILE", help="nccl-tests output.")]
-Topology = Annotated[
-    list[Path] | None, typer.Option("--topology", metavar="FILE", help="`tracediag env` snapshot JSON.")
+Metrics = _declared("metrics", list[Path])
+Log = _declared("log", list[Path])
+Bench = _declared("bench", list[Path])
+NcclTests = _declared("nccl_tests", list[Path])
+Topology = _declared("topology", list[Path])
+Slo = _declared("slo", str)
+HbmBandwidth = _declared("hbm_bandwidth", float)
+PeakTflops = _declared("peak_tflops", float)
+Tp1Baseline = _declared("tp1_baseline", Path)
+GraphCapture = _declared("graph_capture", Path)
+Config = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        help="tracediag.toml or pyproject.toml ([tool.tracediag]); default: found from the current folder up.",
+    ),
 ]
 KeepPython = Annotated[bool, typer.Option("--keep-python", help="Also store python_function events.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")]

@@ -1,22 +1,33 @@
 """Derived tables built once after ingest: steps, gemm_shapes, collectives (+ step_collectives view) and the rest.
 
-Each derivation is SQL in a `.sql` file beside this module, or a Python module's build function (Python only does
-what SQL says badly: shape-list arithmetic on JSON dims, dtype spellings, interval unions). Every derivation is
-declared in REGISTRY with what it reads (`requires`: tables, or a stage of a table that another derivation fills,
-such as "steps.windows"), what it makes (`provides`: tables and views left in the store; `updates`: the stages
-it fills in tables made by others) and the temporary tables it leaves for later derivations (`scratch`, dropped
-once all are built). The build order is a topological sort of those declarations (`build_order`), ties broken by
-the order of REGISTRY, so a derivation runs after everything it requires.
+Each derivation is SQL in a `.sql` file beside this module, or a Python module's `build(con)` (Python only does
+what SQL says badly: shape-list arithmetic on JSON dims, dtype spellings, interval unions). Each declares itself
+where it is written, the way Perfetto's SQL stdlib modules do: a `.sql` file in its header comment
+
+    -- requires: cpu_ops, steps, steps.T
+    -- provides: sdpa_ops
+
+with a `-- comment` beside every column it makes (tracediag.store reads them into the store's column comments);
+a Python module in its constants `REQUIRES = (...)`, `PROVIDES = (...)`. What it reads (`requires`: tables, or a
+stage of a table that another derivation fills, such as "steps.windows"), what it makes (`provides`: tables and
+views left in the store; `updates`: the stages it fills in tables made by others), the temporary tables it leaves
+for later derivations (`scratch`, dropped once all are built) and `late` (below). STEPS names the derivations;
+REGISTRY holds their declarations. The build order is a topological sort of those declarations
+(`build_order`), ties broken by the order of STEPS, so a derivation runs after everything it requires.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import re
 from dataclasses import dataclass
+from importlib import resources
 
 import duckdb
 
+from tracediag.interrupt import checkpoint
 from tracediag.store import run_sql_file, transaction
 
 # The parsers' tables (tracediag/store/schema*.sql) the derivations read: required without a provider.
@@ -27,8 +38,8 @@ CANONICAL = frozenset(("inputs", "process_groups", "kernels", "memops", "runtime
 class Derivation:
     """One derived table (or a few built together).
 
-    `step` is a `.sql` file beside this module (executed), or `module` / `module:function` (the function, default
-    `build`, called with the connection). `late`: sorts a whole canonical table (every CPU op of a CPU-only trace),
+    `step` is a `.sql` file beside this module (executed), or a module whose `build` is called with the
+    connection. `late`: sorts a whole canonical table (every CPU op of a CPU-only trace),
     so it runs in a transaction of its own after the others are committed: a file store has written the derived
     tables out by then, and the sort does not share the memory budget with them (a 4 GB rank: 1.66 GiB peak
     inside the one transaction)."""
@@ -44,64 +55,75 @@ class Derivation:
         if self.step.endswith(".sql"):
             run_sql_file(con, "tracediag.derive", self.step)
         else:
-            module, _, fn = self.step.partition(":")
-            getattr(importlib.import_module(module), fn or "build")(con)
+            importlib.import_module(self.step).build(con)
 
 
-_OPS = ("kernels", "cpu_ops", "runtime")
-_CLASSES = ("kernels.klass", "cpu_ops.klass")  # the classes attention.py decides from the launching op
-# collective_calls.sql's temporary tables, read by collectives.py
-_COLL_SCRATCH = ("coll_cand", "coll_outer", "coll_kern", "coll_calls", "coll_meta", "coll_gpu", "coll_dispatch")
-_COLL_SCRATCH += ("coll_detached", "coll_pair")
-
-REGISTRY: tuple[Derivation, ...] = (
-    Derivation("tracediag.derive.attention", _OPS, provides=("kernel_op_class",), updates=_CLASSES),
-    Derivation(
-        "tracediag.derive.step_markers",
-        ("annotations", "cpu_ops"),
-        provides=("step_annotations_unparsed",),
-        scratch=("step_markers",),
-    ),
-    Derivation("steps.sql", (*_OPS, *_CLASSES, "memops", "inputs", "step_markers"), provides=("steps",)),
-    Derivation("gemm_shapes.sql", (*_OPS, *_CLASSES, "steps"), provides=("gemm_shapes",)),
-    Derivation("step_shapes.sql", ("cpu_ops", "steps", "gemm_shapes"), updates=("steps.T",)),
-    Derivation(
-        "tracediag.derive.collectives:build_collectives",
-        (*_OPS, *_CLASSES, "annotations", "steps", "steps.T"),
-        provides=("collectives", "step_collectives"),
-        scratch=_COLL_SCRATCH,
-    ),
-    Derivation(
-        "tracediag.derive.kernel_phase",
-        ("kernels", "runtime", "cpu_ops", "annotations", "kernels.klass", "steps", "steps.T"),
-        provides=("step_kernel_phase",),
-        updates=("steps.phase",),
-    ),
-    Derivation(
-        "tracediag.derive.windows",
-        (*_OPS, "memops", "inputs", "steps"),
-        provides=("host_stalls", "gpu_timeline"),
-        updates=("steps.windows",),
-    ),
-    Derivation(
-        "tracediag.derive.fitness",
-        # the domain (derive/domain.py, built here) reads the kernel classes, decode steps and GEMM shapes
-        (*_OPS, *_CLASSES, "memops", "annotations", "inputs", "gpu_timeline", "steps.phase", "gemm_shapes"),
-        provides=("window_fitness",),
-    ),
-    Derivation(
-        "tracediag.derive.kernel_steps",
-        (*_OPS, *_CLASSES, "memops", "steps", "steps.T", "steps.phase", "steps.windows"),
-        provides=("kernel_steps", "step_activity"),
-    ),
-    Derivation("sdpa_ops.sql", ("cpu_ops", "steps", "steps.T"), provides=("sdpa_ops",)),
-    Derivation(
-        "tracediag.derive.op_roofline",
-        ("kernels", "runtime", "cpu_ops", "inputs", "steps", "steps.phase"),
-        provides=("op_roofline",),
-    ),
-    Derivation("eager_ops.sql", ("cpu_ops", "kernels", "steps", "steps.T"), provides=("eager_cpu_ops",), late=True),
+# The derivations, in the order that breaks ties of the build order: a `.sql` file beside this module declares
+# itself in its header, a Python module in its constants (read_declaration).
+STEPS = (
+    "tracediag.derive.attention",
+    "tracediag.derive.step_markers",
+    "steps.sql",
+    "gemm_shapes.sql",
+    "step_shapes.sql",
+    "tracediag.derive.collectives",
+    "tracediag.derive.kernel_phase",
+    "tracediag.derive.windows",
+    "tracediag.derive.fitness",
+    "tracediag.derive.kernel_steps",
+    "sdpa_ops.sql",
+    "tracediag.derive.op_roofline",
+    "eager_ops.sql",
 )
+FIELDS = ("requires", "provides", "updates", "scratch")  # a declaration's lists; `late` is a flag
+_SQL_HEADER = re.compile(r"^--\s*(?P<key>requires|provides|updates|scratch|late):\s*(?P<value>.*?)\s*$")
+_PY_CONSTANT = re.compile(r"^(?P<key>REQUIRES|PROVIDES|UPDATES|SCRATCH|LATE) = ", re.MULTILINE)
+
+
+def sql_declaration(text: str) -> dict[str, tuple[str, ...] | bool]:
+    """The declaration in a `.sql` derivation's header (the comment lines it starts with): `-- requires: a, b.c`,
+    `-- provides: t`, `-- updates: t.stage`, `-- scratch: tmp`, and `-- late: why` for a late one."""
+    out: dict[str, tuple[str, ...] | bool] = {}
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        m = _SQL_HEADER.match(line)
+        if m and m.group("key") == "late":
+            out["late"] = True
+        elif m:
+            out[m.group("key")] = tuple(n.strip() for n in m.group("value").split(",") if n.strip())
+    return out
+
+
+def python_declaration(text: str) -> dict[str, tuple[str, ...] | bool]:
+    """The declaration of a Python derivation module, its module constants REQUIRES, PROVIDES, UPDATES, SCRATCH
+    (tuples of names) and LATE, read from its source without importing it (a build imports the module; reading
+    the registry does not, so `analyze --store` imports none of them)."""
+    out: dict[str, tuple[str, ...] | bool] = {}
+    for m in _PY_CONSTANT.finditer(text):
+        rest = text[m.end() :].splitlines()
+        for n in range(1, len(rest) + 1):  # the value ends on the first line where it parses
+            try:
+                out[m.group("key").lower()] = ast.literal_eval("\n".join(rest[:n]))
+                break
+            except SyntaxError:
+                continue
+    return out
+
+
+def read_declaration(step: str) -> Derivation:
+    """The Derivation a `.sql` file beside this module (its header) or a module (its constants) declares."""
+    if step.endswith(".sql"):
+        fields = sql_declaration(resources.files(__name__).joinpath(step).read_text(encoding="utf-8"))
+    else:
+        path = resources.files(__name__).joinpath(step.rpartition(".")[2] + ".py")
+        fields = python_declaration(path.read_text(encoding="utf-8"))
+    if "requires" not in fields or not set(fields) & {"provides", "updates"}:
+        raise ValueError(f"{step} declares no requires, or neither provides nor updates")
+    return Derivation(step, **fields)  # type: ignore[arg-type]
+
+
+REGISTRY: tuple[Derivation, ...] = tuple(read_declaration(step) for step in STEPS)
 
 
 def build_order(registry: tuple[Derivation, ...] = REGISTRY) -> list[Derivation]:
@@ -152,9 +174,11 @@ def build_all(con: duckdb.DuckDBPyConnection, order: list[Derivation] | None = N
     with transaction(con):
         for d in order:
             if not d.late:
+                checkpoint()
                 d.run(con)
         con.execute("".join(f"DROP TABLE IF EXISTS {name};" for d in order for name in d.scratch))
     for d in order:
         if d.late:
+            checkpoint()
             with transaction(con):
                 d.run(con)

@@ -25,6 +25,12 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "cpu_ops", "runtime")
+PROVIDES = ("kernel_op_class",)
+# the classes decided from the launching op
+UPDATES = ("kernels.klass", "cpu_ops.klass")
+
 SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
 GEMM_OPS = ("aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum")
 # classes an op may hand to a kernel it launched that the catalog does not know

@@ -14,6 +14,22 @@ from tracediag.catalog import normalize_collective_name
 from tracediag.model.dtypes import canonical_dtype, element_size
 from tracediag.store import run_sql_file
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "cpu_ops", "runtime", "kernels.klass", "cpu_ops.klass", "annotations", "steps", "steps.T")
+PROVIDES = ("collectives", "step_collectives")
+# collective_calls.sql's temporary tables, read by this module
+SCRATCH = (
+    "coll_cand",
+    "coll_outer",
+    "coll_kern",
+    "coll_calls",
+    "coll_meta",
+    "coll_gpu",
+    "coll_dispatch",
+    "coll_detached",
+    "coll_pair",
+)
+
 COLLECTIVES_SCHEMA = pa.schema(
     [
         ("rank", pa.int32()),  # global rank
@@ -115,7 +131,7 @@ _PASSED = {
 }  # fmt: skip
 
 
-def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
+def build(con: duckdb.DuckDBPyConnection) -> None:
     run_sql_file(con, "tracediag.derive", "collective_calls.sql")
     cur = con.execute("SELECT * FROM coll_calls ORDER BY rank, anchor_ts_ns")
     names = [d[0] for d in cur.description]

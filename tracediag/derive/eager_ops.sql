@@ -1,3 +1,7 @@
+-- requires: cpu_ops, kernels, steps, steps.T
+-- provides: eager_cpu_ops
+-- late: sorts every CPU op of a CPU-only trace: a transaction of its own, after the others
+--
 -- KRN008 on CPU-only traces (no GPU kernels anywhere): the outermost eager elementwise CPU ops inside engine
 -- steps, per rank, step and op name. "Outermost": not nested in an earlier elementwise or classified op of the
 -- same thread (an aten::to calls aten::_to_copy, which calls aten::copy_: one pass, counted once). Built here

@@ -57,6 +57,23 @@ from tracediag.derive import intervals as iv
 from tracediag.derive.graph_capture import statement as graph_capture_statement
 from tracediag.store import run_sql_file
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+# the domain (domain.py, built here) reads the kernel classes, decode steps and GEMM shapes
+REQUIRES = (
+    "kernels",
+    "cpu_ops",
+    "runtime",
+    "kernels.klass",
+    "cpu_ops.klass",
+    "memops",
+    "annotations",
+    "inputs",
+    "gpu_timeline",
+    "steps.phase",
+    "gemm_shapes",
+)
+PROVIDES = ("window_fitness",)
+
 STARTUP_SHARE = 0.5  # start-up goes on while start-up calls hold at least half of the window since the first GPU work
 STARTUP_DOMINATES = 0.75  # a start-up segment this share of the trace span leaves too little steady work to judge
 CAPTURE_DOMINATES = 0.5  # stream captures covering this share of the steady segment: the window is a graph capture

@@ -1,3 +1,6 @@
+-- requires: kernels, cpu_ops, runtime, kernels.klass, cpu_ops.klass, steps
+-- provides: gemm_shapes
+--
 -- GEMM-like CPU ops with recorded input shapes (outermost only: aten::linear calls aten::mm inside,
 -- which must not count twice), with the step each ran in.
 --   aten::linear(x[..., K], w[N, K], b)   aten::mm(a[T, K], b[K, N])   aten::addmm(bias, a[T, K], b[K, N])
@@ -19,7 +22,12 @@ nesting AS (
 outermost AS (
     SELECT * FROM nesting WHERE enclosing_end_ns IS NULL OR enclosing_end_ns < ts_ns + dur_ns
 )
-SELECT o.rank, s.step_id, o.name, o.ts_ns, o.dur_ns, o.tid,
+SELECT o.rank,                      -- global rank
+    s.step_id,                         -- engine step (steps.step_id) the GEMM op ran in
+    o.name,                            -- aten::linear, aten::mm, aten::addmm or aten::matmul
+    o.ts_ns,                           -- host start, ns
+    o.dur_ns,                          -- host duration, ns
+    o.tid,                             -- host thread
     CASE WHEN o.name = 'aten::addmm' THEN json_extract(o.input_dims, '$[1]')
          ELSE json_extract(o.input_dims, '$[0]') END AS act_dims,   -- activation dims, JSON
     CASE WHEN o.name = 'aten::addmm' THEN json_extract(o.input_dims, '$[2]')

@@ -24,6 +24,11 @@ import duckdb
 from tracediag.catalog import classify_kernel
 from tracediag.derive.layout import workload
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "runtime", "cpu_ops", "annotations", "kernels.klass", "steps", "steps.T")
+PROVIDES = ("step_kernel_phase",)
+UPDATES = ("steps.phase",)
+
 SOURCE = "inferred from kernels"
 NAMES_KEPT = 3  # distinct kernel names kept per step and phase hint (evidence)
 

@@ -19,6 +19,10 @@ import duckdb
 from tracediag.model import op_cost
 from tracediag.store import run_sql_file
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "runtime", "cpu_ops", "inputs", "steps", "steps.phase")
+PROVIDES = ("op_roofline",)
+
 LAUNCH_BOUND_NS = 5000  # mean kernel time per call below this: launch latency bounds it (op_roofline.sql says 5000)
 
 _CALLS_SQL = """

@@ -1,3 +1,6 @@
+-- requires: cpu_ops, steps, steps.T
+-- provides: sdpa_ops
+--
 -- The scaled-dot-product-attention ops inside engine steps, with their recorded shapes and types: KRN001 reads
 -- the dtype, head dim and mask per phase, the decode context (KRN005 and others) the key length S and batch B.
 -- One row per op and step holding its start (as a join of cpu_ops with the steps' host ranges would give);

@@ -114,56 +114,93 @@ def _first(nums: str) -> tuple[int, str | None]:
     return int(head), (rest or None)
 
 
+def _vllm_v1_marker(m: re.Match) -> StepMarker:
+    """vLLM v1's step annotation: requests and tokens of the context and generation sides."""
+    ctx_tok, ctx_rest = _first(m.group(2))
+    gen_tok, gen_rest = _first(m.group(4))
+    extra = "; ".join(f"{k}: {v}" for k, v in (("context", ctx_rest), ("generation", gen_rest)) if v)
+    return StepMarker(
+        form="vllm_v1",
+        source="vllm step annotation",
+        precedence=ENGINE,
+        ctx_reqs=int(m.group(1)),
+        ctx_tokens=ctx_tok,
+        gen_reqs=int(m.group(3)),
+        gen_tokens=gen_tok,
+        extra=extra or None,
+        fields={
+            "ctx_reqs": int(m.group(1)),
+            "ctx_tokens": ctx_tok,
+            "gen_reqs": int(m.group(3)),
+            "gen_tokens": gen_tok,
+        },
+    )
+
+
+def _detailed_marker(m: re.Match) -> StepMarker:
+    """The detailed vLLM annotation: T and per side the requests, query and key tokens and their squares."""
+    g = [int(x) for x in m.groups()]
+    t, n_ctx, c_sq, c_sk, c_sqsq, c_sqsk, n_gen, g_sq, g_sk, g_sqsq, g_sqsk = g
+    return StepMarker(
+        form="detailed",
+        source="vllm step annotation (detailed)",
+        precedence=ENGINE,
+        ctx_reqs=n_ctx,
+        ctx_tokens=c_sq,
+        gen_reqs=n_gen,
+        gen_tokens=g_sq,
+        tokens=t,
+        ctx_kv_tokens=c_sk,
+        gen_kv_tokens=g_sk,
+        fields=dict(
+            T=t,
+            ctx_reqs=n_ctx,
+            c_sq=c_sq,
+            c_sk=c_sk,
+            c_sqsq=c_sqsq,
+            c_sqsk=c_sqsk,
+            gen_reqs=n_gen,
+            g_sq=g_sq,
+            g_sk=g_sk,
+            g_sqsq=g_sqsq,
+            g_sqsk=g_sqsk,
+        ),
+    )
+
+
+def _sglang_marker(m: re.Match) -> StepMarker:
+    """An SGLang step span: its mode (EXTEND, DECODE, MIXED, ...) gives the phase and which count is T."""
+    draft, mode, bs = m.group(1), m.group(2), int(m.group(3))
+    toks = int(m.group(4)) if m.group(4) else None
+    kv = {k: int(v) for k, v in (t.split("=") for t in m.group(5).split())}
+    phase = _SGLANG_PHASE.get(mode)
+    tokens = toks if mode == "EXTEND" else bs if mode == "DECODE" else None
+    if mode == "MIXED" and "c_sq" in kv and "g_sq" in kv:
+        tokens = kv["c_sq"] + kv["g_sq"]
+    return StepMarker(
+        form="sglang_step",
+        source="sglang step span",
+        precedence=ENGINE,
+        counts_as_step=not draft and mode not in _SGLANG_NOT_A_STEP,
+        ctx_reqs=kv.get("c", bs if phase == "prefill" else 0 if phase == "decode" else None),
+        gen_reqs=kv.get("g", bs if phase == "decode" else 0 if phase == "prefill" else None),
+        ctx_tokens=kv.get("c_sq", toks if phase == "prefill" else None),
+        gen_tokens=kv.get("g_sq", bs if mode == "DECODE" else None),
+        tokens=tokens,
+        ctx_kv_tokens=kv.get("c_sk"),
+        gen_kv_tokens=kv.get("g_sk"),
+        mode=mode,
+        phase=phase,
+        fields={"bs": bs, **({"toks": toks} if toks is not None else {}), **kv},
+    )
+
+
 def parse(name: str) -> StepMarker | None:
     """The step marker `name` is, or None (exact match of one form)."""
     if m := _VLLM.fullmatch(name):
-        ctx_tok, ctx_rest = _first(m.group(2))
-        gen_tok, gen_rest = _first(m.group(4))
-        extra = "; ".join(f"{k}: {v}" for k, v in (("context", ctx_rest), ("generation", gen_rest)) if v)
-        return StepMarker(
-            form="vllm_v1",
-            source="vllm step annotation",
-            precedence=ENGINE,
-            ctx_reqs=int(m.group(1)),
-            ctx_tokens=ctx_tok,
-            gen_reqs=int(m.group(3)),
-            gen_tokens=gen_tok,
-            extra=extra or None,
-            fields={
-                "ctx_reqs": int(m.group(1)),
-                "ctx_tokens": ctx_tok,
-                "gen_reqs": int(m.group(3)),
-                "gen_tokens": gen_tok,
-            },
-        )
+        return _vllm_v1_marker(m)
     if m := _VLLM_DETAILED.fullmatch(name):
-        g = [int(x) for x in m.groups()]
-        t, n_ctx, c_sq, c_sk, c_sqsq, c_sqsk, n_gen, g_sq, g_sk, g_sqsq, g_sqsk = g
-        return StepMarker(
-            form="detailed",
-            source="vllm step annotation (detailed)",
-            precedence=ENGINE,
-            ctx_reqs=n_ctx,
-            ctx_tokens=c_sq,
-            gen_reqs=n_gen,
-            gen_tokens=g_sq,
-            tokens=t,
-            ctx_kv_tokens=c_sk,
-            gen_kv_tokens=g_sk,
-            fields=dict(
-                T=t,
-                ctx_reqs=n_ctx,
-                c_sq=c_sq,
-                c_sk=c_sk,
-                c_sqsq=c_sqsq,
-                c_sqsk=c_sqsk,
-                gen_reqs=n_gen,
-                g_sq=g_sq,
-                g_sk=g_sk,
-                g_sqsq=g_sqsq,
-                g_sqsk=g_sqsk,
-            ),
-        )
+        return _detailed_marker(m)
     if m := _VLLM_NEW_CACHED.fullmatch(name):
         new, cached = int(m.group(1)), int(m.group(2))
         return StepMarker(
@@ -175,29 +212,7 @@ def parse(name: str) -> StepMarker | None:
             fields={"new_reqs": new, "cached_reqs": cached},
         )
     if m := _SGLANG.fullmatch(name):
-        draft, mode, bs = m.group(1), m.group(2), int(m.group(3))
-        toks = int(m.group(4)) if m.group(4) else None
-        kv = {k: int(v) for k, v in (t.split("=") for t in m.group(5).split())}
-        phase = _SGLANG_PHASE.get(mode)
-        tokens = toks if mode == "EXTEND" else bs if mode == "DECODE" else None
-        if mode == "MIXED" and "c_sq" in kv and "g_sq" in kv:
-            tokens = kv["c_sq"] + kv["g_sq"]
-        return StepMarker(
-            form="sglang_step",
-            source="sglang step span",
-            precedence=ENGINE,
-            counts_as_step=not draft and mode not in _SGLANG_NOT_A_STEP,
-            ctx_reqs=kv.get("c", bs if phase == "prefill" else 0 if phase == "decode" else None),
-            gen_reqs=kv.get("g", bs if phase == "decode" else 0 if phase == "prefill" else None),
-            ctx_tokens=kv.get("c_sq", toks if phase == "prefill" else None),
-            gen_tokens=kv.get("g_sq", bs if mode == "DECODE" else None),
-            tokens=tokens,
-            ctx_kv_tokens=kv.get("c_sk"),
-            gen_kv_tokens=kv.get("g_sk"),
-            mode=mode,
-            phase=phase,
-            fields={"bs": bs, **({"toks": toks} if toks is not None else {}), **kv},
-        )
+        return _sglang_marker(m)
     if m := _TRTLLM.fullmatch(name):
         n_ctx, n_gen = int(m.group(2)), int(m.group(3))
         f = {"ctx_reqs": n_ctx, "gen_reqs": n_gen} | ({"iter": int(m.group(1))} if m.group(1) else {})

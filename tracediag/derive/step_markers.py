@@ -18,6 +18,11 @@ import pyarrow as pa
 
 from tracediag.derive.step_grammar import ENGINE, StepMarker, looks_like_step, parse
 
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("annotations", "cpu_ops")
+PROVIDES = ("step_annotations_unparsed",)
+SCRATCH = ("step_markers",)
+
 SCHEMA = pa.schema(
     [
         ("rank", pa.int32()),

@@ -1,3 +1,6 @@
+-- requires: cpu_ops, steps, gemm_shapes
+-- updates: steps.T
+--
 -- Fill T (and phase) for steps whose marker does not carry token counts.
 -- T = the most common activation row count (product of leading dims) of the outermost GEMM ops in
 -- the step; phase from the query length of the SDPA ops (Sq = 1 -> decode): the dispatcher

@@ -1,3 +1,6 @@
+-- requires: kernels, cpu_ops, runtime, kernels.klass, cpu_ops.klass, memops, inputs, step_markers
+-- provides: steps
+--
 -- steps: one row per engine step per rank (see step_markers.py for the markers and their precedence).
 -- T is the number of tokens the step scheduled: from the engine's annotation when it carries token
 -- counts (step_grammar.py says what each number means), else filled in step_shapes.sql from GEMM
@@ -115,9 +118,9 @@ SELECT
     marker_extra,                                                     -- numbers in the annotation that are not interpreted
     fwd_name, fwd_ts_ns, fwd_dur_ns,                                  -- nested forward span (SGLang step[...]) and its host range
     marker_T AS T,                                                    -- tokens in the step
-    CASE WHEN marker_T IS NOT NULL THEN 'annotation' END AS t_source,
+    CASE WHEN marker_T IS NOT NULL THEN 'annotation' END AS t_source, -- where T came from: 'annotation' (vLLM step annotation) or 'GEMM activation rows (mode)'
     marker_phase AS phase,                                            -- prefill / decode / mixed / NULL
-    CASE WHEN marker_phase IS NOT NULL THEN 'annotation' END AS phase_source,
+    CASE WHEN marker_phase IS NOT NULL THEN 'annotation' END AS phase_source, -- where the phase came from: 'annotation', 'attention query length' or 'inferred from kernels' (derive/kernel_phase.py)
     NULL::BIGINT AS gpu_ts_ns,                                        -- first kernel start of the step, ns
     NULL::BIGINT AS gpu_end_ns,                                       -- last kernel end of the step, ns
     NULL::BIGINT AS kernel_count,                                     -- kernels launched inside the step

@@ -20,9 +20,10 @@ Tables and columns it builds (after `steps` and `collectives`, before `kernel_st
   launched by another call and did not run it, the host ahead of the GPU: a device-side wait). A synchronize
   that starts after the last step's host range has ended is the profiler's stop (segment "profiler stop").
   Each is measured once and is its own evidence; its idle time comes out of the step time that phase
-  statistics use (`step_activity.step_ns`). Allocations, module loading, initialisation calls and first
-  launches that load a module or compile are **start-up calls** (KRN010's, wherever they happen); the others
-  are host-blocking stalls of the steady state (KRN006's) when they happen in the steady segment. Only the
+  statistics use (`step_activity.step_ns`). Module loading, initialisation calls and first launches that load
+  a module or compile are **start-up calls** (KRN010's, wherever they happen), and so are allocations outside the
+  steady segment; the others — an allocation in the steady segment among them (the caching allocator growing or
+  emptied in the steady state) — are host-blocking stalls of the steady state (KRN006's) there. Only the
   first launch of a kernel (by name, on the rank) can load its module or compile it: a slow launch of a kernel
   that ran before is host contention or a full launch queue, a host-blocking stall of kind REPEAT_LAUNCH.
 * Segments of each rank's window (tracediag/derive/fitness.py says how they are chosen): **start-up** from the
@@ -51,6 +52,11 @@ import pyarrow as pa
 
 from tracediag.derive import intervals as iv
 from tracediag.derive.fitness import QUEUE_LATENCY_NS, REPEAT_LAUNCH, startup_end
+
+# The derivation's declaration (tracediag/derive/__init__.py reads it from this source).
+REQUIRES = ("kernels", "cpu_ops", "runtime", "memops", "inputs", "steps")
+PROVIDES = ("host_stalls", "gpu_timeline")
+UPDATES = ("steps.windows",)
 
 STALL_MIN_NS = 1_000_000  # a host call shorter than 1 ms, or idling the GPU < 1 ms, is not a stall
 STALL_IDLE_SHARE = 0.5  # ... nor one during which the GPU was busy most of the time
@@ -242,6 +248,8 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
         for r, gs, ge in found:
             stop = r["ts_ns"] >= s1 or _profiler_stop_sync(r, last_step_end)
             r["segment"] = STARTUP if s0 is not None and r["ts_ns"] < s0 else STOP if stop else STEADY
+            if r["segment"] == STEADY and r["kind"] == "allocation":  # the allocator growing in the steady state
+                r["startup_call"] = False
             (stall_parts if r["segment"] == STEADY and not r["startup_call"] else startup_parts).append((gs, ge))
         cs, ce = _union(startup_parts)  # start-up idle
         ks, ke = _union(stall_parts)
@@ -281,44 +289,65 @@ def build(con: duckdb.DuckDBPyConnection) -> None:
             win_busy += busy
             win_idle += (w1 - w0) - busy - st - cold_i
         if bs.size:
-            # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
-            # before its first kernel)
-            all_s = np.array([r["ts_ns"] for r, _, _ in found], dtype=np.int64)
-            all_e = np.array([r["ts_ns"] + r["dur_ns"] for r, _, _ in found], dtype=np.int64)
-            g0 = int(min(bs[0], all_s.min())) if all_s.size else int(bs[0])
-            g1 = int(max(be[-1], all_e.max())) if all_s.size else int(be[-1])
-            steady = max(0, s1 - s0)
-            steady_busy = _inside(bs, be, s0, s1)
-            # steady idle that no stall and no start-up call holds: inside windows or between them
-            steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
-            queued_in = int(queued_each.sum())
             k_lo, k_hi = np.searchsorted(kern_rank, rank, "left"), np.searchsorted(kern_rank, rank, "right")
-            rank_ts = kern_ts[k_lo:k_hi]  # sorted: the kernels starting in [s0, s1)
-            kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
-            timeline.append(
-                {
-                    "rank": rank,
-                    "gpu_ts_ns": g0,
-                    "gpu_end_ns": g1,
-                    "span_ns": g1 - g0,
-                    "busy_ns": iv.total(bs, be),
-                    "startup_end_ns": s0,
-                    "stop_ts_ns": s1,
-                    "steady_span_ns": steady,
-                    "steady_busy_ns": steady_busy,
-                    "steady_kernels": kernels_steady,
-                    "windows": len(windows),
-                    "window_ns": sum(w["w1"] - w["w0"] for w in windows),
-                    "window_busy_ns": win_busy,
-                    "idle_in_windows_ns": win_idle,
-                    "idle_between_ns": max(0, steady_free - win_idle),
-                    "queued_idle_in_windows_ns": queued_in,
-                    "queued_idle_between_ns": max(0, _inside(qs, qe, s0, s1) - queued_in),
-                    "stall_ns": iv.total(ks, ke),
-                    "startup_idle_ns": _inside(cs, ce, g0, g1),
-                }
-            )
+            intervals = {"busy": (bs, be), "stall": (ks, ke), "startup": (cs, ce), "queued": (qs, qe)}
+            in_windows = (win_busy, win_idle, int(queued_each.sum()))
+            timeline.append(_timeline_row(rank, intervals, found, (s0, s1), kern_ts[k_lo:k_hi], windows, in_windows))
     _write(con, updates, stalls, timeline)
+
+
+def _timeline_row(
+    rank: int,
+    intervals: dict[str, tuple[np.ndarray, np.ndarray]],
+    found: list[tuple],
+    segment: tuple[int, int],
+    rank_ts: np.ndarray,
+    windows: list[dict],
+    in_windows: tuple[int, int, int],
+) -> dict:
+    """The rank's gpu_timeline row: its profiled span, the steady segment [s0, s1) and the busy, idle, queued,
+    stall and start-up time in and between its step windows. `intervals`: GPU busy, host-blocking stall, start-up
+    idle and queued idle (each disjoint, sorted); `rank_ts`: the rank's kernel start times, sorted; `in_windows`:
+    busy, free idle and queued idle summed over the windows."""
+    bs, be = intervals["busy"]
+    ks, ke = intervals["stall"]
+    cs, ce = intervals["startup"]
+    qs, qe = intervals["queued"]
+    s0, s1 = segment
+    win_busy, win_idle, queued_in = in_windows
+    # the profiled span: first to last GPU activity, widened to the stalls (a cold start idles the GPU
+    # before its first kernel)
+    all_s = np.array([r["ts_ns"] for r, _, _ in found], dtype=np.int64)
+    all_e = np.array([r["ts_ns"] + r["dur_ns"] for r, _, _ in found], dtype=np.int64)
+    g0 = int(min(bs[0], all_s.min())) if all_s.size else int(bs[0])
+    g1 = int(max(be[-1], all_e.max())) if all_s.size else int(be[-1])
+    steady = max(0, s1 - s0)
+    steady_busy = _inside(bs, be, s0, s1)
+    # steady idle that no stall and no start-up call holds: inside windows or between them
+    steady_free = steady - steady_busy - _inside(ks, ke, s0, s1) - _inside(cs, ce, s0, s1)
+    # sorted: the kernels starting in [s0, s1)
+    kernels_steady = int(np.searchsorted(rank_ts, s1, "left") - np.searchsorted(rank_ts, s0, "left"))
+    return {
+        "rank": rank,
+        "gpu_ts_ns": g0,
+        "gpu_end_ns": g1,
+        "span_ns": g1 - g0,
+        "busy_ns": iv.total(bs, be),
+        "startup_end_ns": s0,
+        "stop_ts_ns": s1,
+        "steady_span_ns": steady,
+        "steady_busy_ns": steady_busy,
+        "steady_kernels": kernels_steady,
+        "windows": len(windows),
+        "window_ns": sum(w["w1"] - w["w0"] for w in windows),
+        "window_busy_ns": win_busy,
+        "idle_in_windows_ns": win_idle,
+        "idle_between_ns": max(0, steady_free - win_idle),
+        "queued_idle_in_windows_ns": queued_in,
+        "queued_idle_between_ns": max(0, _inside(qs, qe, s0, s1) - queued_in),
+        "stall_ns": iv.total(ks, ke),
+        "startup_idle_ns": _inside(cs, ce, g0, g1),
+    }
 
 
 def _rank_stalls(

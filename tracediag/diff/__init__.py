@@ -14,6 +14,7 @@ from pathlib import Path
 from tracediag.diff.compare import diff_runs
 from tracediag.diff.render import write_diff
 from tracediag.errors import UsageError
+from tracediag.request import Request
 from tracediag.runs import load_run, read_back
 
 DIFF_OUTPUT_NAMES = ("diff.json", "diff.html")  # what `diff -o DIR` writes into DIR
@@ -30,30 +31,29 @@ def run_diff(
     keep_python: bool = False,
     jobs: int | None = None,
     force_compare: bool = False,
-    memory_limit: int | None = None,
+    memory_limit: int | str | None = None,
     before_inputs: list[tuple[Path, str]] = (),
     after_inputs: list[tuple[Path, str]] = (),
+    config: Path | bool = False,
+    naming: str = "python",
 ) -> dict:
     """Load (or analyse) both sides, diff them, write diff.json and diff.html into `out` when given.
 
     `before_inputs` / `after_inputs` are (path, format) serving inputs (CLI --before-log, ...) analysed with a side
-    given as traces, within `memory_limit` bytes (tracediag.memory). Runs that cannot be compared
+    given as traces, within `memory_limit` (bytes or '2GiB', tracediag.memory), with the settings of `config` (a
+    tracediag.toml; True: found from the working folder up, as the commands do). The inputs are checked as every
+    entry point checks them (tracediag.request; `naming` "cli" names them by flag). Runs that cannot be compared
     (diff.comparability) get their fingerprints and the reasons, and no changes, unless `force_compare`."""
     if out is not None and Path(out).is_file():
         raise UsageError(f"--out {out} is a file; give a folder")
+
+    def request(model: Path | None) -> Request:
+        return Request.build(model=model, tp=tp, keep_python=keep_python or None, jobs=jobs,
+                             memory_limit=memory_limit, config=config, naming=naming)  # fmt: skip
+
     with tempfile.TemporaryDirectory(prefix="tracediag-diff-") as tmp:
         runs = [
-            load_run(
-                p,
-                Path(tmp) / name,
-                model=m,
-                tp=tp,
-                jobs=jobs,
-                keep_python=keep_python,
-                memory_limit=memory_limit,
-                extra_inputs=x,
-                side=name.upper(),
-            )
+            load_run(p, Path(tmp) / name, request=request(m), extra_inputs=x, side=name.upper())
             for p, m, x, name in (
                 (before, before_model, before_inputs, "before"),
                 (after, after_model, after_inputs, "after"),

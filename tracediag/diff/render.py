@@ -179,11 +179,13 @@ _CHANGE_WORDS = {
 }
 
 
-def render_diff_html(d: dict[str, Any]) -> str:
+def _comparison_tables(d: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The report's before/after tables (step time, shares, collectives, payloads, kernel families, dispatch),
+    each (title, table) with its cells formatted and the changes classed."""
     ms = units.duration
     share = units.percent
     byt = units.size
-    tables = [
+    return [
         (
             "Step time per phase and T bucket (median)",
             _table(
@@ -254,8 +256,11 @@ def render_diff_html(d: dict[str, Any]) -> str:
             ),
         ),
     ]  # fmt: skip
-    efficiency = _efficiency_table(d.get("efficiency") or {})
-    fd = d["findings"]
+
+
+def _finding_rows(fd: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    """One row per finding that was added, fixed, changed, no longer evaluated or unchanged: its severity before
+    and after, its title and what the change means."""
     sev = {
         "added": lambda f: ("—", f["severity"]),
         "fixed": lambda f: (f["severity"], "—"),
@@ -274,11 +279,17 @@ def render_diff_html(d: dict[str, Any]) -> str:
             return "its rule did not run before" + (f" ({f['before_reason']})" if f.get("before_reason") else "")
         return ""
 
-    finding_rows = [
+    return [
         [_CHANGE_WORDS[kind], f["id"], *sev[kind](f), f["title"], note(kind, f)]
         for kind in sev
         for f in fd.get(kind, [])
     ]
+
+
+def render_diff_html(d: dict[str, Any]) -> str:
+    tables = _comparison_tables(d)
+    efficiency = _efficiency_table(d.get("efficiency") or {})
+    finding_rows = _finding_rows(d["findings"])
     for _, t in [*tables, ("efficiency", efficiency)]:
         t["rows"] = [[c if isinstance(c, dict) else {"text": str(c), "cls": ""} for c in row] for row in t["rows"]]
     template = environment().get_template("diff.html")

@@ -175,8 +175,7 @@ def ingest_store(
     `keep_going`: an input that cannot be read is recorded (manifest `failed`: path and error; the report lists
     it) instead of stopping the ingest; at least one input must be read. `memory_limit` (bytes; None: the
     default of tracediag.memory) travels to every parser task, local or on Dask, in its IngestOptions."""
-    from tracediag.pipeline import derive, input_files
-    from tracediag.store import append_rows
+    from tracediag.pipeline import input_files
 
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
@@ -205,58 +204,8 @@ def ingest_store(
         _check_ranks(metas)
 
         say("deriving steps, collectives and kernel tables")
-        con = _scratch_connection(staging)
-        try:
-            canonical = _canonical_schemas()
-            counts: dict[str, int] = {}
-            for m in metas:
-                for t, n in m["rows"].items():
-                    counts[t] = counts.get(t, 0) + n
-            tables = {
-                t: {"columns": cols, "rows": counts.get(t, 0), "kind": "canonical"} for t, cols in canonical.items()
-            }
-            pq.attach_views(con, pq.StoreManifest(staging, {"tables": tables}))
-            # inputs and process groups: small metadata rows, written as ordinary tables
-            for name in ("inputs", "process_groups"):
-                con.execute(f"DROP VIEW IF EXISTS {name}")
-            _create_metadata_tables(con)
-            append_rows(
-                con,
-                "inputs",
-                [
-                    {**r, "input_id": m["input_id"], "path": m["path"], "format": m["format"]}
-                    for m in metas
-                    for r in m["inputs_rows"]
-                ],
-            )
-            append_rows(con, "process_groups", [pg for m in metas for pg in m["process_groups"]])
-            derive(con)
-            for name in ("inputs", "process_groups"):
-                tables[name] = {
-                    "columns": pq.table_schema(con, name),
-                    "rows": pq.copy_table(con, staging, name),
-                    "kind": "canonical",
-                }
-            for name in _derived_tables(con, set(canonical)):
-                tables[name] = {
-                    "columns": pq.table_schema(con, name),
-                    "rows": pq.copy_table(con, staging, name),
-                    "kind": "derived",
-                }
-            views = _derived_views(con)
-        finally:
-            con.close()
-        inputs = [
-            {
-                "input_id": m["input_id"],
-                "path": m["path"],
-                "format": m["format"],
-                "ranks": [r["rank"] for r in m["inputs_rows"] if r.get("rank") is not None],
-                "rows": m["rows"],
-                "parse_write_s": m["parse_write_s"],
-            }
-            for m in metas
-        ]
+        tables, views = _derive_tables(staging, metas)
+        inputs = _manifest_inputs(metas)
         for f in staging.glob("scratch*"):
             f.unlink()
         pq.write_manifest(
@@ -270,6 +219,69 @@ def ingest_store(
         return IngestResult(store, inputs, tables, time.monotonic() - t0, backend, failed)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _derive_tables(staging: Path, metas: list[dict[str, Any]]) -> tuple[dict[str, dict], dict[str, str]]:
+    """Over the parsed Parquet parts in `staging`: write the metadata tables, run the derivations and copy every
+    table out; returns the manifest's tables (columns, rows, kind) and the derived views."""
+    from tracediag.pipeline import derive
+    from tracediag.store import append_rows
+
+    con = _scratch_connection(staging)
+    try:
+        canonical = _canonical_schemas()
+        counts: dict[str, int] = {}
+        for m in metas:
+            for t, n in m["rows"].items():
+                counts[t] = counts.get(t, 0) + n
+        tables = {t: {"columns": cols, "rows": counts.get(t, 0), "kind": "canonical"} for t, cols in canonical.items()}
+        pq.attach_views(con, pq.StoreManifest(staging, {"tables": tables}))
+        # inputs and process groups: small metadata rows, written as ordinary tables
+        for name in ("inputs", "process_groups"):
+            con.execute(f"DROP VIEW IF EXISTS {name}")
+        _create_metadata_tables(con)
+        append_rows(
+            con,
+            "inputs",
+            [
+                {**r, "input_id": m["input_id"], "path": m["path"], "format": m["format"]}
+                for m in metas
+                for r in m["inputs_rows"]
+            ],
+        )
+        append_rows(con, "process_groups", [pg for m in metas for pg in m["process_groups"]])
+        derive(con)
+        for name in ("inputs", "process_groups"):
+            tables[name] = {
+                "columns": pq.table_schema(con, name),
+                "rows": pq.copy_table(con, staging, name),
+                "kind": "canonical",
+            }
+        for name in _derived_tables(con, set(canonical)):
+            tables[name] = {
+                "columns": pq.table_schema(con, name),
+                "rows": pq.copy_table(con, staging, name),
+                "kind": "derived",
+            }
+        views = _derived_views(con)
+    finally:
+        con.close()
+    return tables, views
+
+
+def _manifest_inputs(metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifest's entry per input read: its path, format, ranks, row counts and parse time."""
+    return [
+        {
+            "input_id": m["input_id"],
+            "path": m["path"],
+            "format": m["format"],
+            "ranks": [r["rank"] for r in m["inputs_rows"] if r.get("rank") is not None],
+            "rows": m["rows"],
+            "parse_write_s": m["parse_write_s"],
+        }
+        for m in metas
+    ]
 
 
 def _scratch_connection(staging: Path) -> duckdb.DuckDBPyConnection:

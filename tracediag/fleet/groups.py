@@ -24,12 +24,7 @@ class GroupTask:
     store: str
     group: RankGroup
     requested_deep: tuple[int, ...] | None  # None: the default choice (lowest rank + COL005's straggler)
-    model: Any
-    tp: int | None
-    settings: Any
-    extra_rules: tuple[str, ...]
-    memory_limit: int | None = None  # the budget of the TP=1 baseline's store (tracediag.memory)
-    rules: tuple[str, ...] | None = None  # rule ids to run (tracediag check --rules); None: every rule
+    request: Any  # the run's tracediag.request.Request (for_worker(): plain data that pickles)
 
 
 @dataclass(frozen=True)
@@ -52,32 +47,22 @@ def evaluate_group(
     con: duckdb.DuckDBPyConnection,
     group: RankGroup,
     requested_deep: Sequence[int] | None,
-    model: Any,
-    tp: int | None,
-    settings: Any,
+    request: Any,
     rules: list[Any],
     baseline: Any = None,
 ) -> GroupResult:
     """The rules on one group's ranks (deep tables on its deep ranks only)."""
-    from tracediag.context import Context
     from tracediag.derive.layout import detect_layout
     from tracediag.engine import run_rules
 
     with restricted(con, group.ranks, group.ranks):
-        layout = detect_layout(con, tp)
+        layout = detect_layout(con, request.tp)
         if requested_deep is None:
-            deep = default_deep_for_group(
-                con,
-                lambda: Context(
-                    con=con, model=model, tp=layout.tp, settings=settings, layout=layout, baseline=baseline
-                ),
-                group,
-            )
+            deep = default_deep_for_group(con, lambda: request.context(con, layout, baseline), group)
         else:
             deep = {r: "selected" for r in requested_deep if r in group.ranks}
     with restricted(con, group.ranks, list(deep)):
-        ctx = Context(con=con, model=model, tp=layout.tp, settings=settings, layout=layout, baseline=baseline)
-        checks = run_rules(ctx, rules)
+        checks = run_rules(request.context(con, layout, baseline), rules)
         summary = group_summary(con, group, checks)
     summary["deep_ranks"] = sorted(deep)
     return GroupResult(group, checks, summary, deep, os.getpid())
@@ -85,23 +70,14 @@ def evaluate_group(
 
 def evaluate_group_task(task: GroupTask) -> GroupResult:
     """One group on a worker: opens views over its ranks' partitions of the store, evaluates, closes."""
-    from tracediag.context import Baseline
     from tracediag.fleet import open_store_views
 
-    tp1 = task.settings.tp1_baseline if task.settings is not None else None
-    baseline = Baseline(tp1, task.memory_limit) if tp1 else None
+    request = task.request
+    baseline = request.baseline()  # a worker reads its own, within the run's memory budget
     con = open_store_views(task.store, ranks=task.group.ranks)
     try:
-        return evaluate_group(
-            con,
-            task.group,
-            task.requested_deep,
-            task.model,
-            task.tp,
-            task.settings,
-            _rules(task.extra_rules, task.rules),
-            baseline,
-        )
+        rules = _rules(request.extra_rules, request.rules)
+        return evaluate_group(con, task.group, task.requested_deep, request, rules, baseline)
     finally:
         con.close()
         if baseline is not None:
@@ -115,42 +91,21 @@ def _requested(plan: RankPlan, group: RankGroup) -> tuple[int, ...] | None:
 
 
 def evaluate_groups(
-    con: duckdb.DuckDBPyConnection,
-    plan: RankPlan,
-    model: Any,
-    tp: int | None,
-    settings: Any,
-    extra_rules: Sequence[str] = (),
-    store: str | None = None,
-    scheduler: Any = None,
-    jobs: int | None = None,
-    baseline: Any = None,
-    memory_limit: int | None = None,
-    rules: Sequence[str] | None = None,
+    con: duckdb.DuckDBPyConnection, plan: RankPlan, request: Any, baseline: Any = None
 ) -> list[GroupResult]:
-    """Every group of the plan: on `con` in this process, or — given a store and more than one group — as tasks
-    in local processes (`jobs`, default the cores) or on the Dask cluster `scheduler`. `baseline`
-    (context.Baseline) is the TP=1 baseline the groups of this process share; a task reads its own."""
+    """Every group of the plan: on `con` in this process, or — given a store (request.store) and more than one
+    group — as tasks in local processes (request.jobs, default the cores) or on the Dask cluster
+    request.scheduler. `baseline` (context.Baseline) is the TP=1 baseline the groups of this process share; a
+    task reads its own."""
+    store, scheduler = request.store, request.scheduler
     if store is None or (len(plan.groups) == 1 and scheduler is None):
-        mods = _rules(extra_rules, rules)
-        return [evaluate_group(con, g, _requested(plan, g), model, tp, settings, mods, baseline) for g in plan.groups]
-    tasks = [
-        GroupTask(
-            str(store),
-            g,
-            _requested(plan, g),
-            model,
-            tp,
-            settings,
-            tuple(extra_rules),
-            memory_limit,
-            tuple(rules) if rules is not None else None,
-        )
-        for g in plan.groups
-    ]
+        mods = _rules(request.extra_rules, request.rules)
+        return [evaluate_group(con, g, _requested(plan, g), request, mods, baseline) for g in plan.groups]
+    worker = request.for_worker()
+    tasks = [GroupTask(str(store), g, _requested(plan, g), worker) for g in plan.groups]
     if scheduler is not None:
         return _run_dask(tasks, scheduler)
-    return _run_local(tasks, jobs)
+    return _run_local(tasks, request.jobs)
 
 
 def _run_local(tasks: list[GroupTask], jobs: int | None) -> list[GroupResult]:

@@ -8,10 +8,13 @@ import sys
 _MARK = {"fail": "FAIL", "finding": "note", "pass": "pass", "skipped": "skip"}
 
 
-def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None) -> None:
+def print_result(
+    result, *, quiet: bool = False, junit=None, annotated_trace=None, out=None, file=None, audience: str = "cli"
+) -> None:
     """The judged items, the verdict and the coverage, then one last line that never says PASSED without
-    saying how many of the selected rules ran."""
+    saying how many of the selected rules ran; inputs named as `audience` passes them (tracediag.inputspec)."""
     from tracediag.findings import coverage_sentence, verdict
+    from tracediag.inputspec import advice
     from tracediag.reports.terminal import clip
 
     file = file or sys.stdout
@@ -44,7 +47,7 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
         v = result.doc.get("verdict") or verdict(result.doc["checks"], fitness=result.doc.get("fitness"))
         tail = f" ({v['rule']} {v['severity']}, {v['cost']})" if v.get("rule") else ""
         print(f"Verdict: {clip(v['headline'])}{tail}", file=file)
-        print(f"Coverage: {coverage_sentence(cov)}", file=file)
+        print(f"Coverage: {coverage_sentence(cov, audience=audience)}", file=file)
         for label, path in (("junit", junit), ("annotated trace", annotated_trace), ("outputs", out)):
             if path is not None:
                 print(f"  {label}: {path}", file=file)
@@ -52,7 +55,8 @@ def print_result(result, *, quiet: bool = False, junit=None, annotated_trace=Non
     if cov["could_not_run"]:
         ran += f"; {cov['could_not_run']} could not run"
         if cov["enable"]:
-            ran += f" (pass {cov['enable'][0]['input']} to enable {len(cov['enable'][0]['rules'])} of them)"
+            first = cov["enable"][0]
+            ran += f" (pass {advice(first['input'], audience)} to enable {len(first['rules'])} of them)"
     if result.passed:
         known = len(c["finding"])
         tail = f"; {known} finding(s) known or below {result.fail_on}" if known else ""

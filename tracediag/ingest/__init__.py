@@ -22,7 +22,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +31,7 @@ from tracediag.errors import InputError, UsageError
 from tracediag.ingest.base import IngestOptions, Parsed, SpilledTable
 from tracediag.ingest.capture_folder import capture_inputs
 from tracediag.inputfile import open_stream, regular_file, skip_nul_run
+from tracediag.interrupt import checkpoint
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -360,6 +361,9 @@ def _input_bytes(files: list[tuple[Path, str | None]]) -> int:
     return total
 
 
+_POLL_S = 0.2  # how often the parent looks at the stop flag while parser processes run
+
+
 def parse_all(
     files: list[Path] | list[tuple[Path, str | None]],
     keep_python: bool = False,
@@ -401,6 +405,8 @@ def parse_all(
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
     try:
         futures = _submit_all(pool, work)
+        while not wait(futures, timeout=_POLL_S).done >= set(futures):
+            checkpoint()  # a cancelled call ends the parser processes (below) rather than wait for them
         return [_result(f, w[0]) for f, w in zip(futures, work)]
     except BaseException:
         _kill_workers(pool)

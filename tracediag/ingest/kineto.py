@@ -43,6 +43,7 @@ from tracediag.ingest.base import NAMED_TABLES, IngestOptions, Parsed, SpilledTa
 from tracediag.ingest.jsonstream import MAX_ITEM_CHUNKS, ArrayChunks, NotAnArray, map_file
 from tracediag.ingest.validate import BadRecords
 from tracediag.inputfile import open_stream, too_large
+from tracediag.interrupt import checkpoint
 from tracediag.memory import chunk_bytes, decode_chunk_bytes, read_bytes_budget, spill_bytes
 
 _EMPTY = msgspec.Raw(b"")
@@ -503,6 +504,7 @@ def _parse_chunked(p: Path, order: int, opts: IngestOptions, exact: bool) -> Par
             max_item_bytes=MAX_ITEM_CHUNKS * chunk_bytes(opts.memory_limit),
         )
         for events, exact in chunks:
+            checkpoint()  # a cancelled call stops between chunks, not after the whole file
             if exact and not b.exact:
                 if b.chunks:
                     raise _NeedsExact

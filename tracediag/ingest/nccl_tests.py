@@ -115,6 +115,41 @@ def _num(tok: str, kind, *bounds):
     return kind(tok, *bounds)
 
 
+def _result_records(source_path: str, test: str | None, cols: list[str], toks: list[str]) -> list[dict]:
+    """One result row as records: one per placement (out-of-place, in-place) with its time, algorithm and bus
+    bandwidth and #wrong. Raises _BadValue for a value out of bounds, ValueError or IndexError for a malformed row."""
+    row = dict(zip(cols, toks))
+    t_idx = [i for i, c in enumerate(cols) if c in TIME_NAMES]
+    lead = {
+        "size_bytes": _int(row["size"]),
+        "count_elements": _int(row["count"]),
+        "dtype": row.get("type"),
+        "redop": row.get("redop"),
+        "root": _num(row["root"], _int, -1, val.RANK_MAX) if "root" in row else None,  # -1: none
+    }
+    recs = []
+    for k, i in enumerate(t_idx):
+        time_us = _num(toks[i], _float, _TIME_US_MAX)
+        wrong_tok = toks[i + 3] if i + 3 < len(toks) else None
+        wrong = _num(wrong_tok, _int, 0, val.INT64_MAX) if cols[i + 3] == "#wrong" and wrong_tok is not None else None
+        recs.append(
+            lead
+            | {
+                "source_path": source_path,
+                "test": test,
+                "op": OPS.get(test or ""),
+                "nranks": None,
+                "placement": "out-of-place" if k == 0 else "in-place",
+                "time_ns": round(time_us * 1000) if time_us is not None else None,
+                "time_kind": cols[i],
+                "algbw_gbs": _num(toks[i + 1], _float, _GBS_MAX),
+                "busbw_gbs": _num(toks[i + 2], _float, _GBS_MAX),
+                "wrong": wrong,
+            }
+        )
+    return recs
+
+
 def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
     text = read_input(path, "nccl-tests output", options.memory_limit).decode("utf-8", errors="replace")
     test = version = avg = params = None
@@ -160,39 +195,7 @@ def parse_nccl_tests(path: Path, order: int, options: IngestOptions) -> Parsed:
             skipped += 1  # interleaved logs (NCCL INFO ...), truncated rows
             continue
         try:
-            row = dict(zip(cols, toks))
-            t_idx = [i for i, c in enumerate(cols) if c in TIME_NAMES]
-            lead = {
-                "size_bytes": _int(row["size"]),
-                "count_elements": _int(row["count"]),
-                "dtype": row.get("type"),
-                "redop": row.get("redop"),
-                "root": _num(row["root"], _int, -1, val.RANK_MAX) if "root" in row else None,  # -1: none
-            }
-            recs = []
-            for k, i in enumerate(t_idx):
-                time_us = _num(toks[i], _float, _TIME_US_MAX)
-                wrong_tok = toks[i + 3] if i + 3 < len(toks) else None
-                wrong = (
-                    _num(wrong_tok, _int, 0, val.INT64_MAX)
-                    if cols[i + 3] == "#wrong" and wrong_tok is not None
-                    else None
-                )
-                recs.append(
-                    lead
-                    | {
-                        "source_path": str(path),
-                        "test": test,
-                        "op": OPS.get(test or ""),
-                        "nranks": None,
-                        "placement": "out-of-place" if k == 0 else "in-place",
-                        "time_ns": round(time_us * 1000) if time_us is not None else None,
-                        "time_kind": cols[i],
-                        "algbw_gbs": _num(toks[i + 1], _float, _GBS_MAX),
-                        "busbw_gbs": _num(toks[i + 2], _float, _GBS_MAX),
-                        "wrong": wrong,
-                    }
-                )
+            recs = _result_records(str(path), test, cols, toks)
         except _BadValue as exc:
             bad.skipped("result row", "row left out", [f"{exc} in: {line}"])
             continue

@@ -216,6 +216,76 @@ def _load(path: Path, limit: int | None) -> dict:
     return doc
 
 
+def _gpu_row(src: str, host: Any, g: dict) -> dict[str, Any]:
+    """One topo_gpus row: the GPU's memory, clocks, PCIe link and how many of its NVLinks are active."""
+    links = g.get("nvlinks") or []
+    active = [link for link in links if link.get("state") == "active"]
+    versions = sorted({str(link.get("version")) for link in active if link.get("version")})
+    mem, clk, pcie = g.get("memory") or {}, g.get("clocks_mhz") or {}, g.get("pcie") or {}
+    return {
+        "source_path": src,
+        "host": host,
+        "gpu_index": int(g["index"]),
+        "name": g.get("name"),
+        "uuid": g.get("uuid"),
+        "pci_bus_id": g.get("pci_bus_id"),
+        "memory_total_bytes": mem.get("total_bytes"),
+        "memory_used_bytes": mem.get("used_bytes"),
+        "sm_clock_mhz": clk.get("sm"),
+        "sm_clock_max_mhz": clk.get("sm_max"),
+        "mem_clock_mhz": clk.get("mem"),
+        "mem_clock_max_mhz": clk.get("mem_max"),
+        "pcie_gen": pcie.get("gen"),
+        "pcie_gen_max": pcie.get("gen_max"),
+        "pcie_width": pcie.get("width"),
+        "pcie_width_max": pcie.get("width_max"),
+        "numa_node": g.get("numa_node"),
+        "cpu_affinity": g.get("cpu_affinity"),
+        "nvlinks_total": len(links),
+        "nvlinks_active": len(active),
+        "nvlink_version": ",".join(versions) or None,
+    }
+
+
+def _link_rows(src: str, host: Any, g: dict, bus_to_index: dict) -> list[dict[str, Any]]:
+    """The GPU's topo_nvlinks rows, the remote end resolved to a GPU index by its PCI bus id."""
+    return [
+        {
+            "source_path": src,
+            "host": host,
+            "gpu_index": int(g["index"]),
+            "link": int(link["link"]),
+            "state": link.get("state"),
+            "version": str(link["version"]) if link.get("version") is not None else None,
+            "remote_pci_bus_id": link.get("remote_pci_bus_id"),
+            "remote_type": link.get("remote_type"),
+            "remote_gpu_index": bus_to_index.get(bus_key(link.get("remote_pci_bus_id"))),
+        }
+        for link in g.get("nvlinks") or []
+    ]
+
+
+def _pair_row(src: str, host: Any, p: dict, by_index: dict[int, dict]) -> dict[str, Any]:
+    """One topo_pairs row: the pair's P2P capabilities and its link class (classify_pair)."""
+    a, b = sorted((int(p["a"]), int(p["b"])))
+    cls, direct, expected = classify_pair(by_index[a], by_index[b], p)
+    p2p = p.get("p2p") or {}
+    return {
+        "source_path": src,
+        "host": host,
+        "gpu_a": a,
+        "gpu_b": b,
+        "topology": p.get("topology"),
+        "p2p_read": p2p.get("read"),
+        "p2p_write": p2p.get("write"),
+        "p2p_nvlink": p2p.get("nvlink"),
+        "p2p_atomics": p2p.get("atomics"),
+        "direct_nvlinks": direct,
+        "link_class": cls,
+        "expected_busbw_gbs": expected,
+    }
+
+
 def parse_topology(path: Path, order: int, options: IngestOptions) -> Parsed:
     doc = _load(path, options.memory_limit)
     src, host = str(path), doc.get("host")
@@ -225,69 +295,10 @@ def parse_topology(path: Path, order: int, options: IngestOptions) -> Parsed:
         bus_to_index = {bus_key(g.get("pci_bus_id")): int(g["index"]) for g in gpus if g.get("pci_bus_id")}
         gpu_rows, link_rows, pair_rows = [], [], []
         for g in gpus:
-            links = g.get("nvlinks") or []
-            active = [link for link in links if link.get("state") == "active"]
-            versions = sorted({str(link.get("version")) for link in active if link.get("version")})
-            mem, clk, pcie = g.get("memory") or {}, g.get("clocks_mhz") or {}, g.get("pcie") or {}
-            gpu_rows.append(
-                {
-                    "source_path": src,
-                    "host": host,
-                    "gpu_index": int(g["index"]),
-                    "name": g.get("name"),
-                    "uuid": g.get("uuid"),
-                    "pci_bus_id": g.get("pci_bus_id"),
-                    "memory_total_bytes": mem.get("total_bytes"),
-                    "memory_used_bytes": mem.get("used_bytes"),
-                    "sm_clock_mhz": clk.get("sm"),
-                    "sm_clock_max_mhz": clk.get("sm_max"),
-                    "mem_clock_mhz": clk.get("mem"),
-                    "mem_clock_max_mhz": clk.get("mem_max"),
-                    "pcie_gen": pcie.get("gen"),
-                    "pcie_gen_max": pcie.get("gen_max"),
-                    "pcie_width": pcie.get("width"),
-                    "pcie_width_max": pcie.get("width_max"),
-                    "numa_node": g.get("numa_node"),
-                    "cpu_affinity": g.get("cpu_affinity"),
-                    "nvlinks_total": len(links),
-                    "nvlinks_active": len(active),
-                    "nvlink_version": ",".join(versions) or None,
-                }
-            )
-            for link in links:
-                link_rows.append(
-                    {
-                        "source_path": src,
-                        "host": host,
-                        "gpu_index": int(g["index"]),
-                        "link": int(link["link"]),
-                        "state": link.get("state"),
-                        "version": str(link["version"]) if link.get("version") is not None else None,
-                        "remote_pci_bus_id": link.get("remote_pci_bus_id"),
-                        "remote_type": link.get("remote_type"),
-                        "remote_gpu_index": bus_to_index.get(bus_key(link.get("remote_pci_bus_id"))),
-                    }
-                )
+            gpu_rows.append(_gpu_row(src, host, g))
+            link_rows += _link_rows(src, host, g, bus_to_index)
         for p in doc.get("pairs", []):
-            a, b = sorted((int(p["a"]), int(p["b"])))
-            cls, direct, expected = classify_pair(by_index[a], by_index[b], p)
-            p2p = p.get("p2p") or {}
-            pair_rows.append(
-                {
-                    "source_path": src,
-                    "host": host,
-                    "gpu_a": a,
-                    "gpu_b": b,
-                    "topology": p.get("topology"),
-                    "p2p_read": p2p.get("read"),
-                    "p2p_write": p2p.get("write"),
-                    "p2p_nvlink": p2p.get("nvlink"),
-                    "p2p_atomics": p2p.get("atomics"),
-                    "direct_nvlinks": direct,
-                    "link_class": cls,
-                    "expected_busbw_gbs": expected,
-                }
-            )
+            pair_rows.append(_pair_row(src, host, p, by_index))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(
             path, f"topology snapshot has a malformed GPU or pair entry ({type(exc).__name__}: {exc})"

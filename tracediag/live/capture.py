@@ -92,6 +92,80 @@ def _wait_written(paths: list[Path], deadline: float, poll_s: float = 0.5) -> li
     return [p for p in paths if p.exists()]
 
 
+def _scrape_window(
+    res: CaptureResult,
+    root: str,
+    metrics_path: Path,
+    times: tuple[float, float, float],
+    interval_s: float,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> None:
+    """Scrape /metrics every interval_s into `metrics_path` (each scrape flushed to disk, so a capture cut short
+    keeps what it got) from the window's start until its end or the hard deadline (`times`, monotonic); Ctrl-C
+    ends the window early."""
+    started_mono, window_end, hard_deadline = times
+    try:
+        with open(metrics_path, "w", encoding="utf-8") as f:
+            seq = 0
+            while time.monotonic() < min(window_end, hard_deadline):
+                ts_ms = int(time.time() * 1000)
+                try:
+                    text = fetch_checked(
+                        root + "/metrics", timeout_s, deadline=min(window_end + timeout_s, hard_deadline)
+                    )
+                except (OSError, ValueError) as exc:
+                    res.scrape_failures += 1
+                    say(f"scrape failed: {exc}")
+                else:
+                    f.write(scrape_block(text, seq, ts_ms, root + "/metrics"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                    res.scrapes += 1
+                    seq += 1
+                wait = started_mono + (res.scrapes + res.scrape_failures) * interval_s - time.monotonic()
+                if wait > 0:
+                    time.sleep(min(wait, max(0.0, window_end - time.monotonic())))
+    except KeyboardInterrupt:
+        res.stopped = "interrupted (Ctrl-C)"
+
+
+def _stop_and_collect(
+    res: CaptureResult,
+    root: str,
+    traces_dir: Path,
+    profile_dir: Path | None,
+    timeout_s: float,
+    hard_deadline: float,
+    say: Callable[[str], None],
+) -> None:
+    """Stop the profiler, wait for the trace files it writes (in the capture's folder or --profile-dir) to be
+    complete, and copy them into `traces_dir`."""
+    stop = _ask_profiler(res, root + "/stop_profile", {}, max(timeout_s, 30.0), hard_deadline, say)
+    if stop.status is None:
+        res.profiler = f"stop failed: {stop.error}"
+    else:
+        res.profiler = "recorded" if stop.status == 200 else f"stop failed: HTTP {stop.status}"
+    folders = [traces_dir] + ([profile_dir] if profile_dir else [])
+    found: list[Path] = []
+    while time.monotonic() < hard_deadline and not found:
+        found = _new_traces(folders, res.started_unix_s)
+        if not found:
+            time.sleep(0.5)
+    found = _wait_written(found, hard_deadline)
+    for p in found:
+        dest = traces_dir / p.name
+        if p.resolve() != dest.resolve():
+            shutil.copy2(p, dest)
+        res.traces.append(dest.name)
+    if not found:
+        res.notes.append(
+            "No trace file appeared"
+            + (f" in {profile_dir}" if profile_dir else "")
+            + ": pass --profile-dir with the server's profiler directory (it must be readable from here)."
+        )
+
+
 def capture(
     url: str,
     out: Path,
@@ -149,56 +223,12 @@ def capture(
     started_mono = time.monotonic()  # the window starts once the profiler runs
     window_end = started_mono + duration_s
     metrics_path = out / "metrics.prom"
-    try:
-        with open(metrics_path, "w", encoding="utf-8") as f:
-            seq = 0
-            while time.monotonic() < min(window_end, hard_deadline):
-                ts_ms = int(time.time() * 1000)
-                try:
-                    text = fetch_checked(
-                        root + "/metrics", timeout_s, deadline=min(window_end + timeout_s, hard_deadline)
-                    )
-                except (OSError, ValueError) as exc:
-                    res.scrape_failures += 1
-                    say(f"scrape failed: {exc}")
-                else:
-                    f.write(scrape_block(text, seq, ts_ms, root + "/metrics"))
-                    f.flush()
-                    os.fsync(f.fileno())
-                    res.scrapes += 1
-                    seq += 1
-                wait = started_mono + (res.scrapes + res.scrape_failures) * interval_s - time.monotonic()
-                if wait > 0:
-                    time.sleep(min(wait, max(0.0, window_end - time.monotonic())))
-    except KeyboardInterrupt:
-        res.stopped = "interrupted (Ctrl-C)"
+    _scrape_window(res, root, metrics_path, (started_mono, window_end, hard_deadline), interval_s, timeout_s, say)
     if time.monotonic() >= hard_deadline and res.stopped == "duration elapsed":
         res.stopped = "deadline"
     res.stopped_unix_s = time.time()
     if res.profiler == "recording":
-        stop = _ask_profiler(res, root + "/stop_profile", {}, max(timeout_s, 30.0), hard_deadline, say)
-        if stop.status is None:
-            res.profiler = f"stop failed: {stop.error}"
-        else:
-            res.profiler = "recorded" if stop.status == 200 else f"stop failed: HTTP {stop.status}"
-        folders = [traces_dir] + ([profile_dir] if profile_dir else [])
-        found: list[Path] = []
-        while time.monotonic() < hard_deadline and not found:
-            found = _new_traces(folders, res.started_unix_s)
-            if not found:
-                time.sleep(0.5)
-        found = _wait_written(found, hard_deadline)
-        for p in found:
-            dest = traces_dir / p.name
-            if p.resolve() != dest.resolve():
-                shutil.copy2(p, dest)
-            res.traces.append(dest.name)
-        if not found:
-            res.notes.append(
-                "No trace file appeared"
-                + (f" in {profile_dir}" if profile_dir else "")
-                + ": pass --profile-dir with the server's profiler directory (it must be readable from here)."
-            )
+        _stop_and_collect(res, root, traces_dir, profile_dir, timeout_s, hard_deadline, say)
     if log_file is not None:
         if not log_file.exists():
             res.notes.append(f"{log_file}: no such log file; no log lines copied")

@@ -470,6 +470,62 @@ def _attention(p: Path, cfg: dict[str, Any], h: int | None, hkv: int | None, D: 
     return Attention(kind=kind, q_head_dim=D, v_head_dim=D, bias=bias, sinks=sinks)
 
 
+def _attention_shape(
+    p: Path, cfg: dict[str, Any], H: int, h: int | None, hkv: int | None, notes: list[str]
+) -> tuple[int | None, int | None, Attention | None]:
+    """(H_kv, D, the attention block) from the head counts, with the defaults HF applies when a field is absent
+    (MHA or multi-query H_kv, D = H/h) noted; MLA's D is the query head width, not the cache's."""
+    if hkv is None and h is not None:
+        hkv = 1 if cfg.get("multi_query") is True else h
+        notes.append(f"num_key_value_heads absent: using {hkv} ({'multi_query' if hkv == 1 else 'MHA'})")
+    if h is not None and hkv is not None and (hkv > h or h % hkv):
+        raise InputError(p, f"model config: num_key_value_heads = {hkv} does not divide num_attention_heads = {h}")
+    D = _int_field(p, cfg, "head_dim")
+    attention = None
+    if h is not None:
+        if D is None and _int_field(p, cfg, "kv_lora_rank") is None:
+            if H % h:
+                raise InputError(
+                    p, f"model config: num_attention_heads = {h} does not divide hidden_size = {H} and no head_dim"
+                )
+            D = H // h
+            notes.append("head_dim absent: using hidden_size / num_attention_heads")
+        attention = _attention(p, cfg, h, hkv, D)
+        if attention.kind == "MLA":
+            D = attention.q_head_dim
+            notes.append(
+                f"MLA: D = qk_nope_head_dim + qk_rope_head_dim = {D}; the KV cache holds kv_lora_rank + "
+                f"qk_rope_head_dim = {attention.kv_lora_rank + attention.qk_rope_head_dim} elements per token "
+                "and layer, not 2·H_kv·D"
+            )
+    return hkv, D, attention
+
+
+def _mlp_widths(
+    p: Path, cfg: dict[str, Any], L: int, I_cfg: int | None, mt: str, notes: list[str]
+) -> tuple[MoE | None, int | None, int | None]:
+    """(the MoE block or None, the dense layers' MLP width, I): with MoE, I is the dense width when some layer is
+    dense, else the expert width (llama4's dense layers read intermediate_size_mlp)."""
+    moe = _moe(p, cfg, L, I_cfg, mt, notes)
+    dense_I = I_cfg
+    I = I_cfg  # noqa: E741
+    if moe is not None:
+        dense_layers = L - len(moe.moe_layers)
+        if mt.startswith("llama4"):
+            dense_I = _int_field(p, cfg, "intermediate_size_mlp", "intermediate_size") or I_cfg
+        if dense_layers == 0:
+            dense_I = None
+            if I_cfg and I_cfg != moe.expert_I:
+                notes.append(f"intermediate_size {I_cfg} is used by no layer: every layer is MoE")
+        I = dense_I or moe.expert_I  # noqa: E741
+        notes.append(
+            f"MoE: {moe.experts} experts, top-{moe.top_k}, expert width {moe.expert_I}, "
+            f"{len(moe.moe_layers)} of {L} layers MoE"
+            + (f", {moe.shared_experts} shared expert(s) of width {moe.shared_I}" if moe.shared_experts else "")
+        )
+    return moe, dense_I, I
+
+
 def read_config(path: str | Path) -> tuple[ModelConfig, dict[str, Any] | None, str | None, list[str]]:
     """Read and check a Hugging Face config.json: (the model without its quantization, the quantization config
     and where it was found, notes); InputError (naming the file) when it cannot be used. The quantization is
@@ -492,48 +548,9 @@ def read_config(path: str | Path) -> tuple[ModelConfig, dict[str, Any] | None, s
         raise InputError(p, f"model config lacks {tried}")
     H, L = vals["hidden_size"], vals["num_hidden_layers"]
     h, hkv = vals["num_attention_heads"], vals["num_key_value_heads"]
-    if hkv is None and h is not None:
-        hkv = 1 if cfg.get("multi_query") is True else h
-        notes.append(f"num_key_value_heads absent: using {hkv} ({'multi_query' if hkv == 1 else 'MHA'})")
-    if h is not None and hkv is not None and (hkv > h or h % hkv):
-        raise InputError(p, f"model config: num_key_value_heads = {hkv} does not divide num_attention_heads = {h}")
-    D = _int_field(p, cfg, "head_dim")
     mt = str(cfg.get("model_type") or raw.get("model_type") or "")
-    attention = None
-    if h is not None:
-        if D is None and _int_field(p, cfg, "kv_lora_rank") is None:
-            if H % h:
-                raise InputError(
-                    p, f"model config: num_attention_heads = {h} does not divide hidden_size = {H} and no head_dim"
-                )
-            D = H // h
-            notes.append("head_dim absent: using hidden_size / num_attention_heads")
-        attention = _attention(p, cfg, h, hkv, D)
-        if attention.kind == "MLA":
-            D = attention.q_head_dim
-            notes.append(
-                f"MLA: D = qk_nope_head_dim + qk_rope_head_dim = {D}; the KV cache holds kv_lora_rank + "
-                f"qk_rope_head_dim = {attention.kv_lora_rank + attention.qk_rope_head_dim} elements per token "
-                "and layer, not 2·H_kv·D"
-            )
-    I_cfg = vals["intermediate_size"]
-    moe = _moe(p, cfg, L, I_cfg, mt, notes)
-    dense_I = I_cfg
-    I = I_cfg  # noqa: E741
-    if moe is not None:
-        dense_layers = L - len(moe.moe_layers)
-        if mt.startswith("llama4"):
-            dense_I = _int_field(p, cfg, "intermediate_size_mlp", "intermediate_size") or I_cfg
-        if dense_layers == 0:
-            dense_I = None
-            if I_cfg and I_cfg != moe.expert_I:
-                notes.append(f"intermediate_size {I_cfg} is used by no layer: every layer is MoE")
-        I = dense_I or moe.expert_I  # noqa: E741
-        notes.append(
-            f"MoE: {moe.experts} experts, top-{moe.top_k}, expert width {moe.expert_I}, "
-            f"{len(moe.moe_layers)} of {L} layers MoE"
-            + (f", {moe.shared_experts} shared expert(s) of width {moe.shared_I}" if moe.shared_experts else "")
-        )
+    hkv, D, attention = _attention_shape(p, cfg, H, h, hkv, notes)
+    moe, dense_I, I = _mlp_widths(p, cfg, L, vals["intermediate_size"], mt, notes)  # noqa: E741
     layer_types, window = _layer_types(p, cfg, L, mt, notes)
     chunk = (
         _int_field(p, cfg, "attention_chunk_size", "sliding_window", strict=False) if "chunked" in layer_types else None

@@ -102,6 +102,9 @@ _CREATE = re.compile(
 )
 _NOT_A_COLUMN = {"end", "and", "or", "then", "else", "null", "from", "where", "join", "on", "select", "as", "by",
                  "case", "when", "over", "filter", "distinct", "all", "union", "with", "not", "in", "is"}  # fmt: skip
+_ADD_COLUMN = re.compile(
+    r"^\s*ALTER\s+TABLE\s+(?P<table>\w+)\s+ADD\s+COLUMN\s+(?:IF\s+NOT\s+EXISTS\s+)?(?P<col>\w+)\b", re.I
+)
 _ARROW_FIELD = re.compile(r'^\s*\("(?P<col>\w+)",\s*pa\.[^#]*#\s*(?P<comment>.+?)\s*$')
 _ARROW_SCHEMA = re.compile(r"^(?P<name>[A-Z_]+)_SCHEMA\s*=\s*pa\.schema\(")
 
@@ -109,10 +112,15 @@ _ARROW_SCHEMA = re.compile(r"^(?P<name>[A-Z_]+)_SCHEMA\s*=\s*pa\.schema\(")
 def sql_column_comments(text: str) -> dict[str, dict[str, str]]:
     """{table: {column: comment}} from `-- comment`s beside columns: in `CREATE TABLE t (col TYPE, -- ...)`
     the column is the line's first word; in `CREATE TABLE t AS SELECT ... expr AS col, -- ...` its last.
-    Temporary tables are skipped (they do not outlive the derivation)."""
+    `ALTER TABLE t ADD COLUMN col TYPE; -- ...` comments col. Temporary tables are skipped (they do not outlive
+    the derivation)."""
     out: dict[str, dict[str, str]] = {}
     table, ddl = None, False
     for line in text.splitlines():
+        added = _ADD_COLUMN.match(line)
+        if added and "--" in line and line.split("--", 1)[1].strip():
+            out.setdefault(added.group("table").lower(), {})[added.group("col")] = line.split("--", 1)[1].strip()
+            continue
         m = _CREATE.match(line)
         if m:
             table = None if m.group("temp") else m.group("name").lower()
@@ -162,23 +170,15 @@ def arrow_column_comments(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-# Derived columns whose SQL carries no comment beside them (said here from what the SQL writes into them).
+# Derived columns that Python code writes, with no SQL or Arrow schema to carry a comment beside them (said here
+# from what the code writes into them). A `.sql` derivation comments every column it makes in its own file.
 SUPPLEMENT = {
-    "gemm_shapes": {
-        "gpu_ns": "summed kernel time of the op, ns (NULL: no kernel)",
-        "step_id": "engine step (steps.step_id) the GEMM op ran in",
-    },
     "kernel_op_class": {
         "name": "kernel name as written",
         "op": "the CPU op that launched it (correlation id)",
         "klass": "class given from the launching op",
         "family": "family given from the launching op",
         "kernels": "kernels of this name whose class came from the launching op",
-    },
-    "steps": {
-        "t_source": "where T came from: 'annotation' (vLLM step annotation) or 'GEMM activation rows (mode)'",
-        "phase_source": "where the phase came from: 'annotation', 'attention query length' or 'inferred from "
-        "kernels' (derive/kernel_phase.py)",
     },
     "step_kernel_phase": {
         "step_id": "engine step (steps.step_id) that launched the kernels",

@@ -14,6 +14,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tracediag.interrupt import checkpoint
+
 SECTION_BUILDERS = (
     "tracediag.reports.sections.overview",
     "tracediag.reports.sections.steps",
@@ -47,6 +49,7 @@ def build_sections(ctx, extra: tuple[str, ...] | list[str] = ()) -> list[Section
     out = []
     with ctx.memoized():  # sections share queries with each other (and with the rules, in one analysis)
         for name in (*SECTION_BUILDERS, *(e for e in extra if e not in SECTION_BUILDERS)):
+            checkpoint()
             section = importlib.import_module(name).build(ctx)
             if section is not None:
                 out.append(section)

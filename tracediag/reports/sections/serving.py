@@ -122,6 +122,59 @@ def _preemptions(ctx) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
+def _input_row(i: dict, meta: dict, name: str) -> dict:
+    """The telemetry-inputs row of one input: its format, record count and the reader's counts (meta_json)."""
+    return {
+        "input": name,
+        "format": i["format"],
+        "what": i["profiler"],
+        "records": i["events_total"],
+        "malformed_lines": meta.get("malformed_lines", 0),
+        "details": {
+            k: meta[k]
+            for k in (
+                "scrapes",
+                "timed_scrapes",
+                "stats_lines",
+                "spec_decode_lines",
+                "preemption_warnings",
+                "runs",
+                "requests",
+                "unknown_lines",
+                "events",
+            )
+            if k in meta
+        },
+    }
+
+
+def _reading_notes(i: dict, meta: dict, name: str) -> list[str]:
+    """What the reader skipped or cut in one input (malformed or unknown lines, NUL bytes, over-long lines) and
+    where a log holds several server runs."""
+    notes: list[str] = []
+    if meta.get("malformed_lines"):
+        ex = "; ".join(f"line {e['line']}: {e['text']!r}" for e in meta.get("malformed_examples", [])[:3])
+        notes.append(f"{name}: {meta['malformed_lines']} malformed line(s) skipped ({ex}).")
+    if meta.get("nul_head_bytes"):
+        notes.append(
+            f"{name}: starts with {meta['nul_head_bytes']:,} NUL bytes, skipped (a log truncated in place while "
+            "the server kept writing, as logrotate's copytruncate does)."
+        )
+    if meta.get("nul_run_bytes"):
+        notes.append(f"{name}: {meta['nul_run_bytes']:,} NUL bytes between lines, skipped (a hole in the file).")
+    if meta.get("lines_cut"):
+        notes.append(f"{name}: {meta['lines_cut']} line(s) longer than the read budget, cut (--memory-limit).")
+    if meta.get("unknown_lines"):
+        ex = "; ".join(f"line {e['line']}: {e['text'][:60]!r}" for e in meta.get("unknown_examples", [])[:2])
+        notes.append(f"{name}: {meta['unknown_lines']} line(s) of no known kind ({ex}).")
+    if isinstance(meta.get("runs"), int) and meta["runs"] > 1 and i["format"].endswith("-log"):
+        starts = ", ".join(
+            f"run {r['run']} from line {r['line']} ({r['why']})" for r in meta.get("run_starts", [])[1:6]
+        )
+        notes.append(f"{name}: {meta['runs']} server runs — {starts}; series are labelled by run.")
+    return notes
+
+
 def build(ctx) -> Section | None:
     inputs = ctx.rows(
         "SELECT input_id, path, format, profiler, events_total, meta_json FROM inputs "
@@ -134,50 +187,8 @@ def build(ctx) -> Section | None:
     for i in inputs:
         meta = json.loads(i["meta_json"] or "{}")
         name = short(i["path"])
-        summary.append(
-            {
-                "input": name,
-                "format": i["format"],
-                "what": i["profiler"],
-                "records": i["events_total"],
-                "malformed_lines": meta.get("malformed_lines", 0),
-                "details": {
-                    k: meta[k]
-                    for k in (
-                        "scrapes",
-                        "timed_scrapes",
-                        "stats_lines",
-                        "spec_decode_lines",
-                        "preemption_warnings",
-                        "runs",
-                        "requests",
-                        "unknown_lines",
-                        "events",
-                    )
-                    if k in meta
-                },
-            }
-        )
-        if meta.get("malformed_lines"):
-            ex = "; ".join(f"line {e['line']}: {e['text']!r}" for e in meta.get("malformed_examples", [])[:3])
-            notes.append(f"{name}: {meta['malformed_lines']} malformed line(s) skipped ({ex}).")
-        if meta.get("nul_head_bytes"):
-            notes.append(
-                f"{name}: starts with {meta['nul_head_bytes']:,} NUL bytes, skipped (a log truncated in place while "
-                "the server kept writing, as logrotate's copytruncate does)."
-            )
-        if meta.get("nul_run_bytes"):
-            notes.append(f"{name}: {meta['nul_run_bytes']:,} NUL bytes between lines, skipped (a hole in the file).")
-        if meta.get("lines_cut"):
-            notes.append(f"{name}: {meta['lines_cut']} line(s) longer than the read budget, cut (--memory-limit).")
-        if meta.get("unknown_lines"):
-            ex = "; ".join(f"line {e['line']}: {e['text'][:60]!r}" for e in meta.get("unknown_examples", [])[:2])
-            notes.append(f"{name}: {meta['unknown_lines']} line(s) of no known kind ({ex}).")
-        if isinstance(meta.get("runs"), int) and meta["runs"] > 1 and i["format"].endswith("-log"):
-            starts = ", ".join(
-                f"run {r['run']} from line {r['line']} ({r['why']})" for r in meta.get("run_starts", [])[1:6]
-            )
-            notes.append(f"{name}: {meta['runs']} server runs — {starts}; series are labelled by run.")
+        summary.append(_input_row(i, meta, name))
+        notes += _reading_notes(i, meta, name)
     notes.append("Log times carry no year: the x axis is seconds since each file's first timestamped record.")
     charts = [
         _chart(

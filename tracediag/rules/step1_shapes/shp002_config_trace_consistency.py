@@ -68,8 +68,9 @@ def _shape_evidence(kn: tuple[int, int], s: dict, **extra) -> dict:
     return event | {"K": kn[0], "N": kn[1]} | extra
 
 
-def check(ctx: Context) -> Check:
-    m, p = ctx.model, ctx.tp.p
+def _distinct_shapes(ctx: Context) -> dict[tuple[int, int], dict]:
+    """The trace's GEMMs by (K, N), each with its call count and the first call as the example; calls whose
+    shapes were not recorded or do not parse are left out."""
     rows = ctx.rows(
         "SELECT name, act_dims, w_dims, count(*) AS calls, min(rank) AS rank, min(step_id) AS step_id, "
         "min(ts_ns) AS ts_ns FROM gemm_shapes GROUP BY name, act_dims, w_dims ORDER BY ts_ns, name, act_dims, w_dims"
@@ -84,6 +85,23 @@ def check(ctx: Context) -> Check:
             continue
         s = shapes.setdefault(kn, {"calls": 0, "example": r})
         s["calls"] += r["calls"]
+    return shapes
+
+
+def _share_at_other_p(shapes: dict[tuple[int, int], dict], m, p: int) -> dict[int, float]:
+    """The share of hidden-size calls that match the roles at each other usual TP degree: a shape mismatch at p
+    that fits another degree points at a wrong --tp rather than another model."""
+    alt = {}
+    for q in (1, 2, 4, 8, 16):
+        if q != p:
+            _, _, mq, tq = _match(shapes, expected_roles(m, q) | padded_roles(m, q), m.H)
+            alt[q] = mq / tq if tq else 0.0
+    return alt
+
+
+def check(ctx: Context) -> Check:
+    m, p = ctx.model, ctx.tp.p
+    shapes = _distinct_shapes(ctx)
     roles = expected_roles(m, p) | padded_roles(m, p)
     relevant, by_role, matched, total = _match(shapes, roles, m.H)
     table = [
@@ -150,11 +168,7 @@ def check(ctx: Context) -> Check:
             values=values,
             **common,
         )
-    alt = {}
-    for q in (1, 2, 4, 8, 16):
-        if q != p:
-            _, _, mq, tq = _match(shapes, expected_roles(m, q) | padded_roles(m, q), m.H)
-            alt[q] = mq / tq if tq else 0.0
+    alt = _share_at_other_p(shapes, m, p)
     best = max(alt, key=alt.get) if alt else None
     hint = f"; the shapes fit p={best} ({alt[best]:.0%} of calls)" if best and alt[best] >= MATCH_SHARE else ""
     return finding(

@@ -56,6 +56,54 @@ NEXT_CHECK = (
 )
 
 
+def _dense_evidence(dense_rows: list[dict], unphased: str) -> list[dict]:
+    """The dense projection GEMMs on a quantized group's full-size weights, as evidence."""
+    return [
+        {
+            "rank": r["rank"],
+            "step": r["step_id"],
+            "ts_ns": r["ts_ns"],
+            "name": r["name"],
+            "phase": phase_name(r["phase"], unphased),
+            "role": r["role"],
+            "group": r["group"],
+            "K": r["K"],
+            "N": r["N"],
+            "act_type": r["act_type"],
+        }
+        for r in dense_rows
+    ]
+
+
+def _applied(
+    m, verdicts: list, formula: str, substituted: str, values: dict, table: list[dict], evidence: list[dict]
+) -> Check:
+    """No group failed: the kernels that read each group's declared width, the groups not verified, and the
+    groups the config leaves unquantized on purpose."""
+    unverified = [v for v in verdicts if v.verdict in ("unverified", "not_seen")]
+    applied = [v for v in verdicts if v.verdict == "applied"]
+    excluded = [g.group for g in m.quant.groups.values() if not g.quantized]
+    how = "; ".join(
+        f"{v.group} {v.declared.name} ({v.declared.scheme}) on {kernels_in_words(v.kernels)}"
+        for v in applied
+        if v.kernels
+    )
+    note = f"; {', '.join(v.group for v in unverified)}: {unverified[0].why}" if unverified else ""
+    return passed(
+        RULE,
+        confidence="high" if not unverified else "low",
+        title=(
+            f"Quantization applied per group: {how or 'no group verified'}{note}"
+            + (f"; {', '.join(excluded)} stay {m.quant.groups[excluded[0]].fmt.name} by design" if excluded else "")
+        ),
+        formula=formula,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=evidence,
+    )
+
+
 def check(ctx: Context) -> Check:
     m = ctx.model
     if m.quant is None or not m.quant.quantized_groups:
@@ -101,45 +149,11 @@ def check(ctx: Context) -> Check:
     substituted = "; ".join(f"{v.group} {v.declared.name}: {v.verdict} ({v.why})" for v in verdicts)
     table = [v.row() for v in verdicts]
     n, unphased = ctx.settings.max_evidence, unphased_name(ctx)
-    ev_dense = [
-        {
-            "rank": r["rank"],
-            "step": r["step_id"],
-            "ts_ns": r["ts_ns"],
-            "name": r["name"],
-            "phase": phase_name(r["phase"], unphased),
-            "role": r["role"],
-            "group": r["group"],
-            "K": r["K"],
-            "N": r["N"],
-            "act_type": r["act_type"],
-        }
-        for r in dense_rows
-    ]
+    ev_dense = _dense_evidence(dense_rows, unphased)
     ev_k = [call_evidence(r, scheme=r["fmt"].scheme, weights=r["fmt"].weight) for r in gemms]
     if not failed:
-        unverified = [v for v in verdicts if v.verdict in ("unverified", "not_seen")]
-        applied = [v for v in verdicts if v.verdict == "applied"]
-        excluded = [g.group for g in m.quant.groups.values() if not g.quantized]
-        how = "; ".join(
-            f"{v.group} {v.declared.name} ({v.declared.scheme}) on {kernels_in_words(v.kernels)}"
-            for v in applied
-            if v.kernels
-        )
-        note = f"; {', '.join(v.group for v in unverified)}: {unverified[0].why}" if unverified else ""
-        return passed(
-            RULE,
-            confidence="high" if not unverified else "low",
-            title=(
-                f"Quantization applied per group: {how or 'no group verified'}{note}"
-                + (f"; {', '.join(excluded)} stay {m.quant.groups[excluded[0]].fmt.name} by design" if excluded else "")
-            ),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=[call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][:n] or ev_k[:n],
-        )
+        evidence = [call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][:n] or ev_k[:n]
+        return _applied(m, verdicts, formula, substituted, values, table, evidence)
     not_applied = [v for v in failed if v.verdict == "not_applied"]
     proven = any(v.dense_calls for v in failed) or any(v.group == "experts" for v in not_applied)
     roles = {}

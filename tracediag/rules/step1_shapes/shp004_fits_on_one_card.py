@@ -82,6 +82,37 @@ def capacity(m, kv_b: float, mem: float, p: int, ctx_len: int | None, fmts: dict
     }
 
 
+def _sizing_title(
+    ps: list[int], p_used: int, min_p: int | None, one: dict, gpu_gib: float, ctx_len: int | None
+) -> tuple[str, str | None]:
+    """The passing title: how the TP degree in use compares with the smallest p that holds the weights and one
+    context of KV; and a note for the values when p is more than capacity needs."""
+    note = None
+    if min_p is None:
+        title = f"Even at p = {ps[-1]} the estimate leaves no room for one context of KV: check the config/quantization"
+    elif p_used == 1:
+        title = (
+            f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights of {gpu_gib:.0f} GiB)"
+        )
+    elif p_used == min_p:
+        below = max(p for p in ps if p < min_p)
+        title = (
+            f"TP={p_used} is needed for capacity: the model does not fit at p = {below} (smallest p that fits: {min_p})"
+        )
+    elif p_used > min_p:
+        title = (
+            f"TP={p_used} is more than capacity needs: the smallest p that fits is {min_p}; compare "
+            f"{p_used // min_p if p_used % min_p == 0 else 'several'} TP={min_p} replicas by per-card goodput"
+        )
+        note = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
+    else:
+        title = (
+            f"TP={p_used} runs, but the estimate says it needs p = {min_p} to hold one full context "
+            f"({ctx_len or 1:,} tokens) of KV: the deployment may serve shorter contexts, or check the config"
+        )
+    return title, note
+
+
 def check(ctx: Context) -> Check:
     m = ctx.model
     absent = m.missing("h", "H_kv", "D", "vocab_size")
@@ -167,27 +198,7 @@ def check(ctx: Context) -> Check:
                 "replica cannot meet the single-request latency SLO."
             ),
         )
-    if min_p is None:
-        title = f"Even at p = {ps[-1]} the estimate leaves no room for one context of KV: check the config/quantization"
-    elif p_used == 1:
-        title = (
-            f"TP not in use and the model fits on one card ({one['weights_gib']:.1f} GiB weights of "
-            f"{values['gpu_memory_gib']:.0f} GiB)"
-        )
-    elif p_used == min_p:
-        below = max(p for p in ps if p < min_p)
-        title = (
-            f"TP={p_used} is needed for capacity: the model does not fit at p = {below} (smallest p that fits: {min_p})"
-        )
-    elif p_used > min_p:
-        title = (
-            f"TP={p_used} is more than capacity needs: the smallest p that fits is {min_p}; compare "
-            f"{p_used // min_p if p_used % min_p == 0 else 'several'} TP={min_p} replicas by per-card goodput"
-        )
-        values["note"] = f"p = {p_used} is more than the {min_p} capacity needs: compare TP={min_p} replicas too"
-    else:
-        title = (
-            f"TP={p_used} runs, but the estimate says it needs p = {min_p} to hold one full context "
-            f"({ctx_len or 1:,} tokens) of KV: the deployment may serve shorter contexts, or check the config"
-        )
+    title, note = _sizing_title(ps, p_used, min_p, one, values["gpu_memory_gib"], ctx_len)
+    if note:
+        values["note"] = note
     return passed(RULE, **common, confidence="medium", title=title)

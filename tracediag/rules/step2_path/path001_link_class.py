@@ -44,40 +44,20 @@ CLASS_WORDS = {
 }
 
 
-def check(ctx: Context) -> Check:
-    snaps = snapshots(ctx)
-    if not snaps:
-        return not_applicable(
-            RULE,
-            "missing topology snapshot: run `tracediag env -o topo.json` on the node and pass --topology topo.json",
-        )
-    usable = [s for s in snaps if s.get("nvml_available") and s.get("gpus")]
-    if not usable:
-        s = snaps[0]
-        return not_applicable(
-            RULE,
-            f"missing GPU data: the topology snapshot {s['path']} was taken where NVML was not available "
-            f"({s.get('nvml_error')}); take it on the GPU node",
-        )
-    snap = usable[0]
-    gpus = {
-        g["gpu_index"]: g
-        for g in ctx.rows("SELECT * FROM topo_gpus WHERE source_path = ? ORDER BY gpu_index", [snap["path"]])
-    }
-    p = ctx.tp.p if ctx.tp else len(gpus)
-    p_source = ctx.tp.source if ctx.tp else "all GPUs of the snapshot (no trace or --tp)"
-    if p < 2:
-        return not_applicable(RULE, "p = 1: one GPU, no link between ranks")
-    idx, group_source = group_gpus(ctx, p, len(gpus))
-    pairs = ctx.rows(
+def _group_pairs(ctx: Context, snapshot: str, idx: list[int]) -> list[dict]:
+    """The snapshot's GPU pairs within the TP group's GPUs: link class, P2P capabilities, expected bandwidth."""
+    return ctx.rows(
         "SELECT gpu_a, gpu_b, link_class, topology, p2p_read, p2p_write, p2p_nvlink, direct_nvlinks, "
         "expected_busbw_gbs FROM topo_pairs WHERE source_path = ? AND list_contains(?, gpu_a) AND "
         "list_contains(?, gpu_b) ORDER BY gpu_a, gpu_b",
-        [snap["path"], idx, idx],
+        [snapshot, idx, idx],
     )
+
+
+def _link_problems(p: int, idx: list[int], snap: dict, gpus: dict, pairs: list[dict], off_node: int) -> list[dict]:
+    """The weak links of the group, as evidence: ranks off the node (the network), GPU pairs without NVLink or
+    NVSwitch, and GPUs with NVLink links down."""
     problems: list[dict] = []
-    off_node = p - len(idx)
-    other_hosts = [s for s in usable[1:] if s.get("host") != snap.get("host")]
     if off_node > 0:
         problems.append(
             {
@@ -112,6 +92,56 @@ def check(ctx: Context) -> Check:
                 "link_class": "nvlink-degraded",
             }
         )
+    return problems
+
+
+def _link_table(pairs: list[dict], gpus: dict, idx: list[int]) -> list[dict]:
+    """The pairs with each end's NUMA node, then one row per GPU of the group (bus id, links, PCIe)."""
+    return [
+        pr | {"numa_a": gpus[pr["gpu_a"]]["numa_node"], "numa_b": gpus[pr["gpu_b"]]["numa_node"]} for pr in pairs
+    ] + [
+        {
+            "gpu": i,
+            "name": gpus[i]["name"],
+            "pci_bus_id": gpus[i]["pci_bus_id"],
+            "numa_node": gpus[i]["numa_node"],
+            "nvlinks_active": gpus[i]["nvlinks_active"],
+            "nvlinks_total": gpus[i]["nvlinks_total"],
+            "pcie": f"gen{gpus[i]['pcie_gen']} x{gpus[i]['pcie_width']}",
+        }
+        for i in idx
+    ]
+
+
+def check(ctx: Context) -> Check:
+    snaps = snapshots(ctx)
+    if not snaps:
+        return not_applicable(
+            RULE,
+            "missing topology snapshot: run `tracediag env -o topo.json` on the node and pass --topology topo.json",
+        )
+    usable = [s for s in snaps if s.get("nvml_available") and s.get("gpus")]
+    if not usable:
+        s = snaps[0]
+        return not_applicable(
+            RULE,
+            f"missing GPU data: the topology snapshot {s['path']} was taken where NVML was not available "
+            f"({s.get('nvml_error')}); take it on the GPU node",
+        )
+    snap = usable[0]
+    gpus = {
+        g["gpu_index"]: g
+        for g in ctx.rows("SELECT * FROM topo_gpus WHERE source_path = ? ORDER BY gpu_index", [snap["path"]])
+    }
+    p = ctx.tp.p if ctx.tp else len(gpus)
+    p_source = ctx.tp.source if ctx.tp else "all GPUs of the snapshot (no trace or --tp)"
+    if p < 2:
+        return not_applicable(RULE, "p = 1: one GPU, no link between ranks")
+    idx, group_source = group_gpus(ctx, p, len(gpus))
+    pairs = _group_pairs(ctx, snap["path"], idx)
+    off_node = p - len(idx)
+    other_hosts = [s for s in usable[1:] if s.get("host") != snap.get("host")]
+    problems = _link_problems(p, idx, snap, gpus, pairs, off_node)
     worst = max((pr["link_class"] for pr in pairs), key=lambda c: CLASS_ORDER.get(c, 9), default="nvlink")
     expected = [pr["expected_busbw_gbs"] for pr in pairs if pr["expected_busbw_gbs"] is not None]
     if off_node > 0:
@@ -133,20 +163,7 @@ def check(ctx: Context) -> Check:
     }
     if other_hosts:
         values["other_snapshots"] = [s["path"] for s in other_hosts]
-    table = [
-        pr | {"numa_a": gpus[pr["gpu_a"]]["numa_node"], "numa_b": gpus[pr["gpu_b"]]["numa_node"]} for pr in pairs
-    ] + [
-        {
-            "gpu": i,
-            "name": gpus[i]["name"],
-            "pci_bus_id": gpus[i]["pci_bus_id"],
-            "numa_node": gpus[i]["numa_node"],
-            "nvlinks_active": gpus[i]["nvlinks_active"],
-            "nvlinks_total": gpus[i]["nvlinks_total"],
-            "pcie": f"gen{gpus[i]['pcie_gen']} x{gpus[i]['pcie_width']}",
-        }
-        for i in idx
-    ]
+    table = _link_table(pairs, gpus, idx)
     formula = (
         "group bandwidth = min over GPU pairs of the path's per-direction GB/s (NVLink links × rate, PCIe lanes × rate)"
     )

@@ -67,6 +67,51 @@ def check(ctx: Context) -> Check:
     return ctx.once(("check", RULE.id), lambda: _check(ctx))
 
 
+def _off_count_words(worst: str, n: int, n_bad: int, n_steps: int, values: dict) -> tuple[str, str, str]:
+    """(title, severity, next check) for the commonest way the all-reduce count misses [2L, 2L + c]: none at all,
+    fewer (sequence parallelism or fused collectives), or more (extra collectives); n is an example step's count."""
+    L, p, two_l, slack = values["L"], values["p"], values["2L"], values["slack_c"]
+    if worst == "none":
+        title = (
+            f"No TP all-reduce in {n_bad} of {n_steps} steps with p={p}: a custom all-reduce was "
+            "not recognised, or the run is not tensor-parallel"
+        )
+        severity, nxt = (
+            "error",
+            (
+                "Look for custom all-reduce kernels/ops in the kernel table (vLLM "
+                "cross_device_reduce_*, symm_mem, FlashInfer/TRT-LLM AR) and check --tp."
+            ),
+        )
+    elif worst == "fewer":
+        sp = values["all_gather_per_step_max"] and values["reduce_scatter_per_step_max"]
+        title = f"{n} all-reduces per step, fewer than 2L = {two_l}" + (
+            " — all-gather + reduce-scatter pairs present (partial sequence parallelism?)"
+            if sp
+            else " — fused collectives (all-reduce fused with residual/norm, a custom collective)?"
+        )
+        severity, nxt = (
+            "warning",
+            (
+                "Count all-gather/reduce-scatter pairs per layer; rebuild the communication account for "
+                "sequence parallelism, a fused all-reduce + norm/residual kernel or a custom all-reduce."
+            ),
+        )
+    else:
+        title = (
+            f"{n} all-reduces per step vs 2L = {two_l} (accepted up to {two_l + slack}): {n - two_l} "
+            f"extra, ≈ {round((n - two_l) / L)} per layer — extra collectives"
+        )
+        severity, nxt = (
+            "warning",
+            (
+                "Find the extra call per layer in the evidence (what tensor it reduces: an extra or debug "
+                "collective, MoE dispatch) and remove or merge it."
+            ),
+        )
+    return title, severity, nxt
+
+
 def _check(ctx: Context) -> Check:
     L, p, slack = ctx.model.L, ctx.tp.p, ctx.settings.collective_count_slack
     if p == 1:
@@ -131,44 +176,7 @@ def _check(ctx: Context) -> Check:
         ctx, "rank = ? AND step_id = ?", [ex_step["rank"], ex_step["step_id"]], ctx.settings.max_evidence
     )
     n = ex_step["all_reduce"]
-    if worst == "none":
-        title = (
-            f"No TP all-reduce in {len(bad)} of {len(rows)} steps with p={p}: a custom all-reduce was "
-            "not recognised, or the run is not tensor-parallel"
-        )
-        severity, nxt = (
-            "error",
-            (
-                "Look for custom all-reduce kernels/ops in the kernel table (vLLM "
-                "cross_device_reduce_*, symm_mem, FlashInfer/TRT-LLM AR) and check --tp."
-            ),
-        )
-    elif worst == "fewer":
-        sp = values["all_gather_per_step_max"] and values["reduce_scatter_per_step_max"]
-        title = f"{n} all-reduces per step, fewer than 2L = {two_l}" + (
-            " — all-gather + reduce-scatter pairs present (partial sequence parallelism?)"
-            if sp
-            else " — fused collectives (all-reduce fused with residual/norm, a custom collective)?"
-        )
-        severity, nxt = (
-            "warning",
-            (
-                "Count all-gather/reduce-scatter pairs per layer; rebuild the communication account for "
-                "sequence parallelism, a fused all-reduce + norm/residual kernel or a custom all-reduce."
-            ),
-        )
-    else:
-        title = (
-            f"{n} all-reduces per step vs 2L = {two_l} (accepted up to {two_l + slack}): {n - two_l} "
-            f"extra, ≈ {round((n - two_l) / L)} per layer — extra collectives"
-        )
-        severity, nxt = (
-            "warning",
-            (
-                "Find the extra call per layer in the evidence (what tensor it reduces: an extra or debug "
-                "collective, MoE dispatch) and remove or merge it."
-            ),
-        )
+    title, severity, nxt = _off_count_words(worst, n, len(bad), len(rows), values)
     return finding(
         RULE,
         severity=severity,

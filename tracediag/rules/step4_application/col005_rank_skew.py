@@ -64,28 +64,16 @@ FROM matched_sets ORDER BY spread_ns DESC, set_no LIMIT ?
 """
 
 
-def check(ctx: Context) -> Check:
-    ranks = collective_ranks(ctx)
-    if len(ranks) < 2:
-        return not_applicable(
-            RULE,
-            f"missing other ranks: the collectives come from rank {ranks[0] if ranks else '?'} only; skew needs "
-            "the traces of at least two ranks of a process group",
-        )
-    skew = rank_skew(ctx)
-    if skew is None:
-        return not_applicable(RULE, "missing matching collectives: no call was found on two ranks of one group")
-    spread, table, straggler, s_row = skew.spread, skew.table, skew.straggler, skew.straggler_row
+def _skew_values(ctx: Context, skew, ranks: list) -> dict:
+    """The finding's values: the matched calls' start and end spread, the straggler's lateness and the waiting it
+    causes, the others' waiting share, and the spread by phase (where the late arrivals happen)."""
+    spread, straggler, s_row = skew.spread, skew.straggler, skew.straggler_row
     o_dur, o_wait, waiting_share = skew.others_collective_ns, skew.others_waiting_ns, skew.waiting_share
     mismatched = spread["mismatched"]
     caused_share = skew.caused_share
-    other_steps = ctx.rows(
-        "SELECT count(*) AS n FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
-        [straggler],
-    )[0]["n"]
     # where the late arrivals happen: spread by phase of the straggler's step
     by_phase = {r["phase"]: int(r["median_spread_ns"]) for r in ctx.rows(SPREAD_BY_PHASE_SQL)}
-    values = {
+    return {
         "matched_by": spread["matched_by"],
         "matched_calls": spread["sets"],
         "ranks": ranks,
@@ -110,6 +98,12 @@ def check(ctx: Context) -> Check:
             "dominance_over_next_rank": DOMINANCE,
         },
     }
+
+
+def _note_matching_doubts(values: dict) -> bool:
+    """Whether the order-based matching looks reliable (end spread no wider than the start spread); its doubts,
+    and payloads that differ across ranks, go to values["note"]."""
+    mismatched = values["calls_with_mismatched_payload"]
     notes = []
     reliable = values["median_end_spread_ns"] <= max(values["median_spread_ns"], 50_000)
     if not reliable:
@@ -124,6 +118,29 @@ def check(ctx: Context) -> Check:
         )
     if notes:
         values["note"] = "; ".join(notes)
+    return reliable
+
+
+def check(ctx: Context) -> Check:
+    ranks = collective_ranks(ctx)
+    if len(ranks) < 2:
+        return not_applicable(
+            RULE,
+            f"missing other ranks: the collectives come from rank {ranks[0] if ranks else '?'} only; skew needs "
+            "the traces of at least two ranks of a process group",
+        )
+    skew = rank_skew(ctx)
+    if skew is None:
+        return not_applicable(RULE, "missing matching collectives: no call was found on two ranks of one group")
+    spread, table, straggler, s_row = skew.spread, skew.table, skew.straggler, skew.straggler_row
+    o_dur, o_wait, waiting_share = skew.others_collective_ns, skew.others_waiting_ns, skew.waiting_share
+    caused_share = skew.caused_share
+    other_steps = ctx.rows(
+        "SELECT count(*) AS n FROM steps WHERE rank IN (SELECT DISTINCT rank FROM collectives) AND rank <> ?",
+        [straggler],
+    )[0]["n"]
+    values = _skew_values(ctx, skew, ranks)
+    reliable = _note_matching_doubts(values)
     formula = (
         "spread = max_r start_r − min_r start_r; waiting share = Σ_{r≠s} min(dur_r, max start − start_r) / Σ dur_r"
     )

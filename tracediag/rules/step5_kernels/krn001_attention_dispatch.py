@@ -26,22 +26,9 @@ an explicit backend override (sdpa_kernel / attn_implementation), and the versio
 
 from __future__ import annotations
 
-from collections import defaultdict
-
-import orjson
-
+from tracediag.analyses import attention_dispatch as ad
 from tracediag.analyses.basis import window_time
-from tracediag.analyses.kernels import (
-    ATTENTION_KLASSES,
-    SOURCE_LABEL,
-    dispatch_rows,
-    ms,
-    phase_evidence,
-    phase_name,
-    phase_order,
-    source_of,
-    unphased_name,
-)
+from tracediag.analyses.kernels import SOURCE_LABEL, ms, phase_evidence, phase_name, phase_order
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
 
@@ -54,139 +41,88 @@ RULE = RuleMeta(
 )
 FALLBACK_SHARE = 0.5  # fallback share of a phase's attention time that counts as "runs the fallback"
 WARNING_COST = 0.05  # fallback share of the phase's step time from which it is a warning (below: info)
-
-
-def _attention_inputs(ctx: Context) -> dict[str, dict]:
-    """Per phase: dtype, head dim and mask of aten::scaled_dot_product_attention as recorded."""
-    rows = ctx.rows(  # derive/sdpa_ops.sql: the scaled-dot-product-attention ops inside steps
-        """SELECT s.phase, o.input_dims, o.input_types FROM sdpa_ops o JOIN steps s USING (rank, step_id)
-           ORDER BY o.name <> 'aten::scaled_dot_product_attention'"""
-    )
-    out: dict[str, dict] = {}
-    unphased = unphased_name(ctx)
-    for r in rows:
-        ph = phase_name(r["phase"], unphased)
-        if ph in out:
-            continue
-        try:
-            dims, types = orjson.loads(r["input_dims"]), orjson.loads(r["input_types"] or "[]")
-        except orjson.JSONDecodeError:
-            continue
-        q = dims[0] if dims and isinstance(dims[0], list) else []
-        out[ph] = {
-            "query_shape": q,
-            "head_dim": q[-1] if q else None,
-            "dtype": types[0] if types else None,
-            "attn_mask_given": bool(len(dims) > 3 and dims[3]),
-        }
-    return out
+FORMULA = "fallback share = fallback_ns / (fallback_ns + fused_ns) per phase; fallback when ≥ 0.5 or no fused"
 
 
 def check(ctx: Context) -> Check:
-    rows = dispatch_rows(ctx, ATTENTION_KLASSES)
-    if not rows:
+    m = ad.attention_dispatch(ctx)
+    if m is None:
         return not_applicable(
             RULE,
             "missing attention: no attention kernel or op of a catalogued family inside any engine step",
         )
-    source = source_of(ctx)
-    unphased = unphased_name(ctx)
-    phase_time = {
-        phase_name(r["phase"], unphased): r["t"]
-        for r in ctx.rows("SELECT phase, sum(step_ns) AS t FROM step_activity GROUP BY phase")
-    }
-    by_phase: dict[str, dict] = defaultdict(lambda: {"fused_ns": 0, "fallback_ns": 0, "rows": []})
-    for r in sorted(rows, key=lambda r: (phase_order(r["phase"]), -r["time_ns"])):
-        p = by_phase[phase_name(r["phase"], unphased)]
-        p["fallback_ns" if r["klass"] == "attention_fallback" else "fused_ns"] += r["time_ns"]
-        p["rows"].append(r)
-    table, summary, fallback_phases = [], {}, []
-    for ph, p in by_phase.items():
-        total = p["fused_ns"] + p["fallback_ns"]
-        share = p["fallback_ns"] / total if total else 0.0
-        runs_fallback = p["fallback_ns"] > 0 and (p["fused_ns"] == 0 or share >= FALLBACK_SHARE)
-        if runs_fallback:
-            fallback_phases.append(ph)
-        fams = defaultdict(lambda: [0, 0])
-        for r in p["rows"]:
-            fams[r["family_label"]][0] += r["calls"]
-            fams[r["family_label"]][1] += r["time_ns"]
-            table.append(
-                {
-                    "phase": ph,
-                    "klass": r["klass"],
-                    "family": r["family"],
-                    "family_label": r["family_label"],
-                    "name": r["name"],
-                    "calls": r["calls"],
-                    "time_ns": r["time_ns"],
-                    "share_of_phase_attention": r["time_ns"] / total if total else None,
-                    "steps": r["steps"],
-                    "graph_calls": r["graph_calls"],
-                }
-            )
-        summary[ph] = {
-            "families": {k: {"calls": v[0], "time_ns": v[1]} for k, v in fams.items()},
-            "fused_ns": p["fused_ns"],
-            "fallback_ns": p["fallback_ns"],
-            "fallback_share": share,
-            "runs_fallback": runs_fallback,
-        }
-    no_attention = sorted(set(phase_time) - set(summary) - {unphased})
+    fallback_phases = _mark_fallback_phases(m.phases)
     values = {
-        "time_source": SOURCE_LABEL[source],
-        "phases": summary,
-        "phases_without_attention": no_attention,
-        "attention_inputs": _attention_inputs(ctx),
-        "compute_capability": ctx.scalar(
-            "SELECT any_value(device_compute_capability) FROM inputs WHERE device_compute_capability IS NOT NULL"
-        ),
-        "device": ctx.scalar("SELECT any_value(device_name) FROM inputs WHERE device_name IS NOT NULL"),
-        "attention_calls_outside_steps": ctx.scalar(
-            "SELECT coalesce(sum(calls), 0) FROM kernel_steps WHERE step_id IS NULL AND klass IN (?, ?)",
-            list(ATTENTION_KLASSES),
-        ),
+        "time_source": SOURCE_LABEL[m.source],
+        "phases": m.phases,
+        "phases_without_attention": m.phases_without_attention,
+        "attention_inputs": ad.attention_inputs(ctx),
+        "compute_capability": ad.compute_capability(ctx),
+        "device": ad.device_name(ctx),
+        "attention_calls_outside_steps": ad.attention_calls_outside_steps(ctx),
     }
-
-    def line(ph: str, label: bool = True) -> str:
-        fams = summary[ph]["families"]
-        text = ", ".join(f"{k} ({v['calls']} calls, {ms(v['time_ns'])})" for k, v in fams.items())
-        return f"{ph}: {text}" if label else text
-
-    formula = "fallback share = fallback_ns / (fallback_ns + fused_ns) per phase; fallback when ≥ 0.5 or no fused"
     substituted = "; ".join(
         f"{ph}: {ms(s['fallback_ns'])} / ({ms(s['fallback_ns'])} + {ms(s['fused_ns'])}) = {s['fallback_share']:.2f}"
-        for ph, s in summary.items()
+        for ph, s in m.phases.items()
     )
-    evidence = [
-        phase_evidence(r, unphased, family=r["family_label"])
+    evidence = _evidence(ctx, m, fallback_phases)
+    if not fallback_phases:
+        return _fused_everywhere(m, values, substituted, evidence)
+    return _fallback(ctx, m, fallback_phases, values, substituted, evidence)
+
+
+def _mark_fallback_phases(phases: dict[str, dict]) -> list[str]:
+    """Sets each phase's runs_fallback (FALLBACK_SHARE, or no fused attention at all); returns the phases that run
+    the fallback, in phase order (the first is the one the finding is about)."""
+    out = []
+    for ph, s in phases.items():
+        s["runs_fallback"] = s["fallback_ns"] > 0 and (s["fused_ns"] == 0 or s["fallback_share"] >= FALLBACK_SHARE)
+        if s["runs_fallback"]:
+            out.append(ph)
+    return out
+
+
+def _evidence(ctx: Context, m: ad.AttentionDispatch, fallback_phases: list[str]) -> list[dict]:
+    """The fallback phases' kernels first, their fallback before their fused ones; then by phase and time."""
+    return [
+        phase_evidence(r, m.unphased, family=r["family_label"])
         for r in sorted(
-            rows,
+            m.rows,
             key=lambda r: (
-                phase_name(r["phase"], unphased) not in fallback_phases,
+                phase_name(r["phase"], m.unphased) not in fallback_phases,
                 r["klass"] != "attention_fallback",
                 phase_order(r["phase"]),
                 -r["time_ns"],
             ),
         )
     ][: ctx.settings.max_evidence]
-    if not fallback_phases:
-        extra = f"; no catalogued attention in {', '.join(no_attention)}" if no_attention else ""
-        return passed(
-            RULE,
-            confidence="high",
-            title="Fused attention in every phase — " + "; ".join(line(ph) for ph in summary) + extra,
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
-        )
-    worst = fallback_phases[0]
-    s = summary[worst]
-    others = [line(ph) for ph in summary if ph not in fallback_phases]
-    inputs = values["attention_inputs"].get(worst, {})
-    facts = ", ".join(
+
+
+def _families_line(phases: dict[str, dict], ph: str, label: bool = True) -> str:
+    """'decode: FlashAttention 2 (12 calls, 3.4 ms), …': what ran in a phase."""
+    text = ", ".join(f"{k} ({v['calls']} calls, {ms(v['time_ns'])})" for k, v in phases[ph]["families"].items())
+    return f"{ph}: {text}" if label else text
+
+
+def _fused_everywhere(m: ad.AttentionDispatch, values: dict, substituted: str, evidence: list[dict]) -> Check:
+    no_attention = values["phases_without_attention"]
+    extra = f"; no catalogued attention in {', '.join(no_attention)}" if no_attention else ""
+    return passed(
+        RULE,
+        confidence="high",
+        title="Fused attention in every phase — " + "; ".join(_families_line(m.phases, ph) for ph in m.phases) + extra,
+        formula=FORMULA,
+        substituted=substituted,
+        values=values,
+        table=m.table,
+        evidence=evidence,
+    )
+
+
+def _input_facts(values: dict, phase: str) -> str:
+    """'compute capability 8.0, dtype c10::BFloat16, head dim 128': what was recorded of the likely causes."""
+    inputs = values["attention_inputs"].get(phase, {})
+    return ", ".join(
         f"{k} {v}"
         for k, v in (
             ("compute capability", values["compute_capability"]),
@@ -196,7 +132,22 @@ def check(ctx: Context) -> Check:
         )
         if v is not None
     )
-    impact = (s["fallback_ns"] / phase_time[worst]) if phase_time.get(worst) else s["fallback_share"]
+
+
+def _fallback(
+    ctx: Context,
+    m: ad.AttentionDispatch,
+    fallback_phases: list[str],
+    values: dict,
+    substituted: str,
+    evidence: list[dict],
+) -> Check:
+    worst = fallback_phases[0]
+    s = m.phases[worst]
+    others = [_families_line(m.phases, ph) for ph in m.phases if ph not in fallback_phases]
+    facts = _input_facts(values, worst)
+    phase_ns = m.phase_time.get(worst)
+    impact = (s["fallback_ns"] / phase_ns) if phase_ns else s["fallback_share"]
     values["fallback_share_of_step_time"] = round(impact, 6)
     # ranked on the window's time like every trace-side finding; the share of the phase's step time judges it
     wt = window_time(ctx)
@@ -205,19 +156,19 @@ def check(ctx: Context) -> Check:
     return finding(
         RULE,
         severity="warning" if impact >= WARNING_COST else "info",
-        confidence="high" if source == "cpu_op" or s["fused_ns"] == 0 else "medium",
+        confidence="high" if m.source == "cpu_op" or s["fused_ns"] == 0 else "medium",
         impact=wt.share(s["fallback_ns"]),
         impact_basis=wt.basis,
         title=(
             f"{' and '.join(fallback_phases)} "
             f"{'phases run' if len(fallback_phases) > 1 else 'phase runs'} the math attention fallback — "
-            f"{line(worst, label=False)}, {impact:.2%} of its step time"
+            f"{_families_line(m.phases, worst, label=False)}, {impact:.2%} of its step time"
             + (f" (fused elsewhere — {'; '.join(others)})" if others else "")
         ),
-        formula=formula,
+        formula=FORMULA,
         substituted=substituted,
         values=values,
-        table=table,
+        table=m.table,
         evidence=evidence,
         next_check=(
             f"Find why {worst} left the fused kernel ({facts or 'no input facts recorded'}): GPU arch and the "

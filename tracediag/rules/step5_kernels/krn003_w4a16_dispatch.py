@@ -15,7 +15,11 @@ tracediag.model.accounting); BW from --hbm-bandwidth, else the device properties
 slower when Δ > budget. The budget assumes both paths bandwidth-bound (the notes' W4A16 decode model), so it
 judges decode steps (and steps of unknown phase) only: a prefill's Δ is reported with its share of the prefill
 step, to be measured against a 16-bit run (the notes: a decode ratio does not carry over to prefill). Without a
-bandwidth the budget cannot be computed: the finding is info and says what would decide it.
+bandwidth the budget cannot be computed: the finding is info and says what would decide it. Δ counts the dense
+groups' dequantize only, as the budget does: a dequantize inside a fused-MoE op serves the experts and is shown
+apart (analyses/dequant.py). The impact (what the verdict ranks) is the dense groups' dequantize time over the
+window's step time (analyses/basis.py); with no kernel of the declared format, the 16-bit GEMMs' time over it; Δ
+against the budget (or Δ's share of the step) judges the finding and is shown beside it.
 
 Evidence: per quantized group the kernels that served it and the scheme read from their names (W4A16, W4A8,
 W8A8, W4A4); dequantize and activation-quantize kernels with calls and time per phase; the byte counts and BW.
@@ -27,24 +31,18 @@ gptq_marlin), and compare Δ with the budget.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
+from tracediag.analyses.basis import window_time
+from tracediag.analyses.dequant import LowBitDispatch, dense_budget_bytes, measure
 from tracediag.analyses.kernels import (
-    SOURCE_LABEL,
     bandwidth,
     call_evidence,
-    declared_formats,
-    group_dispatch,
     kernels_in_words,
     phase_evidence,
-    phase_name,
     source_of,
-    tp_degree,
     unphased_name,
 )
 from tracediag.context import Context
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-from tracediag.model import accounting
 
 RULE = RuleMeta(
     id="KRN003",
@@ -65,13 +63,6 @@ def _units(ctx: Context) -> str:
     return "kernels" if source_of(ctx) == "gpu_kernel" else "ops"
 
 
-def _mean_step_ns(ctx: Context) -> dict[str, float]:
-    """Mean step time per phase name (step_activity: the step's GPU window, or its host span on a CPU trace)."""
-    rows = ctx.rows("SELECT phase, avg(step_ns) AS step_ns FROM step_activity WHERE step_ns > 0 GROUP BY phase")
-    unphased = unphased_name(ctx)
-    return {phase_name(r["phase"], unphased): r["step_ns"] for r in rows}
-
-
 def _dequant_fields(ctx: Context, formula: str, substituted: str, values: dict, table: list, dq: list) -> dict:
     """The numbers and events a finding about separate dequantize kernels shows."""
     return {
@@ -83,38 +74,42 @@ def _dequant_fields(ctx: Context, formula: str, substituted: str, values: dict, 
     }
 
 
-def _prefill_only(
-    ctx: Context,
-    delta: dict[str, float],
-    step_ns: dict[str, float],
-    values: dict,
-    table: list,
-    dq: list,
-    formula: str,
-    fused_decode: bool,
-) -> Check:
+def _window_impact(ctx: Context, part_ns: float, fields: dict, what: str) -> dict:
+    """impact / impact_basis of `part_ns` on the window's time (analyses/basis.py), its inputs added to the values and
+    the substitution: every trace-side finding ranks on it; the rule's own share stays beside it."""
+    wt = window_time(ctx)
+    fields["values"] = fields["values"] | wt.values(part_ns)
+    fields["substituted"] = f"{fields['substituted']}; impact ({what}) {wt.text(part_ns)}"
+    return {"impact": wt.share(part_ns), "impact_basis": wt.basis}
+
+
+def _prefill_only(ctx: Context, d: LowBitDispatch, formula: str, fused_decode: bool) -> Check:
     """Separate dequantize kernels in compute-bound steps only (vLLM's AWQ at ≥ 256 tokens): their time and its
     share of those steps, not judged against the decode budget."""
+    delta, step_ns, values = d.delta, d.step_ns, d.values
     worst = max(delta, key=delta.get)
     share = delta[worst] / step_ns[worst] if step_ns.get(worst) else None
     values["budget"] = "not applied: the (W16 − Wq)/BW budget assumes bandwidth-bound (decode) steps"
+    values["delta_share_of_step"] = round(share, 4) if share is not None else None
     per = "; ".join(
-        f"{ph}: Δ = {d / 1e6:.3g} ms per step"
-        + (f" of {step_ns[ph] / 1e6:.3g} ms = {d / step_ns[ph]:.1%}" if step_ns.get(ph) else "")
-        for ph, d in delta.items()
+        f"{ph}: Δ = {x / 1e6:.3g} ms per step"
+        + (f" of {step_ns[ph] / 1e6:.3g} ms = {x / step_ns[ph]:.1%}" if step_ns.get(ph) else "")
+        for ph, x in delta.items()
     )
+    fields = _dequant_fields(ctx, formula, per, values, d.table, d.dq)
     return finding(
         RULE,
         severity="info",
         confidence="medium",
-        impact=min(1.0, share or 0.0),
+        **_window_impact(ctx, d.dense_dequant_ns, fields, "the dense groups' dequantize time"),
+        cost_ns=int(d.dense_dequant_ns),
         title=(
             f"Separate dequantize {_units(ctx)} before dense GEMMs in {', '.join(delta)} steps only: Δ = "
             f"{delta[worst] / 1e6:.3g} ms per {worst} step"
             + (f" ({share:.1%} of it)" if share is not None else "")
             + ("; decode steps run the fused low-bit kernel" if fused_decode else "")
         ),
-        **_dequant_fields(ctx, formula, per, values, table, dq),
+        **fields,
         next_check=(
             "The dequantize-then-GEMM path runs where the engine expects it to be compute-bound (vLLM AWQ: ≥ 256 "
             "tokens); the decode budget (W16 − Wq)/BW does not judge it — compare prefill time (TTFT) with a "
@@ -135,115 +130,108 @@ def _scheme_words(v) -> str:
     )
 
 
+FORMULA = "per quantized group: a kernel of its format; Δ (dequantize time per step) vs budget (W16 − Wq) / BW"
+
+
 def check(ctx: Context) -> Check:
     m = ctx.model
     if m.quant is None or not m.quant.quantized_groups:
         return not_applicable(RULE, f"missing quantization_config: {m.path} declares no quantized module group")
-    source = source_of(ctx)
-    p, p_source = tp_degree(ctx)
-    verdicts, gemms, _ = group_dispatch(ctx, p)
-    aux = ctx.rows(
-        """SELECT phase, klass, family, name, sum(calls) AS calls, sum(time_ns) AS time_ns,
-                  count(DISTINCT (rank, step_id)) AS steps, arg_min(rank, first_ts_ns) AS rank,
-                  arg_min(step_id, first_ts_ns) AS step, min(first_ts_ns) AS ts_ns
-           FROM kernel_steps WHERE (klass = 'dequant' OR family = 'act_quant') AND step_id IS NOT NULL
-           GROUP BY ALL ORDER BY time_ns DESC, phase, klass, family, name"""
-    )
-    dq = [r for r in aux if r["klass"] == "dequant"]
-    aq = [r for r in aux if r["family"] == "act_quant"]
-    lowbit = [r for r in gemms if r["fmt"].lowbit]
-    values = {
-        "declared": declared_formats(m),
-        "time_source": SOURCE_LABEL[source],
-        "p": p,
-        "p_source": p_source,
-        "lowbit_calls": sum(r["calls"] for r in lowbit),
-        "schemes_run": sorted({r["fmt"].scheme for r in lowbit}),
-        "dequant_calls": sum(r["calls"] for r in dq),
-        "act_quant_calls": sum(r["calls"] for r in aq),
-        "act_quant_time_ns": sum(r["time_ns"] for r in aq),
-        "groups": [v.row() for v in verdicts],
-    }
-    table = [v.row() for v in verdicts] + [
-        {k: r[k] for k in ("klass", "name", "family", "calls", "time_ns", "steps")}
-        | {"phase": phase_name(r["phase"], unphased_name(ctx))}
-        for r in aux
-    ]
-    formula = "per quantized group: a kernel of its format; Δ (dequantize time per step) vs budget (W16 − Wq) / BW"
-    missing = [v for v in verdicts if v.verdict in ("not_applied", "partly")]
-    if missing:
-        if not gemms:
+    d = measure(ctx)
+    if any(v.verdict in ("not_applied", "partly") for v in d.verdicts):
+        if not d.gemms:
             return not_applicable(RULE, "missing GEMMs: no GEMM kernel or op in any step")
-        dense_calls = sum(r["calls"] for r in gemms if not r["fmt"].lowbit)
-        ex = sorted((r for r in gemms if not r["fmt"].lowbit), key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
-        schemes = sorted({v.declared.scheme for v in missing})
-        return finding(
-            RULE,
-            severity="warning",
-            confidence="high",
-            impact=len(missing) / len(verdicts),
-            title=(
-                f"No {'/'.join(schemes)} kernel for {', '.join(f'{v.group} ({v.declared.name})' for v in missing)} "
-                f"although the config declares {values['declared']}: {dense_calls} dense GEMM calls"
-            ),
-            formula=formula,
-            substituted="; ".join(f"{v.group}: {v.verdict} — {v.why}" for v in verdicts),
-            values=values | {"dense_gemm_calls": dense_calls, "w4a16_calls": values["lowbit_calls"]},
-            table=table,
-            evidence=[call_evidence(e) for e in ex],
-            next_check="See SHP003: the weights are not used quantized; fix the load path before the kernel path.",
-        )
-    if not dq:
-        ran = [v for v in verdicts if v.kernels]
-        aq_note = f"; activation quantize {len(aq)} kernel(s), {values['act_quant_time_ns'] / 1e6:.3g} ms" if aq else ""
-        return passed(
-            RULE,
-            confidence="high" if all(v.verdict == "applied" for v in verdicts) else "low",
-            title=(
-                f"Fused low-bit path: {'; '.join(_scheme_words(v) for v in ran) or 'no quantized group seen'}, "
-                f"no separate dequantize kernel{aq_note}"
-            ),
-            formula=formula,
-            substituted="Δ = 0 (no dequantize kernel or op in any step)",
-            values=values | {"w4a16_calls": values["lowbit_calls"]},
-            table=table,
-            evidence=[phase_evidence(r, unphased_name(ctx)) for r in aux][: ctx.settings.max_evidence]
-            or [call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][: ctx.settings.max_evidence],
-        )
-    per_phase: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for r in dq:
-        acc = per_phase[phase_name(r["phase"], unphased_name(ctx))]
-        acc[0] += r["time_ns"]
-        acc[1] = max(acc[1], r["steps"])
-    delta = {ph: t / n for ph, (t, n) in per_phase.items()}
-    values["delta_ns_per_step"] = delta
-    step_ns = _mean_step_ns(ctx)
-    values["step_ns_mean"] = {ph: step_ns.get(ph) for ph in delta}
-    judged = {ph: d for ph, d in delta.items() if ph not in UNBUDGETED}
+        return _not_served(ctx, d)
+    if not d.delta:
+        return _fused(ctx, d)
+    judged = {ph: x for ph, x in d.delta.items() if ph not in UNBUDGETED}
     if not judged:  # dequantize in prefill (or mixed) steps only: compute-bound there, the budget does not hold
-        fused_decode = any(r["fmt"].lowbit and r["phase"] == "decode" for r in gemms)
-        return _prefill_only(ctx, delta, step_ns, values, table, dq, formula, fused_decode)
-    worst_ph = max(judged, key=judged.get)
-    dense_groups = [v.group for v in verdicts if v.group != "experts"]
-    served = accounting.formats(m)
-    w16 = sum(
-        g.bytes_per_rank
-        for g in accounting.weights(m, p, {g: accounting.W16 for g in served})
-        if g.group in dense_groups
+        fused_decode = any(r["fmt"].lowbit and r["phase"] == "decode" for r in d.gemms)
+        return _prefill_only(ctx, d, FORMULA, fused_decode)
+    return _judged(ctx, d, max(judged, key=judged.get))
+
+
+def _not_served(ctx: Context, d: LowBitDispatch) -> Check:
+    """A quantized group with no kernel of its format (SHP003's): the 16-bit GEMMs that run in its place."""
+    missing = [v for v in d.verdicts if v.verdict in ("not_applied", "partly")]
+    dense = [r for r in d.gemms if not r["fmt"].lowbit]
+    dense_calls = sum(r["calls"] for r in dense)
+    ex = sorted(dense, key=lambda r: -r["time_ns"])[: ctx.settings.max_evidence]
+    schemes = sorted({v.declared.scheme for v in missing})
+    fields = {
+        "formula": FORMULA,
+        "substituted": "; ".join(f"{v.group}: {v.verdict} — {v.why}" for v in d.verdicts),
+        "values": d.values
+        | {
+            "dense_gemm_calls": dense_calls,
+            "w4a16_calls": d.values["lowbit_calls"],
+            "share_of_groups_not_served": round(len(missing) / len(d.verdicts), 4),
+        },
+    }
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="high",
+        # the time at stake: the 16-bit GEMMs that run where the config declares a low-bit format
+        **_window_impact(ctx, sum(r["time_ns"] for r in dense), fields, "the 16-bit GEMMs' time"),
+        title=(
+            f"No {'/'.join(schemes)} kernel for {', '.join(f'{v.group} ({v.declared.name})' for v in missing)} "
+            f"although the config declares {d.values['declared']}: {dense_calls} dense GEMM calls"
+        ),
+        **fields,
+        table=d.table,
+        evidence=[call_evidence(e) for e in ex],
+        next_check="See SHP003: the weights are not used quantized; fix the load path before the kernel path.",
     )
-    wq = sum(g.bytes_per_rank for g in accounting.weights(m, p, served) if g.group in dense_groups)
+
+
+def _fused(ctx: Context, d: LowBitDispatch) -> Check:
+    """No separate dequantize of a dense group: the fused low-bit path (a pass)."""
+    ran = [v for v in d.verdicts if v.kernels]
+    aq_note = (
+        f"; activation quantize {len(d.aq)} kernel(s), {d.values['act_quant_time_ns'] / 1e6:.3g} ms" if d.aq else ""
+    )
+    experts = d.values.get("experts_dequant")
+    ex_note = (
+        f"; the experts' dequantize ({sum(e['time_ns'] for e in experts.values()) / 1e6:.3g} ms, inside the fused-MoE "
+        "op) measured apart"
+        if experts
+        else ""
+    )
+    lowbit = d.lowbit
+    return passed(
+        RULE,
+        confidence="high" if all(v.verdict == "applied" for v in d.verdicts) else "low",
+        title=(
+            f"Fused low-bit path: {'; '.join(_scheme_words(v) for v in ran) or 'no quantized group seen'}, "
+            f"no separate dequantize kernel{aq_note}{ex_note}"
+        ),
+        formula=FORMULA,
+        substituted="Δ = 0 (no dequantize kernel or op of a dense group in any step)",
+        values=d.values | {"w4a16_calls": d.values["lowbit_calls"]},
+        table=d.table,
+        evidence=[phase_evidence(r, unphased_name(ctx)) for r in d.dq + d.aq][: ctx.settings.max_evidence]
+        or [call_evidence(r, scheme=r["fmt"].scheme) for r in lowbit][: ctx.settings.max_evidence],
+    )
+
+
+def _judged(ctx: Context, d: LowBitDispatch, worst_ph: str) -> Check:
+    """Δ of the dense groups in decode (or unknown-phase) steps against the budget (W16 − Wq)/BW."""
+    delta, values = d.delta, d.values
+    w16, wq, dense_groups, rows = dense_budget_bytes(ctx, d)
     values |= {
         "W16_bytes": round(w16),
         "Wq_bytes": round(wq),
         "W4_bytes": round(wq),
         "budget_groups": dense_groups,
-        "weight_table": [g.row() for g in accounting.weights(m, p, served) if g.group in dense_groups],
+        "weight_table": [g.row() for g in rows],
     }
     bw, bw_source = bandwidth(ctx)
     budget_ns = None
     if bw is not None and w16 > wq:
         budget_ns = dequant_budget(w16, wq, bw) * 1e9
         values |= {"bandwidth_bytes_per_s": bw, "bandwidth_source": bw_source, "budget_ns": budget_ns}
+        values["delta_over_budget"] = round(delta[worst_ph] / budget_ns, 4)
         substituted = (
             f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms vs ({w16 / 1e6:.4g} − {wq / 1e6:.4g} MB) / "
             f"{bw / 1e9:.4g} GB/s = {budget_ns / 1e6:.3g} ms"
@@ -252,23 +240,23 @@ def check(ctx: Context) -> Check:
         values["budget"] = "not computed: " + (bw_source if bw is None else "no dense quantized group")
         substituted = f"{worst_ph}: Δ = {delta[worst_ph] / 1e6:.3g} ms per step; budget {values['budget']}"
     over = budget_ns is not None and delta[worst_ph] > budget_ns
-    share = delta[worst_ph] / step_ns[worst_ph] if step_ns.get(worst_ph) else None
-    decide = (
-        None
-        if budget_ns is not None
-        else "pass --hbm-bandwidth GB/s (the GPU's sustained memory bandwidth): Δ against the budget (W16 − Wq)/BW"
-    )
+    step = d.step_ns.get(worst_ph)
+    values["delta_share_of_step"] = round(delta[worst_ph] / step, 4) if step else None
+    fields = _dequant_fields(ctx, FORMULA, substituted, values, d.table, d.dq)
     return finding(
         RULE,
         severity="warning" if over else "info",
         confidence="high" if budget_ns is not None else "medium",
-        # the share of the budget Δ takes; without a budget, the share of the step Δ takes (a measure, not a guess)
-        impact=min(1.0, delta[worst_ph] / budget_ns) if budget_ns else min(1.0, share or 0.0),
-        undetermined=decide,
+        # ranked on the window's time: the dense groups' dequantize time over the window; Δ against the budget (or,
+        # without one, Δ's share of the step) judges it and is shown beside it
+        **_window_impact(ctx, d.dense_dequant_ns, fields, "the dense groups' dequantize time"),
+        cost_ns=int(d.dense_dequant_ns),
+        undetermined=None
+        if budget_ns is not None
+        else "pass --hbm-bandwidth GB/s (the GPU's sustained memory bandwidth): Δ against the budget (W16 − Wq)/BW",
         title=(
             f"Separate dequantize {_units(ctx)} before dense GEMMs in {', '.join(delta)}: Δ = "
-            f"{delta[worst_ph] / 1e6:.3g} ms "
-            f"per {worst_ph} step"
+            f"{delta[worst_ph] / 1e6:.3g} ms per {worst_ph} step"
             + (
                 f" {'>' if over else '≤'} budget (W16 − Wq)/BW = {budget_ns / 1e6:.3g} ms"
                 + (": the quantized path is slower than 16-bit weights there" if over else "")
@@ -276,7 +264,7 @@ def check(ctx: Context) -> Check:
                 else " (budget needs --hbm-bandwidth)"
             )
         ),
-        **_dequant_fields(ctx, formula, substituted, values, table, dq),
+        **fields,
         next_check=(
             "Check which batch sizes take the dequantize path (e.g. vLLM AWQ for ≥ 256 tokens) and whether a "
             "Marlin/Machete kernel exists for this method and GPU (awq_marlin, gptq_marlin)."

@@ -18,7 +18,9 @@ accounting.four_bit_groups): the 4-bit groups (≤ 5 bits per weight with scales
 at least half of the projection parameters, or W4 is within 5 % of W — a pass, no 4-bit saving offered for
 them (MXFP4 experts beside bf16 attention are 4-bit weights). Finding when S_read ≤ 1.25 and KV traffic
 actually dominates: B·K ≥ half of the decode reads (K with sliding layers capped at their window and MLA
-latents); S_read ≤ 1.25 with less KV is a pass naming the groups 4-bit leaves as they are (lm_head, router).
+latents); S_read ≤ 1.25 with less KV is a pass naming the groups 4-bit leaves as they are (lm_head, router). The
+finding's impact (what the verdict ranks) is the decode time of the KV reads, Σ step time · KV share of its reads,
+over the window's step time (analyses/basis.py); the KV share of the reads judges it and is shown beside it.
 
 Evidence: per decode step: B active sequences and S tokens of KV each (from the attention op's key shape or
 the vLLM annotation, with the source named), K, W, W4, S_read; the per-group byte table behind W.
@@ -30,6 +32,7 @@ dominate, W4A16 (with fused kernels, KRN003) can cut decode reads by up to S_rea
 
 from __future__ import annotations
 
+from tracediag.analyses.basis import WindowTime, window_time
 from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     decode_steps,
@@ -95,6 +98,10 @@ def check(ctx: Context) -> Check:
     served, served_how = served_formats(ctx, "decode")
     w4_fmts, G, G_source = accounting.hypothetical_w4(m)
     c = accounting.kv_bytes_per_token(m, p, kv.b)
+    step_ns = {
+        (r["rank"], r["step_id"]): r["step_ns"]
+        for r in ctx.rows("SELECT rank, step_id, step_ns FROM step_activity WHERE phase = 'decode'")
+    }
     table = []
     for s in known:
         T = s["T"] or s["B"]
@@ -117,6 +124,7 @@ def check(ctx: Context) -> Check:
                 "W4_bytes": round(W4),
                 "S_read": s_read(W, W4, bk),
                 "kv_share_of_reads": bk / (W + bk),
+                "step_ns": step_ns.get((s["rank"], s["step_id"])),
             }
         )
     sr = median([t["S_read"] for t in table])
@@ -168,10 +176,21 @@ def check(ctx: Context) -> Check:
         events[(t["rank"], t["step"])] | {"B": t["B"], "S": t["S"], "S_read": round(t["S_read"], 4)} for t in table
     ][: ctx.settings.max_evidence]
     common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
-    return _judge(accounting.four_bit_groups(m, p, served), reads, mid, sr, known[0]["S_source"], common)
+    groups = accounting.four_bit_groups(m, p, served)
+    return _judge(groups, reads, mid, sr, known[0]["S_source"], common | {"window": window_time(ctx)})
+
+
+def _kv_time(common: dict, wt: WindowTime) -> dict:
+    """The finding's impact on the window's time: the decode time of the KV reads, Σ step time · KV share of its
+    reads (both paths bandwidth-bound, the rule's own premise); the KV share of the reads judges it."""
+    kv_ns = sum((t["step_ns"] or 0) * t["kv_share_of_reads"] for t in common["table"])
+    common["values"] |= {"decode_kv_read_ns": round(kv_ns)} | wt.values(kv_ns)
+    common["substituted"] += f"; impact (Σ decode step time · KV share of its reads) {wt.text(kv_ns)}"
+    return {"impact": wt.share(kv_ns), "impact_basis": wt.basis}
 
 
 def _judge(groups: list[dict], reads: accounting.StepReads, mid: dict, sr: float, s_source, common: dict) -> Check:
+    wt = common.pop("window")
     values = common["values"]
     kv_pct = values["kv_share_median"]
     values["module_groups"] = groups
@@ -211,7 +230,7 @@ def _judge(groups: list[dict], reads: accounting.StepReads, mid: dict, sr: float
             RULE,
             severity="info",
             confidence="high" if s_source else "medium",
-            impact=kv_pct,
+            **_kv_time(common, wt),
             title=(
                 f"Weight quantization cannot speed these decode steps much: KV traffic dominates "
                 f"({kv_pct:.0%} of reads), S_read = {sr:.2f} "

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from tracediag.analyses import gpu
 from tracediag.analyses.basis import window_time
+from tracediag.analyses.decode_floor import decode_floors
 from tracediag.analyses.kernels import (
     NO_DECODE_STEPS,
     SOURCE_LABEL,
@@ -80,6 +81,38 @@ def references(ctx: Context) -> tuple[float | None, str, str, float | None, str]
     return bw, bw_source, kind, peak, peak_source
 
 
+def _floor_caveats(m, kv_known: bool, eff: float, bw_kind: str, peak_source: str) -> list[str]:
+    """What the floor leaves out or overstates here: uncounted KV reads, a measured time under the floor, the
+    MoE experts-touched estimate, a catalogue figure taken as the bandwidth or peak."""
+    notes = []
+    if not kv_known:
+        notes.append("KV reads not counted for steps without a known context length S: their floor is low")
+    if eff > 1.0:
+        notes.append(
+            "measured faster than the floor: the bandwidth is above the one used here, or the byte count overcounts "
+            "(the MoE experts-touched estimate assumes uniform routing; skewed routing reads fewer experts)"
+        )
+    if m.moe:
+        notes.append("MoE experts read: expected touched E·(1−(1−k/E)^T), an estimate")
+    if bw_kind == CATALOGUE or peak_source.startswith("from the GPU catalogue"):
+        notes.append(f"BW or peak from the GPU catalogue: {gpu.UPPER_BOUND}")
+    return notes
+
+
+def _slowest_steps(steps: list[dict], table: list[dict]) -> list[dict]:
+    """The decode steps as evidence, least efficient first."""
+    events = step_events(steps)
+    return [
+        events[(r["rank"], r["step"])]
+        | {
+            "floor_ns": round(r["floor_ns"]),
+            "step_ns": r["step_ns"],
+            "efficiency": round(r["efficiency"], 4),
+        }
+        for r in sorted(table, key=lambda r: r["efficiency"])
+    ]
+
+
 def check(ctx: Context) -> Check:
     m = ctx.model
     steps = decode_steps(ctx)
@@ -93,43 +126,7 @@ def check(ctx: Context) -> Check:
     fmts, w_how = served_formats(ctx, "decode")
     source = source_of(ctx)
     c = accounting.kv_bytes_per_token(m, p, kv.b)
-    active = accounting.active_params_per_token(m, p)
-    qk = m.attention.q_head_dim if m.attention and m.attention.q_head_dim else m.D
-    measured = {
-        (r["rank"], r["step_id"]): r["step_ns"]
-        for r in ctx.rows("SELECT rank, step_id, step_ns FROM step_activity WHERE phase = 'decode'")
-    }
-    table = []
-    for s in steps:
-        t = measured.get((s["rank"], s["step_id"]))
-        if not t:
-            continue
-        T = s["T"] or s["B"] or 1
-        w_bytes = accounting.decode_reads(m, p, T, fmts).total
-        kv_b = s["B"] * accounting.kv_bytes(m, p, kv.b, s["S"]) if s["S"] else 0
-        bytes_ = w_bytes + kv_b
-        flops = 2 * active * T + (4 * m.L * (m.h // p) * qk * s["S"] * s["B"] if s["S"] else 0)
-        t_bytes = bytes_ / bw * 1e9
-        t_flops = flops / peak * 1e9 if peak else None
-        floor = max(t_bytes, t_flops or 0.0)
-        table.append(
-            {
-                "rank": s["rank"],
-                "step": s["step_id"],
-                "B": s["B"],
-                "S": s["S"],
-                "T": T,
-                "weights_bytes": round(w_bytes),
-                "kv_bytes": round(kv_b),
-                "bytes": round(bytes_),
-                "flops": flops,
-                "t_bytes_ns": t_bytes,
-                "t_flops_ns": t_flops,
-                "floor_ns": floor,
-                "step_ns": t,
-                "efficiency": floor / t,
-            }
-        )
+    table = decode_floors(ctx, steps, bw, peak, p, kv.b, fmts)
     if not table:
         return not_applicable(RULE, "missing decode step times")
     eff = median([r["efficiency"] for r in table])
@@ -157,18 +154,7 @@ def check(ctx: Context) -> Check:
         "efficiency_median": eff,
         "decode_steps": len(table),
     }
-    notes = []
-    if not kv_known:
-        notes.append("KV reads not counted for steps without a known context length S: their floor is low")
-    if eff > 1.0:
-        notes.append(
-            "measured faster than the floor: the bandwidth is above the one used here, or the byte count overcounts "
-            "(the MoE experts-touched estimate assumes uniform routing; skewed routing reads fewer experts)"
-        )
-    if m.moe:
-        notes.append("MoE experts read: expected touched E·(1−(1−k/E)^T), an estimate")
-    if bw_kind == CATALOGUE or peak_source.startswith("from the GPU catalogue"):
-        notes.append(f"BW or peak from the GPU catalogue: {gpu.UPPER_BOUND}")
+    notes = _floor_caveats(m, kv_known, eff, bw_kind, peak_source)
     if notes:
         values["note"] = "; ".join(notes)
     formula = "floor = max(bytes/BW, FLOPs/peak), bytes = W + B·K(S); efficiency = floor / t_decode"
@@ -178,16 +164,7 @@ def check(ctx: Context) -> Check:
         + (f"; FLOPs {mid['flops']:.3g} → {mid['t_flops_ns'] / 1e6:.3g} ms" if mid["t_flops_ns"] else "")
         + f"; floor {mid['floor_ns'] / 1e6:.3g} ms / measured {mid['step_ns'] / 1e6:.3g} ms = {mid['efficiency']:.3f}"
     )
-    events = step_events(steps)
-    evidence = [
-        events[(r["rank"], r["step"])]
-        | {
-            "floor_ns": round(r["floor_ns"]),
-            "step_ns": r["step_ns"],
-            "efficiency": round(r["efficiency"], 4),
-        }
-        for r in sorted(table, key=lambda r: r["efficiency"])
-    ][: ctx.settings.max_evidence]
+    evidence = _slowest_steps(steps, table)[: ctx.settings.max_evidence]
     if eff < LOW_EFFICIENCY:
         # ranked on the window's time like every trace-side finding: the decode time above the floor
         wt = window_time(ctx)

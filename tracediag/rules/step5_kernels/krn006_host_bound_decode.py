@@ -21,7 +21,10 @@ phase = Σ idle in its windows (stalls and start-up excluded) / Σ (window − s
 between steps = idle outside every window (stalls and start-up excluded) / steady span. Finding: stalls ≥ 1 %
 of the span (warning from 10 %), a phase's host-bound idle ≥ 30 % (decode and mixed judged first), host-bound idle
 between steps ≥ 30 % of the span, or queued idle ≥ 10 % of the span (warning from 30 %); an idle share of a
-window of one step is `info` of low confidence with that caveat (a stall or a queued wait is not). The part that
+window of one step is `info` of low confidence with that caveat (a stall or a queued wait is not) — one marked step,
+or the whole trace (no step markers) of a workload that may be an LLM engine's; the whole trace of a workload with
+no prefill or decode (a CUDA or MPI program, a training or vision job) is everything the window ran, judged as a
+rate like a window of many steps. The part that
 costs the most leads; the finding's impact (what the verdict ranks) is its idle time / the window's step time
 (analyses/basis.py). Launch facts: kernels per step, share of kernels < 10 µs, launch API time, graph launches,
 launch-to-start time (how far the GPU runs behind the host).
@@ -46,11 +49,20 @@ from dataclasses import dataclass, field
 
 from tracediag.analyses.basis import window_time
 from tracediag.analyses.host_gaps import GapAttribution, GapDirection, attribute_gap, dims_text, gap_direction
-from tracediag.analyses.kernels import median, ms, phase_name, phase_order, source_of, unphased_name
+from tracediag.analyses.kernels import (
+    median,
+    ms,
+    phase_name,
+    phase_order,
+    source_of,
+    unphased_name,
+    workload_domain,
+)
 from tracediag.context import Context
 from tracediag.derive.fitness import QUEUE_LATENCY_NS
 from tracediag.derive.kernel_phase import SOURCE as INFERRED
 from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
+from tracediag.measures import WHOLE_TRACE
 
 ONE_STEP_CAVEAT = (
     "a window of one step, which is no rate: its idle time may be what the host does between steps (preparing the "
@@ -203,6 +215,7 @@ class HostBoundMeasure:
     queued_share: float = 0.0  # ... / steady span
     queued_between_ns: int = 0  # ... of it between steps
     waits: GapDirection | None = None  # the longest gap of the step that waited most, who waited for whom
+    one_step: bool = False  # a window of one step, whose idle share is no rate (one_step_window)
 
 
 def _values(m: dict) -> dict:
@@ -339,7 +352,19 @@ def measure(ctx: Context) -> HostBoundMeasure | str:
         queued_ns / span if span else 0.0,
         sum(t["queued_idle_between_ns"] for t in timeline),
         waits,
+        one_step_window(ctx, steps),
     )
+
+
+def one_step_window(ctx: Context, steps: list[dict]) -> bool:
+    """A window of one step whose idle share is no rate (ONE_STEP_CAVEAT): one marked step, or the whole trace of a
+    workload that may be an LLM engine's. The whole trace of a workload with no prefill or decode (a CUDA or MPI
+    program, a training or vision job: derive/domain.py) is no step of an engine loop: its idle share is one of
+    everything the window ran, a rate like any other."""
+    if len(steps) >= 2:
+        return False
+    whole = ctx.scalar("SELECT count(*) FROM steps WHERE marker_source <> ?", [WHOLE_TRACE]) == 0
+    return not (whole and workload_domain(ctx).get("workload") not in ("llm", None))
 
 
 def _evidence(ctx: Context, m: HostBoundMeasure) -> list[dict]:
@@ -442,7 +467,7 @@ def _parts(m: HostBoundMeasure) -> list[tuple]:
     if m.stalls and m.stall_share >= STALL_SHARE:
         parts.append(_stall_part(m))
     # an idle share of a single step is no rate (ONE_STEP_CAVEAT): info; a stall is a measured blocking call
-    idle_severity = "info" if len(m.steps) < 2 else "warning"
+    idle_severity = "info" if m.one_step else "warning"
     # host-bound idle is the idle the host left (the GPU had no work launched); idle with work already launched is
     # the GPU's own wait, a part of its own below
     for t in m.judged:
@@ -546,7 +571,7 @@ def judge(ctx: Context, m: HostBoundMeasure) -> Check:
     common["values"] = common["values"] | wt.values(cost)
     common["substituted"] = f"{common['substituted']}; impact {wt.text(cost)}"
     rest = [p[3].split(";")[0] for p in parts[1:]]
-    one_step = severity == "info" and len(m.steps) < 2  # an idle share of one step leads (a stall is measured)
+    one_step = severity == "info" and m.one_step  # an idle share of one step leads (a stall is measured)
     if one_step:
         common["values"] = {**common["values"], "one_step_caveat": ONE_STEP_CAVEAT}
     return finding(

@@ -126,30 +126,12 @@ def _baseline(baseline: Baseline, m) -> tuple[dict | None, str]:
     return rates, f"TP=1 baseline {path}"
 
 
-def check(ctx: Context) -> Check:
-    m, p = ctx.model, ctx.tp.p
-    if p == 1:
-        return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no sharded projections")
-    roles = _roles(m, p)
-    missing_gemms = f"missing projection GEMMs of this model's shapes at TP={p} in the trace"
-    peak_ref, peak_source = gpu.peak_flops(ctx)
-    if not ctx.settings.tp1_baseline and peak_ref is None:
-        # no reference rate: the answer is "not applicable" either way; which reason needs one projection GEMM
-        no_ref = _NO_REFERENCE
-        if "catalogue" in peak_source:  # a GPU is named that the catalogue lacks (or lacks the type's peak of)
-            no_ref = _NO_REFERENCE.replace("rate: ", f"rate: {peak_source}; ", 1)
-        return not_applicable(RULE, no_ref if _any_projection(ctx, roles) else missing_gemms)
-    here = _rates(_gemms(ctx.rows), roles)
-    if not here:
-        return not_applicable(RULE, missing_gemms)
-    base, base_source, peak = None, None, None
-    if ctx.settings.tp1_baseline:
-        base, base_source = _baseline(ctx.baseline, m)
-    if base is None and peak_ref is not None:
-        peak = peak_ref
-    if base is None and peak is None:
-        why = f"{base_source}; " if base_source else ""
-        return not_applicable(RULE, _NO_REFERENCE.replace("rate: ", f"rate: {why}", 1))
+def _efficiency_rows(
+    here: dict[tuple[str, int], dict], base: dict | None, peak: float | None
+) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Per (projection role, T): the FLOP rate at TP=p and its efficiency E against the TP=1 rate of the same role
+    and T (a (role, T) the baseline lacks is left out), else against the peak; with the rows by role, each with
+    its example call."""
     table = []
     by_role: dict[str, list[dict]] = defaultdict(list)
     for (role, t), d in sorted(here.items()):
@@ -174,16 +156,64 @@ def check(ctx: Context) -> Check:
             row["efficiency"] = rate / peak
         table.append(row)
         by_role[role].append(row | {"example": d["example"]})
+    return table, by_role
+
+
+def _shard_evidence(by_role: dict[str, list[dict]]) -> list[dict]:
+    """Per role its example call at the largest T, least efficient first."""
+    return [
+        {
+            "rank": r["example"]["rank"],
+            "step": r["example"]["step_id"],
+            "ts_ns": r["example"]["ts_ns"],
+            "name": r["example"]["name"],
+            "role": r["role"],
+            "shape": f"[{r['T']}, {r['K']}] x [{r['K']}, {r['N']}]",
+            "efficiency": round(r["efficiency"], 4),
+        }
+        for r in sorted((rows[-1] for rows in by_role.values()), key=lambda r: r["efficiency"])
+    ]
+
+
+def _reference_words(ctx: Context, base: dict | None, base_source: str | None, peak: float | None) -> str:
+    """What E is measured against: the TP=1 baseline, --peak-tflops, or the GPU catalogue's datasheet peak."""
+    if base is not None:
+        return f"TP=1 ({base_source})"
+    if ctx.settings.peak_tflops:
+        return f"peak {ctx.settings.peak_tflops:g} TFLOP/s"
+    return f"datasheet peak {peak / 1e12:g} TFLOP/s of the {gpu.for_trace(ctx).name} (GPU catalogue)"
+
+
+def check(ctx: Context) -> Check:
+    m, p = ctx.model, ctx.tp.p
+    if p == 1:
+        return not_applicable(RULE, f"p = 1 ({ctx.tp.source}): no sharded projections")
+    roles = _roles(m, p)
+    missing_gemms = f"missing projection GEMMs of this model's shapes at TP={p} in the trace"
+    peak_ref, peak_source = gpu.peak_flops(ctx)
+    if not ctx.settings.tp1_baseline and peak_ref is None:
+        # no reference rate: the answer is "not applicable" either way; which reason needs one projection GEMM
+        no_ref = _NO_REFERENCE
+        if "catalogue" in peak_source:  # a GPU is named that the catalogue lacks (or lacks the type's peak of)
+            no_ref = _NO_REFERENCE.replace("rate: ", f"rate: {peak_source}; ", 1)
+        return not_applicable(RULE, no_ref if _any_projection(ctx, roles) else missing_gemms)
+    here = _rates(_gemms(ctx.rows), roles)
+    if not here:
+        return not_applicable(RULE, missing_gemms)
+    base, base_source, peak = None, None, None
+    if ctx.settings.tp1_baseline:
+        base, base_source = _baseline(ctx.baseline, m)
+    if base is None and peak_ref is not None:
+        peak = peak_ref
+    if base is None and peak is None:
+        why = f"{base_source}; " if base_source else ""
+        return not_applicable(RULE, _NO_REFERENCE.replace("rate: ", f"rate: {why}", 1))
+    table, by_role = _efficiency_rows(here, base, peak)
     if not table:
         return not_applicable(RULE, f"missing common (role, T) between the trace and the {base_source}")
     judged = [max(rows, key=lambda r: r["T"]) for rows in by_role.values()]
     worst = min(judged, key=lambda r: r["efficiency"])
-    if base is not None:
-        reference = f"TP=1 ({base_source})"
-    elif ctx.settings.peak_tflops:
-        reference = f"peak {ctx.settings.peak_tflops:g} TFLOP/s"
-    else:
-        reference = f"datasheet peak {peak / 1e12:g} TFLOP/s of the {gpu.for_trace(ctx).name} (GPU catalogue)"
+    reference = _reference_words(ctx, base, base_source, peak)
     values = {
         "p": p,
         "reference": reference,
@@ -203,18 +233,7 @@ def check(ctx: Context) -> Check:
         + (f"{ref_rate:.4g} TFLOP/s at TP=1 ([{worst['K_tp1']}×{worst['N_tp1']}])" if ref_rate else reference)
         + f" → E = {worst['efficiency']:.3f}"
     )
-    evidence = [
-        {
-            "rank": r["example"]["rank"],
-            "step": r["example"]["step_id"],
-            "ts_ns": r["example"]["ts_ns"],
-            "name": r["example"]["name"],
-            "role": r["role"],
-            "shape": f"[{r['T']}, {r['K']}] x [{r['K']}, {r['N']}]",
-            "efficiency": round(r["efficiency"], 4),
-        }
-        for r in sorted((rows[-1] for rows in by_role.values()), key=lambda r: r["efficiency"])
-    ][: ctx.settings.max_evidence]
+    evidence = _shard_evidence(by_role)[: ctx.settings.max_evidence]
     table = [{k: v for k, v in r.items()} for r in table]
     common = {"formula": formula, "substituted": substituted, "values": values, "table": table, "evidence": evidence}
     if base is None:

@@ -9,10 +9,16 @@ Formula: cold time = Σ host time of the start-up calls in the trace: context/st
 initialisation (≥ 1 ms), module loading, first launches of a kernel that took ≥ 1 ms while the GPU idled (a
 module load or a compile; a launch that blocks while the GPU is busy waits for room in the launch queue, and a
 slow launch of a kernel that ran before has nothing left to load — host contention or a full launch queue, a
-host stall of the steady state, KRN006's — neither is counted), and device/host allocations and registrations;
-cold share = cold time / profiled host span (first to last event of the rank). Finding from 1 % (info), warning
-from 10 %. When the whole window is start-up, or most of it (derive/fitness.py classes startup_only and
-startup_dominated), the finding says so and is info: the capture, not the run, is what to fix, and the verdict is
+host stall of the steady state, KRN006's — neither is counted), and device/host allocations and registrations of
+the start-up segment (one of the steady state is the caching allocator growing again, a host stall of KRN006's; one
+after the last GPU work the teardown); cold share = cold time / profiled host span (first to last event of the
+rank). The impact (what the verdict ranks) is the cold time inside the window the other rules measure (the steady
+segment; all of it when there is none) / the window's step time (analyses/basis.py): start-up before the window is
+left out of their shares already. Finding from 1 % of the profiled span (info), warning from 10 % when the cold work
+reaches into the window (≥ 1 % of its time). When the whole window is start-up, or most of it (derive/fitness.py
+classes startup_only and
+startup_dominated), the finding says so and is info, its impact the cold share of the profiled span (the window's
+step time holds almost nothing): the capture, not the run, is what to fix, and the verdict is
 inconclusive with what to re-capture.
 
 Evidence: the largest start-up calls with their kind, duration and, for a launch, the kernel it launched first.
@@ -28,14 +34,11 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from tracediag.analyses.basis import window_time
 from tracediag.analyses.kernels import ms
 from tracediag.context import Context
 from tracediag.derive.fitness import REPEAT_LAUNCH
-from tracediag.findings import Check, RuleMeta, finding, not_applicable, passed
-
-# start-up lies outside the window's step time, so its share is of the whole trace: not the basis trace findings
-# are ranked on (tracediag.findings.RANKED_BY); the finding says what the window is, beside the ranked causes
-STARTUP_BASIS = "the whole trace (start-up included, outside the window's step time)"
+from tracediag.findings import PROFILED_SPAN, Check, RuleMeta, finding, not_applicable, passed
 
 RULE = RuleMeta(
     id="KRN010",
@@ -58,8 +61,23 @@ _ALLOC = re.compile(
 _LAUNCH = re.compile(r"Launch", re.I)
 
 
+_CALLS_SQL = """
+SELECT r.rank, r.name, r.ts_ns, r.dur_ns, r.tid, r.correlation, t.startup_end_ns, t.stop_ts_ns
+FROM runtime r LEFT JOIN gpu_timeline t ON t.rank = r.rank ORDER BY r.rank, r.ts_ns
+"""
+
+
+def _segment(ts: int, s0: int | None, s1: int | None) -> str:
+    """'startup', 'steady' or 'stop': where a call lies in its rank's window (derive/windows.py)."""
+    if s0 is None or ts < s0:
+        return "startup"
+    return "steady" if s1 is None or ts < s1 else "stop"
+
+
 def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
-    cur = ctx.con.execute("SELECT rank, name, ts_ns, dur_ns, tid, correlation FROM runtime ORDER BY rank, ts_ns")
+    """The start-up calls (their kind and window segment) and the launch facts. An allocation counts only in the
+    start-up segment: one of the steady state is the caching allocator growing again, a host stall (KRN006's)."""
+    cur = ctx.con.execute(_CALLS_SQL)
     cols = [d[0] for d in cur.description]
     rows = cur.fetchall()  # 10^4-10^6 calls of a few dozen names: each name is classified once
     names = {name: _classify(name) for name in {r[1] for r in rows}}
@@ -75,21 +93,29 @@ def cold_calls(ctx: Context) -> tuple[list[dict], dict[str, int]]:
     repeat = ctx.rows(
         "SELECT count(*) AS n, coalesce(sum(dur_ns), 0) AS ns FROM host_stalls WHERE kind = ?", [REPEAT_LAUNCH]
     )[0]
-    out = []
+    out, later_allocs = [], [0, 0]
     for r in rows:
         c, d = names[r[1]], r[3]
+        segment = _segment(r[2], r[6], r[7])
         if c.module:
             kind = "module loading"
         elif c.init and d >= SLOW_MS:
             kind = "context / stream creation, first-call initialisation"
-        elif c.alloc:
+        elif c.alloc and segment == "startup":
             kind = "allocation / host memory registration"
         elif c.launch and (r[0], r[2]) in idle_launch:
             kind = "kernel launch of ≥ 1 ms with the GPU idle (lazy module loading or JIT at first launch)"
         else:
+            if c.alloc:
+                later_allocs[0] += 1
+                later_allocs[1] += d
             continue
-        out.append(dict(zip(cols, r)) | {"kind": kind})
+        out.append(dict(zip(cols[:6], r[:6])) | {"kind": kind, "segment": segment})
     return out, {
+        "allocations_after_startup": later_allocs[0],
+        "allocations_after_startup_ns": later_allocs[1],
+        "allocations_after_startup_are": "not start-up work: in the steady state the caching allocator growing or "
+        "emptied (KRN006's host stalls when they idle the GPU), after the last GPU work the teardown",
         "median_launch_ns": int(median_launch),
         "launches": len(launches),
         "slow_repeat_launches": int(repeat["n"]),
@@ -172,18 +198,26 @@ def check(ctx: Context) -> Check:
         by_kind[c["kind"]] = by_kind.get(c["kind"], 0) + c["dur_ns"]
     cold = sum(by_kind.values())
     share = cold / span
+    wt = window_time(ctx)
+    # what of it lies in the window the other rules measure: the steady segment (all of it when there is none)
+    steady = ctx.scalar("SELECT count(*) FROM gpu_timeline WHERE steady_span_ns > 0")
+    inside = sum(c["dur_ns"] for c in calls if c["segment"] == "steady") if steady else cold
     values = {
         "cold_ns": cold,
         "profiled_host_span_ns": span,
         "cold_share": round(share, 4),
         "by_kind_ns": dict(sorted(by_kind.items(), key=lambda kv: -kv[1])),
         "cold_calls": len(calls),
+        "cold_in_window_ns": inside,
+        **wt.values(inside),
         **facts,
         "thresholds": {"info": INFO_SHARE, "warning": WARNING_SHARE},
     }
     formula = "cold share = Σ start-up calls' host time / profiled host span"
     parts = "; ".join(f"{k} {ms(v)}" for k, v in values["by_kind_ns"].items()) or "none"
-    substituted = f"{ms(cold)} ({parts}) / {ms(span)} = {share:.4f}"
+    substituted = f"{ms(cold)} ({parts}) / {ms(span)} = {share:.4f}; impact (the part inside the window) " + wt.text(
+        inside
+    )
     top = sorted(calls, key=lambda c: -c["dur_ns"])[: ctx.settings.max_evidence]
     evidence = [
         {
@@ -207,8 +241,9 @@ def check(ctx: Context) -> Check:
             **common,
             severity="info",
             confidence="high",
+            # the window is start-up: its steady step time holds (almost) nothing, so the profiled span is the basis
             impact=min(1.0, share),
-            impact_basis=STARTUP_BASIS,
+            impact_basis=PROFILED_SPAN,
             cost_ns=int(cold),
             title=f"{opening}: {whole}; start-up calls take {ms(cold)} = {share:.0%} of the profiled span ({parts})",
             next_check=(
@@ -223,17 +258,24 @@ def check(ctx: Context) -> Check:
             confidence="high",
             title=f"Warm window: start-up calls take {share:.2%} of the profiled span ({parts})" + _repeats(facts),
         )
+    reaches = wt.share(inside) >= INFO_SHARE  # the start-up work reaches into the window the other rules measure
     return finding(
         RULE,
         **common,
-        severity="warning" if share >= WARNING_SHARE else "info",
+        severity="warning" if share >= WARNING_SHARE and reaches else "info",
         confidence="high",
-        impact=min(1.0, share),
-        impact_basis=STARTUP_BASIS,
+        impact=wt.share(inside),
+        impact_basis=wt.basis,
         cost_ns=int(cold),  # paid once, not per step
         title=(
-            f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}); step and idle "
-            "measurements here overstate the steady state" + _repeats(facts)
+            f"Cold window: start-up work takes {ms(cold)} = {share:.0%} of the profiled span ({parts}), "
+            + (
+                f"{ms(inside)} = {wt.share(inside):.0%} of {wt.basis}: step and idle measurements here overstate the "
+                "steady state"
+                if reaches
+                else f"{ms(inside)} of it inside {wt.basis}: before the window, which its measurements leave out"
+            )
+            + _repeats(facts)
         ),
         next_check=(
             "Profile after warm-up: start the profiler after a few steps (or give it wait/warmup steps), set "

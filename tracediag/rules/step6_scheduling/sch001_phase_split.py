@@ -49,30 +49,82 @@ RULE = RuleMeta(
 FIXED_COST_SHARE = 0.8  # b / median decode step at or above this: decode is fixed-cost dominated
 
 
+def _no_phase(ctx: Context) -> Check:
+    """Not applicable, saying why no step has a phase: a training job, a non-LLM workload, or no phase evidence."""
+    markers = sorted({r["marker_source"] for r in ctx.rows("SELECT DISTINCT marker_source FROM steps")})
+    if ctx.layout is not None and ctx.layout.workload == "training":
+        return not_applicable(
+            RULE,
+            f"missing inference steps: a training job ({ctx.layout.workload_evidence}); its steps "
+            f"({', '.join(markers)}) have no prefill/decode phase",
+        )
+    dom = (ctx.fitness() or {}).get("domain") or {}
+    if dom.get("workload") not in (None, "llm", "other"):  # an encoder, a vision model: nothing to split
+        return not_applicable(
+            RULE,
+            f"missing LLM steps: the workload is {dom['label']} ({dom['workload_why']}); its steps "
+            f"({', '.join(markers)}) are forward passes with no prefill/decode phase",
+        )
+    return not_applicable(
+        RULE,
+        "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM), an "
+        "attention op with recorded shapes or a prefill/decode-only attention kernel (steps from: "
+        f"{', '.join(markers)})",
+    )
+
+
+def _split_words(table: list[dict], steps: list[dict]) -> str:
+    """The phase split in words: steps, time share and median T per phase."""
+    ranks = len({s["rank"] for s in steps})
+    per_rank = "" if ranks == 1 else f" (over {ranks} ranks)"
+    return (
+        ", ".join(
+            f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time, T {r['T_median']:g})"
+            if r["T_median"] is not None
+            else f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time)"
+            for r in table
+        )
+        + per_rank
+    )
+
+
+def _step_time_falls(
+    ctx: Context, steps: list[dict], table: list[dict], fit: dict, formula: str, substituted: str, values: dict
+) -> Check:
+    """A negative slope a: the phase with fewer tokens per step is the slower one, so a per-step stall, not token
+    work, sets its time."""
+    a = fit["a_ns_per_token"]
+    slow = max(table, key=lambda r: r["step_ns_median"] or 0)
+    fast = min(table, key=lambda r: r["step_ns_median"] or 0)
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="high" if fit["r2"] >= 0.5 else "medium",
+        impact=slow["time_share"],
+        impact_basis="step time (the slow phase's share)",
+        title=(
+            f"Step time falls as T grows (a = {a / 1e3:.3g} µs/token): {slow['phase']} steps (T "
+            f"{slow['T_median']:g}) take {ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
+            f"{fast['T_median']:g}) {ms(fast['step_ns_median'])} — a per-step stall, not token work, drives "
+            f"{slow['phase']}"
+        ),
+        formula=formula,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=_evidence(ctx, steps),
+        next_check=(
+            f"Look inside the slow {slow['phase']} steps for what does not scale with tokens: waits in "
+            "collectives (rank skew, COL005), GPU idle gaps and host syncs (KRN006), sleeps or I/O on the host."
+        ),
+    )
+
+
 def check(ctx: Context) -> Check:
     steps = step_rows(ctx)
     known = [s for s in steps if s["phase"]]
     if not known:
-        markers = sorted({r["marker_source"] for r in ctx.rows("SELECT DISTINCT marker_source FROM steps")})
-        if ctx.layout is not None and ctx.layout.workload == "training":
-            return not_applicable(
-                RULE,
-                f"missing inference steps: a training job ({ctx.layout.workload_evidence}); its steps "
-                f"({', '.join(markers)}) have no prefill/decode phase",
-            )
-        dom = (ctx.fitness() or {}).get("domain") or {}
-        if dom.get("workload") not in (None, "llm", "other"):  # an encoder, a vision model: nothing to split
-            return not_applicable(
-                RULE,
-                f"missing LLM steps: the workload is {dom['label']} ({dom['workload_why']}); its steps "
-                f"({', '.join(markers)}) are forward passes with no prefill/decode phase",
-            )
-        return not_applicable(
-            RULE,
-            "missing phase: no step carries an engine step annotation (vLLM, SGLang, TensorRT-LLM), an "
-            "attention op with recorded shapes or a prefill/decode-only attention kernel (steps from: "
-            f"{', '.join(markers)})",
-        )
+        return _no_phase(ctx)
     table = phase_table(steps, unphased_name(ctx))
     phases: dict[str | None, list[dict]] = defaultdict(list)
     for s in steps:
@@ -89,17 +141,7 @@ def check(ctx: Context) -> Check:
         "time_share": {r["phase"]: round(r["time_share"], 4) for r in table},
         "markers": sorted({s for s in (r["marker_source"] for r in ctx.rows("SELECT marker_source FROM steps"))}),
     }
-    ranks = len({s["rank"] for s in steps})
-    per_rank = "" if ranks == 1 else f" (over {ranks} ranks)"
-    split = (
-        ", ".join(
-            f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time, T {r['T_median']:g})"
-            if r["T_median"] is not None
-            else f"{r['steps']} {r['phase']} ({r['time_share']:.0%} of time)"
-            for r in table
-        )
-        + per_rank
-    )
+    split = _split_words(table, steps)
     formula = "t_step = a·T + b (least squares over steps with T); fixed-cost share of decode = b / median t_decode"
     if fit is None:
         values["fit"] = "not possible: needs ≥ 3 steps with T and ≥ 2 distinct T"
@@ -118,30 +160,7 @@ def check(ctx: Context) -> Check:
     decode_med = median([s["step_ns"] for s in phases.get("decode", []) if s["step_ns"] is not None])
     substituted = f"t_step = {a / 1e6:.4g} ms/token · T + {ms(b)} (R² {fit['r2']:.2f}, {fit['n']} steps)"
     if a < 0:
-        slow = max(table, key=lambda r: r["step_ns_median"] or 0)
-        fast = min(table, key=lambda r: r["step_ns_median"] or 0)
-        return finding(
-            RULE,
-            severity="warning",
-            confidence="high" if fit["r2"] >= 0.5 else "medium",
-            impact=slow["time_share"],
-            impact_basis="step time (the slow phase's share)",
-            title=(
-                f"Step time falls as T grows (a = {a / 1e3:.3g} µs/token): {slow['phase']} steps (T "
-                f"{slow['T_median']:g}) take {ms(slow['step_ns_median'])}, {fast['phase']} steps (T "
-                f"{fast['T_median']:g}) {ms(fast['step_ns_median'])} — a per-step stall, not token work, drives "
-                f"{slow['phase']}"
-            ),
-            formula=formula,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=_evidence(ctx, steps),
-            next_check=(
-                f"Look inside the slow {slow['phase']} steps for what does not scale with tokens: waits in "
-                "collectives (rank skew, COL005), GPU idle gaps and host syncs (KRN006), sleeps or I/O on the host."
-            ),
-        )
+        return _step_time_falls(ctx, steps, table, fit, formula, substituted, values)
     if decode_med:
         share = b / decode_med
         values |= {"decode_step_ns_median": decode_med, "fixed_cost_share_decode": share}

@@ -140,13 +140,48 @@ def _from_requests(ctx: Context) -> Check | None:
     )
 
 
-def _from_steps(ctx: Context) -> Check | None:
-    steps = ctx.rows(
+def _steps_with_decode(ctx: Context) -> list[dict]:
+    """The steps that carry decoding requests, each with its decode gap: the step's GPU window less host-blocking
+    stalls (measured once by KRN006, kept out of step times), else the host step duration."""
+    return ctx.rows(
         "SELECT rank, step_id, name, ts_ns, ctx_reqs, ctx_tokens, gen_reqs, gen_tokens, "
-        # the step's GPU window less host-blocking stalls (measured once by KRN006, kept out of step times)
         "coalesce(win_end_ns - win_ts_ns - coalesce(stall_ns, 0), dur_ns) AS gap_ns, win_ts_ns IS NOT NULL AS on_gpu "
         "FROM steps WHERE gen_reqs > 0 ORDER BY rank, step_id"
     )
+
+
+def _mixed_table(mixed: list[dict], budget: float) -> list[dict]:
+    """The mixed prefill/decode steps, longest decode gap first, each marked against the budget (s)."""
+    return [
+        {
+            "rank": s["rank"],
+            "step": s["step_id"],
+            "prefill_tokens": s["ctx_tokens"],
+            "decoding_requests": s["gen_reqs"],
+            "gap_ms": s["gap_ns"] / 1e6,
+            "over_budget": s["gap_ns"] / 1e9 > budget,
+        }
+        for s in sorted(mixed, key=lambda s: -s["gap_ns"])
+    ]
+
+
+def _stall_evidence(steps: list[dict]) -> list[dict]:
+    return [
+        {
+            "rank": s["rank"],
+            "step": s["step_id"],
+            "ts_ns": s["ts_ns"],
+            "name": s["name"],
+            "prefill_tokens": s["ctx_tokens"],
+            "decoding_requests": s["gen_reqs"],
+            "gap_ms": s["gap_ns"] / 1e6,
+        }
+        for s in steps
+    ]
+
+
+def _from_steps(ctx: Context) -> Check | None:
+    steps = _steps_with_decode(ctx)
     if not steps:
         return None
     decode = [s["gap_ns"] for s in steps if not s["ctx_tokens"]]
@@ -178,17 +213,7 @@ def _from_steps(ctx: Context) -> Check | None:
     if budget is None:
         return None
     over = sorted((s for s in mixed if s["gap_ns"] / 1e9 > budget), key=lambda s: -s["gap_ns"])
-    table = [
-        {
-            "rank": s["rank"],
-            "step": s["step_id"],
-            "prefill_tokens": s["ctx_tokens"],
-            "decoding_requests": s["gen_reqs"],
-            "gap_ms": s["gap_ns"] / 1e6,
-            "over_budget": s["gap_ns"] / 1e9 > budget,
-        }
-        for s in sorted(mixed, key=lambda s: -s["gap_ns"])
-    ]
+    table = _mixed_table(mixed, budget)
     w = (over or sorted(mixed, key=lambda s: -s["gap_ns"]))[0]
     values |= {
         "mixed_over_budget": len(over),
@@ -200,18 +225,7 @@ def _from_steps(ctx: Context) -> Check | None:
         f"rank {w['rank']} step {w['step_id']}: {w['gen_reqs']} decoding requests wait {w['gap_ns'] / 1e6:.1f} ms in a "
         f"step with {w['ctx_tokens']} prefill tokens; budget {budget * 1000:.1f} ms ({budget_src})"
     )
-    evidence = [
-        {
-            "rank": s["rank"],
-            "step": s["step_id"],
-            "ts_ns": s["ts_ns"],
-            "name": s["name"],
-            "prefill_tokens": s["ctx_tokens"],
-            "decoding_requests": s["gen_reqs"],
-            "gap_ms": s["gap_ns"] / 1e6,
-        }
-        for s in (over or mixed)[: ctx.settings.max_evidence]
-    ]
+    evidence = _stall_evidence((over or mixed)[: ctx.settings.max_evidence])
     if not over:
         return passed(
             RULE,

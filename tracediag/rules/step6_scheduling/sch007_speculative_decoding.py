@@ -450,6 +450,68 @@ def _values(g0: dict) -> tuple[dict, str]:
     return values, substituted
 
 
+def _loaded_finding(g: dict, e: float, substituted: str, values: dict, table: list, evidence: list) -> Check:
+    """Drafts rejected while requests wait: the rejected tokens took batch slots the queue needed."""
+    rej = 1 - g["loaded_acceptance"]
+    values["rejected_share_under_load"] = round(rej, 4)
+    values["max_waiting"] = g["max_waiting"]
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="medium",
+        impact=None,  # IMPACT_BASIS
+        formula=FORMULA,
+        substituted=substituted,
+        values=values,
+        table=table,
+        evidence=evidence,
+        title=(
+            f"Speculative decoding under load: {rej * 100:.0f} % of verified draft tokens rejected while up to "
+            f"{g['max_waiting']} requests wait (E = {e:.2f} tokens/round, {_k_text(g)})"
+        ),
+        next_check=(
+            "The target model verifies every draft token, so rejected drafts take batch slots the waiting "
+            "requests need: lower num_speculative_tokens or disable speculative decoding under load, and "
+            "compare throughput and SCH003's queue trend with it off."
+        ),
+    )
+
+
+def _decay_finding(ctx: Context, d: dict, values: dict, table: list) -> Check:
+    """The acceptance trend `d` (the largest drop against its median) falls significantly over the run."""
+    pts = d["_pts"]
+    values |= {k: v for k, v in d.items() if not k.startswith("_") and k != "series"} | {"series": d["series"]}
+    values["drop_share_of_median"] = round(d["drop"] / d["median"], 4) if d["median"] else None
+    return finding(
+        RULE,
+        severity="warning",
+        confidence="medium" if d["n"] >= 8 else "low",
+        impact=None,  # IMPACT_BASIS; the drop is the share `drop_share_of_median`
+        formula=FORMULA + "; drift: Mann-Kendall p(S' ≤ S) < α and −Sen slope × window ≥ 10 % of the median",
+        substituted=(
+            f"{d['series']}: n = {d['n']}, S = {d['S']}, p = {d['p_decrease']:.4g} < {SIGNIFICANCE}, Sen slope "
+            f"{d['sen_slope_per_s']:+.3g}/s × {d['window_s']:.3g} s = −{d['drop']:.3g} ≥ 0.1 × median "
+            f"{d['median']:.3g}"
+        ),
+        values=values,
+        table=table,
+        evidence=[
+            log_evidence(input_paths(ctx).get(r["input_id"], "?"), r, label, acceptance=v)
+            for label, (_, v, r) in (("first interval", pts[0]), ("last interval", pts[-1]))
+        ],
+        title=(
+            f"Speculative acceptance decays on {d['series']}: {d['first']:.2f} → {d['last']:.2f} over "
+            f"{d['window_s']:.0f} s (Sen slope {d['sen_slope_per_s']:+.2g}/s, Mann-Kendall p = "
+            f"{d['p_decrease']:.2g}): each round yields fewer tokens as the run goes on"
+        ),
+        next_check=(
+            "Compare the traffic of the first and last intervals (prompt lengths, languages, tasks) with what the "
+            "draft model was trained on, check for a weight update the draft did not get, and measure E[tokens/"
+            "round] again; lower num_speculative_tokens while acceptance stays low."
+        ),
+    )
+
+
 def check(ctx: Context) -> Check:
     metric_groups, skipped = _metric_groups(ctx)
     groups = _log_groups(ctx) + metric_groups
@@ -478,30 +540,7 @@ def check(ctx: Context) -> Check:
         values["acceptance_decays"] = len(decays)
     evidence = [ev for g in (loaded or useless or tails or groups) for ev in g["evidence"]][: ctx.settings.max_evidence]
     if loaded:
-        g = loaded[0]
-        rej = 1 - g["loaded_acceptance"]
-        values["rejected_share_under_load"] = round(rej, 4)
-        values["max_waiting"] = g["max_waiting"]
-        return finding(
-            RULE,
-            severity="warning",
-            confidence="medium",
-            impact=None,  # IMPACT_BASIS
-            formula=FORMULA,
-            substituted=substituted,
-            values=values,
-            table=table,
-            evidence=evidence,
-            title=(
-                f"Speculative decoding under load: {rej * 100:.0f} % of verified draft tokens rejected while up to "
-                f"{g['max_waiting']} requests wait (E = {e:.2f} tokens/round, {_k_text(g)})"
-            ),
-            next_check=(
-                "The target model verifies every draft token, so rejected drafts take batch slots the waiting "
-                "requests need: lower num_speculative_tokens or disable speculative decoding under load, and "
-                "compare throughput and SCH003's queue trend with it off."
-            ),
-        )
+        return _loaded_finding(loaded[0], e, substituted, values, table, evidence)
     if useless:
         g = useless[0]
         return finding(
@@ -526,38 +565,7 @@ def check(ctx: Context) -> Check:
             ),
         )
     if decays and not tails:
-        d = max(decays, key=lambda x: x["drop"] / (x["median"] or 1))
-        pts = d["_pts"]
-        values |= {k: v for k, v in d.items() if not k.startswith("_") and k != "series"} | {"series": d["series"]}
-        values["drop_share_of_median"] = round(d["drop"] / d["median"], 4) if d["median"] else None
-        return finding(
-            RULE,
-            severity="warning",
-            confidence="medium" if d["n"] >= 8 else "low",
-            impact=None,  # IMPACT_BASIS; the drop is the share `drop_share_of_median`
-            formula=FORMULA + "; drift: Mann-Kendall p(S' ≤ S) < α and −Sen slope × window ≥ 10 % of the median",
-            substituted=(
-                f"{d['series']}: n = {d['n']}, S = {d['S']}, p = {d['p_decrease']:.4g} < {SIGNIFICANCE}, Sen slope "
-                f"{d['sen_slope_per_s']:+.3g}/s × {d['window_s']:.3g} s = −{d['drop']:.3g} ≥ 0.1 × median "
-                f"{d['median']:.3g}"
-            ),
-            values=values,
-            table=table,
-            evidence=[
-                log_evidence(input_paths(ctx).get(r["input_id"], "?"), r, label, acceptance=v)
-                for label, (_, v, r) in (("first interval", pts[0]), ("last interval", pts[-1]))
-            ],
-            title=(
-                f"Speculative acceptance decays on {d['series']}: {d['first']:.2f} → {d['last']:.2f} over "
-                f"{d['window_s']:.0f} s (Sen slope {d['sen_slope_per_s']:+.2g}/s, Mann-Kendall p = "
-                f"{d['p_decrease']:.2g}): each round yields fewer tokens as the run goes on"
-            ),
-            next_check=(
-                "Compare the traffic of the first and last intervals (prompt lengths, languages, tasks) with what the "
-                "draft model was trained on, check for a weight update the draft did not get, and measure E[tokens/"
-                "round] again; lower num_speculative_tokens while acceptance stays low."
-            ),
-        )
+        return _decay_finding(ctx, max(decays, key=lambda x: x["drop"] / (x["median"] or 1)), values, table)
     if tails:
         g = tails[0]
         return finding(

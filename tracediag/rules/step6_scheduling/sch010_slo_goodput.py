@@ -120,15 +120,9 @@ def _bounded(ctx: Context, r: dict, slo: dict[str, float]) -> dict | None:
     }
 
 
-def check(ctx: Context) -> Check:
-    slo = _budgets(ctx)
-    if not slo:
-        return not_applicable(
-            RULE, "missing SLO budgets: pass --slo ttft=MS,tpot=MS,e2el=MS (itl=MS for the worst gap)"
-        )
-    runs = bench_runs(ctx)
-    if not runs:
-        return not_applicable(RULE, "missing benchmark results: pass a `vllm bench serve` result with --bench")
+def _attainment_per_run(ctx: Context, runs: list[dict], slo: dict[str, float]) -> list[dict]:
+    """Per benchmark run its joint attainment: exact from the per-request results, else bounded from the
+    percentiles (a run with neither is left out); each row keeps its run under "_r" for the verdict's words."""
     table = []
     for r in runs:
         if r["has_requests"]:
@@ -137,17 +131,12 @@ def check(ctx: Context) -> Check:
             b = _bounded(ctx, r, slo)
             if b is not None:
                 table.append(b | {"_r": r})
-    if not table:
-        keys = ", ".join(slo)
-        return not_applicable(
-            RULE, f"missing per-request results (--save-detailed) and percentiles for every budgeted metric ({keys})"
-        )
-    worst = min(table, key=lambda t: t["attainment_high"])
-    r = worst.pop("_r")
-    for t in table:
-        t.pop("_r", None)
-    exact = worst["attainment"] is not None
-    values = {
+    return table
+
+
+def _values(slo: dict[str, float], table: list[dict], worst: dict) -> dict:
+    """The finding's values: the worst run's attainment and goodput, and the conventions they were counted by."""
+    return {
         "slo_ms": slo,
         "target": TARGET,
         "runs": len(table),
@@ -169,6 +158,29 @@ def check(ctx: Context) -> Check:
         "failures_counted": worst["failed"] is not None,
         "percentile_method": "nearest rank (per-request data); vLLM's reported percentiles interpolate linearly",
     }
+
+
+def check(ctx: Context) -> Check:
+    slo = _budgets(ctx)
+    if not slo:
+        return not_applicable(
+            RULE, "missing SLO budgets: pass --slo ttft=MS,tpot=MS,e2el=MS (itl=MS for the worst gap)"
+        )
+    runs = bench_runs(ctx)
+    if not runs:
+        return not_applicable(RULE, "missing benchmark results: pass a `vllm bench serve` result with --bench")
+    table = _attainment_per_run(ctx, runs, slo)
+    if not table:
+        keys = ", ".join(slo)
+        return not_applicable(
+            RULE, f"missing per-request results (--save-detailed) and percentiles for every budgeted metric ({keys})"
+        )
+    worst = min(table, key=lambda t: t["attainment_high"])
+    r = worst.pop("_r")
+    for t in table:
+        t.pop("_r", None)
+    exact = worst["attainment"] is not None
+    values = _values(slo, table, worst)
     budgets = ", ".join(f"{k} ≤ {v:g} ms" for k, v in slo.items())
     if exact:
         substituted = f"{worst['run']}: {worst['good']} / {worst['n']} = {worst['attainment']:.4f} ({budgets})"

@@ -4,9 +4,9 @@ Hypothesis: a slow first token is either waiting (the request sits in the engine
 (the prefill of its prompt: prefill cost), or neither (tokenization, the frontend, a KV connector loading or
 receiving the prompt's KV from another instance, the first output's trip back). The three call for different
 fixes, so TTFT is split before anything is tuned: with the queue held fixed, a faster prefill (or a prefix cache)
-removes only the prefill share (the prefix-cache article of the sources, "前缀缓存命中率很高，首字为什么还是慢？",
-"a high prefix-cache hit rate, so why is the first token still slow?": 800 ms queue + 200 ms prefill → 820 ms,
-1.22×).
+removes only the prefill share (Jellow, "前缀缓存命中率很高，首字为什么还是慢？" — "a high prefix-cache hit rate, so
+why is the first token still slow?" —, in the series 模型推理加速专题, one of the project's source articles: 800 ms
+queue + 200 ms prefill → 820 ms, 1.22×).
 
 Formula: over the window (between the first and last timed scrape, else between the first and last untimed scrape
 when no count fell between them, or since the process started for one scrape)
@@ -323,19 +323,10 @@ def _from_bench(ctx: Context) -> Check | None:
     )
 
 
-def check(ctx: Context) -> Check:
-    hist = _histograms(ctx)
-    with_ttft = {k: v for k, v in hist.items() if "ttft_seconds" in v}
-    if not with_ttft:
-        from_bench = _from_bench(ctx)
-        if from_bench is not None:
-            return from_bench
-        return not_applicable(
-            RULE,
-            "missing TTFT histogram: no vllm:time_to_first_token_seconds / sglang:time_to_first_token_seconds in "
-            "the /metrics inputs (pass a scrape with --metrics; `tracediag scrape` takes timed ones)",
-        )
-    paths = input_paths(ctx)
+def _series_splits(with_ttft: dict[tuple, dict[str, list[dict]]], paths: dict) -> tuple[list[dict], list[tuple]]:
+    """Per (input, engine) series with a TTFT histogram: its table row (window, quantiles, the split when it can
+    be made, intervals thinned to MAX_INTERVAL_ROWS), and the series that split as (label, split, histograms,
+    intervals, window, input id)."""
     table, splits = [], []
     for (iid, engine), by in sorted(with_ttft.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         window, how, intervals = _windows(by)
@@ -355,16 +346,12 @@ def check(ctx: Context) -> Check:
             step = max(1, len(intervals) // MAX_INTERVAL_ROWS)
             row["intervals"] = intervals[::step]
         table.append(row)
-    if not splits:
-        missing = "queue-time histogram" if not any(r["has_queue_histogram"] for r in table) else "requests"
-        return not_applicable(
-            RULE,
-            f"missing {missing}: TTFT cannot be split without vllm:request_queue_time_seconds / "
-            "sglang:queue_time_seconds observations beside the TTFT histogram",
-        )
-    label, sp, by, intervals, how, iid = max(splits, key=lambda x: x[1]["requests_ttft"] or 0)
-    path = paths.get(iid, "?")
-    evidence = [
+    return table, splits
+
+
+def _histogram_evidence(path: str, by: dict[str, list[dict]]) -> list[dict]:
+    """The last scrape of each TTFT-part histogram the series has."""
+    return [
         metric_evidence(path, by[c][-1], f"{c} histogram (last scrape)", count=by[c][-1].get("count"))
         for c in (
             "ttft_seconds",
@@ -375,6 +362,31 @@ def check(ctx: Context) -> Check:
         )
         if c in by
     ]
+
+
+def check(ctx: Context) -> Check:
+    hist = _histograms(ctx)
+    with_ttft = {k: v for k, v in hist.items() if "ttft_seconds" in v}
+    if not with_ttft:
+        from_bench = _from_bench(ctx)
+        if from_bench is not None:
+            return from_bench
+        return not_applicable(
+            RULE,
+            "missing TTFT histogram: no vllm:time_to_first_token_seconds / sglang:time_to_first_token_seconds in "
+            "the /metrics inputs (pass a scrape with --metrics; `tracediag scrape` takes timed ones)",
+        )
+    paths = input_paths(ctx)
+    table, splits = _series_splits(with_ttft, paths)
+    if not splits:
+        missing = "queue-time histogram" if not any(r["has_queue_histogram"] for r in table) else "requests"
+        return not_applicable(
+            RULE,
+            f"missing {missing}: TTFT cannot be split without vllm:request_queue_time_seconds / "
+            "sglang:queue_time_seconds observations beside the TTFT histogram",
+        )
+    label, sp, by, _intervals, how, iid = max(splits, key=lambda x: x[1]["requests_ttft"] or 0)
+    evidence = _histogram_evidence(paths.get(iid, "?"), by)
     values = {k: _round(v) for k, v in sp.items()} | {
         "series": label,
         "window": how,
