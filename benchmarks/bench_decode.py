@@ -1,5 +1,5 @@
 """The Kineto decode, three ways: the parse floor (gunzip + orjson.loads), msgspec's typed decode as
-tracediag/ingest/kineto.py does it, and pysimdjson (a simdjson binding) reading the same fields.
+tracediag/ingest/kineto/ does it, and pysimdjson (a simdjson binding) reading the same fields.
 
     .venv/bin/python benchmarks/bench_decode.py [--repeats 7] [--large bench-work/big/rank0.pt.trace.json]
     PYTHONPATH=/path/to/pysimdjson benchmarks/bench_decode.py ...   # pysimdjson is no dependency of tracediag

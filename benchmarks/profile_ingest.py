@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     def own(pred) -> float:
         return sum(v[2] for f, v in stats.items() if pred(f))
 
-    parser_file = next((f[0] for f in stats if f[0].endswith(("ingest/kineto.py",))), None)
+    def in_parser(f) -> bool:  # the Kineto parser's own modules (tracediag/ingest/kineto/)
+        return "/ingest/kineto/" in f[0].replace("\\", "/")
+
     phases = [
         ("gunzip (gzip/zlib decompress)", own(lambda f: f[0] == "~" and ("decompress" in f[2]))),
         ("file read / mmap", own(lambda f: f[0] == "~" and ("read' of '_io" in f[2] or "mmap" in f[2]))),
@@ -77,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         ("regex (name classification etc.)", own(lambda f: f[0] == "~" and "re.Pattern" in f[2])),
         (
             "parser's own Python code (loops, list comprehensions)",
-            own(lambda f: parser_file is not None and f[0] == parser_file),
+            own(in_parser),
         ),
-        ("other tracediag Python code", own(lambda f: "tracediag" in f[0] and f[0] != parser_file)),
+        ("other tracediag Python code", own(lambda f: "tracediag" in f[0] and not in_parser(f))),
     ]
     accounted = sum(t for _, t in phases)
     print(f"file: {path} ({path.stat().st_size / 1e6:.0f} MB on disk)")
@@ -98,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| DuckDB insert (load, separate wall) | {t_load:.2f} | — |\n")
 
     print("Parser functions by cumulative time:")
-    rows = sorted(
-        ((v[3], v[2], v[1], f) for f, v in stats.items() if parser_file and f[0] == parser_file), reverse=True
-    )
+    rows = sorted(((v[3], v[2], v[1], f) for f, v in stats.items() if in_parser(f)), reverse=True)
     print("| function | cumulative s | own s | calls |")
     print("|---|---|---|---|")
     for ct, tt, nc, f in rows[:15]:

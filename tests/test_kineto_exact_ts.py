@@ -1,6 +1,6 @@
-"""Timestamps in one decode (tracediag/ingest/kineto.py): the values and exact ns read from each event's `ts` text
-equal what the typed decode and the per-value exact parse give, on a real ns-resolution trace; the array range check
-of exact ns equals the per-value one on random values."""
+"""Timestamps in one decode (tracediag/ingest/kineto/timestamps.py): the values and exact ns read from each event's
+`ts` text equal what the typed decode and the per-value exact parse give, on a real ns-resolution trace; the array
+range check of exact ns equals the per-value one on random values."""
 
 from __future__ import annotations
 

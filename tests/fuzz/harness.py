@@ -40,7 +40,7 @@ FLAG = {"nccl-tests": "--nccl-tests", "topology": "--topology", "vllm-log": "--l
 class Outcome:
     status: str  # ok | input_error | bad_error | internal | hang | partial
     detail: str = ""  # exception type and message (first 300 characters), or what broke the contract
-    where: str = ""  # innermost tracediag frame of an internal error ("tracediag/ingest/kineto.py:123 in _ns")
+    where: str = ""  # innermost tracediag frame of an internal error ("tracediag/ingest/kineto/meta.py:23 in _meta")
 
     @property
     def defect(self) -> bool:

@@ -2,7 +2,7 @@
 
 The patterns live in ``engine_failures.json`` next to this file, each with the source file of the engine, of
 PyTorch or of the device runtime that prints it, where that text was checked, and a real line it matches. The
-log ingesters (tracediag/ingest/vllm_log.py, sglang_log.py) store a matching line as a serving event whose kind
+log ingesters (tracediag/ingest/vllm_log/, sglang_log.py) store a matching line as a serving event whose kind
 is the pattern's kind and whose ``pattern`` is its id; SCH011 names the first failure the cause and every
 later one, and every ``cascade`` line (the TCPStore / c10d errors the other ranks print once a peer is gone),
 its consequences.

@@ -43,7 +43,7 @@ _MAX_NAME = 200
 _BATCH = 50_000
 _KINETO_ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "python_function")
 
-# store column -> Kineto arg name (tracediag/ingest/kineto.py _Args), for the args we write back.
+# store column -> Kineto arg name (tracediag/ingest/kineto/events.py _Args), for the args we write back.
 _COMM_ARGS = {
     "coll_name": "Collective name",
     "in_nelems": "In msg nelems",

@@ -55,15 +55,10 @@ from tracediag.catalog import failures
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.ingest.log_blocks import clocked_segments, read_blocks
-from tracediag.ingest.vllm_log import (
-    _ACCESS,
-    MAX_TEXT,
-    BadValue,
-    Joiner,
-    LogState,
-    checked_float,
-    checked_int,
-)
+from tracediag.ingest.vllm_log.decode import BadValue, checked_float, checked_int
+from tracediag.ingest.vllm_log.lines import Joiner
+from tracediag.ingest.vllm_log.patterns import _ACCESS
+from tracediag.ingest.vllm_log.tables import MAX_TEXT, LogState
 from tracediag.memory import read_bytes_budget
 
 RECORD = re.compile(

@@ -17,16 +17,19 @@ from __future__ import annotations
 import json
 import math
 import re
+from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
 from tracediag.errors import InputError
 from tracediag.ingest.base import IngestOptions, Parsed
 from tracediag.ingest.validate import BadRecords, Checker
-from tracediag.inputfile import read_input
+from tracediag.inputfile import read_input, size_text
+from tracediag.memory import memory_limit
 
 RUNS_SCHEMA = pa.schema(
     [
@@ -242,9 +245,11 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> dict[str, list[Any]]:
     add_out, add_success, add_error = cols["output_len"].append, cols["success"].append, cols["error"].append
     add_ttft, add_e2e, add_source = cols["ttft_s"].append, cols["e2el_s"].append, cols["e2el_source"].append
     add_tpot, add_count, add_max = cols["tpot_s"].append, cols["itl_count"].append, cols["itl_max_s"].append
-    add_mean, add_itls = cols["itl_mean_s"].append, cols["itls_s"].append
+    add_mean = cols["itl_mean_s"].append
+    flat, offsets = array("d"), array("i", [0])  # the gaps of every request: 8 bytes each, not a float object
     for i in range(n):
         gaps = [g for g in (_finite(x) for x in (itls[i] if isinstance(itls[i], list) else [])) if g is not None]
+        itls[i] = None  # the decoded list freed as its gaps are made: the document and its columns are not both held
         err = errs[i] if isinstance(errs[i], str) else None
         ttft = _finite(ttfts[i])
         success = not err if errs[i] is not None or has_errors else (ttft or 0) > 0
@@ -265,7 +270,10 @@ def _requests(order: int, run: int, d: dict[str, Any]) -> dict[str, list[Any]]:
         add_count(len(gaps))
         add_max(max(gaps) if gaps else None)
         add_mean(sum(gaps) / len(gaps) if gaps else None)
-        add_itls(gaps)
+        flat.extend(gaps)
+        offsets.append(len(flat))
+    values = pa.array(np.frombuffer(flat, dtype=np.float64)) if flat else pa.array([], pa.float64())
+    cols["itls_s"] = [pa.ListArray.from_arrays(pa.array(np.frombuffer(offsets, dtype=np.int32)), values)]
     return cols
 
 
@@ -414,6 +422,7 @@ def parse_bench(path: Path, order: int, fmt: str, limit: int | None = None) -> P
     """A benchmark client's result file; `fmt` is 'vllm-bench' or 'sglang-bench' (same tables); read within the
     memory budget `limit` (tracediag.memory)."""
     raw = read_input(path, "benchmark result", limit)
+    _check_fits(path, raw, limit)
     runs = _one_json_document(raw)
     text = raw.decode("utf-8", errors="replace") if runs is None else ""
     del raw
@@ -457,6 +466,32 @@ def parse_bench(path: Path, order: int, fmt: str, limit: int | None = None) -> P
     return Parsed(path=str(path), format=fmt, inputs_rows=[row], tables=tables)
 
 
+# Peak bytes of a result's parse: BYTES_PER_VALUE per JSON value (per ',', '[' or '{' of its text: a decoded float
+# and its list slot, its share of the per-request columns) plus BYTES_PER_BYTE per byte (the text, the strings
+# decoded from it: generated_texts). Fitted on two 60 MB --save-detailed results, one of 135,780 requests (3.4 M
+# values, 17 B of JSON each: 287 MiB above the interpreter's) and one of 2,400 requests with dense one-digit itls (30
+# M values, 2 B each: 802 MiB): 19.4 B a value and 3.7 B a byte; rounded up for room. A real result's values are long
+# numbers (17-22 B), so one within the read budget (1/CHUNK_FACTOR of the limit) is estimated at 0.7 of the limit at
+# most; only dense short values go beyond it.
+BYTES_PER_VALUE = 32
+BYTES_PER_BYTE = 4
+
+
+def _check_fits(path: Path, raw: bytes, limit: int | None) -> None:
+    """InputError when the result, decoded, would take more than the memory budget: the read budget bounds its bytes,
+    but `[0,0,0,…]` is a Python object every 2 bytes (a 60 MB result of dense itls took 1.9 GB at 512 MiB)."""
+    values = raw.count(b",") + raw.count(b"[") + raw.count(b"{")  # commas in strings too: an upper bound
+    need = values * BYTES_PER_VALUE + len(raw) * BYTES_PER_BYTE
+    budget = memory_limit(limit)
+    if need > budget:
+        raise InputError(
+            path,
+            f"benchmark result holds about {values:,} JSON values, which take about {size_text(need)} in memory, more "
+            f"than --memory-limit {size_text(budget)}; raise --memory-limit to read it "
+            f"(e.g. --memory-limit {-(-need // (1 << 30))}GiB)",
+        )
+
+
 def _table(rows: list[dict[str, Any]], schema: pa.Schema, check: Checker) -> pa.Table:
     """Rows -> a table of `schema` (`_columns_table`)."""
     return _columns_table({f.name: [r.get(f.name) for r in rows] for f in schema}, schema, check)
@@ -472,6 +507,8 @@ def _columns_table(cols: dict[str, list[Any]], schema: pa.Schema, check: Checker
             arrays.append(check.ints(f.name, values, f.type))
         elif pa.types.is_string(f.type):
             arrays.append(pa.array(check.str_values(f.name, values), pa.string()))
+        elif values and isinstance(values[0], pa.Array):  # chunks made by `_requests`
+            arrays.append(pa.chunked_array(values, f.type))
         else:
             arrays.append(pa.array(values, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -303,8 +303,13 @@ def _append(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table, cols: li
     try:
         select = ", ".join(f'"{c}"' if c in present else "NULL" for c in cols)
         con.execute(f"INSERT INTO {table} SELECT {select} FROM {view}")
-    finally:
-        con.unregister(view)
+    except BaseException:
+        # a failed INSERT (out of memory, an interrupt) aborts the transaction: unregistering then raises
+        # TransactionException, which would hide the INSERT's own error
+        with contextlib.suppress(duckdb.Error):
+            con.unregister(view)
+        raise
+    con.unregister(view)
 
 
 def append_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:

@@ -68,6 +68,8 @@ def _from_requests(ctx: Context) -> Check | None:
     gaps = [g for _, q in rows for g in q["itls_s"]]
     typical = median(gaps) if gaps else None
     budget, budget_src = _budget(ctx, typical)
+    if budget is None:  # every gap 0 (a result of zeros) and no --slo itl: nothing to judge a stall by here
+        return None
     stalls = [q["itl_max_s"] for _, q in rows]
     over = [(r, q) for r, q in rows if budget is not None and q["itl_max_s"] > budget]
     share = len(over) / len(rows)
