@@ -17,7 +17,7 @@ from hypothesis import Phase, given
 from hypothesis import strategies as st
 from test_fuzz import budget
 
-EXAMPLES = {"command-line": 14, "read-back": 10, "fs-fault": 8}
+EXAMPLES = {"command-line": 14, "read-back": 10, "fs-fault": 8, "store-tamper": 8}
 
 
 @pytest.fixture(scope="module")

@@ -567,3 +567,55 @@ def test_the_runs_folder_keeps_the_last_runs_and_says_so(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run-1", "run-4"]  # run-1 still being written
     assert "keeps the last 2 runs (--keep-runs)" in ws.kept(new)["kept_note"]
     assert inspect.signature(mcp).parameters["keep_runs"].default == KEEP_RUNS
+
+
+def test_a_fifo_a_device_and_a_link_out_as_inputs_are_one_line_errors_within_seconds(tmp_path):
+    """A named pipe given as a trace, a log, metrics, a bench result, a model config, a baseline or a run; /dev/zero
+    (a root of its own here, so that the reading code, not the roots, meets it) as a log, metrics and a trace; a link
+    out of the roots as a model config: each answered with one error line naming the path, within a few seconds (a
+    read of the pipe would wait for a writer for ever, one of /dev/zero would never end), no byte echoed."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    shutil.copytree(HEALTHY, root / HEALTHY.name)
+    tp = str(root / HEALTHY.name)
+    fifo = root / "pipe.json"
+    os.mkfifo(fifo)
+    (outside / "config.json").write_text(json.dumps({"secret": SECRET}))
+    (root / "config.json").symlink_to(outside / "config.json")
+    calls = [("analyze", {"inputs": [str(fifo)]})]
+    calls += [("analyze", {"inputs": [tp], arg: str(fifo)}) for arg in ("log", "metrics", "bench", "model")]
+    calls += [("analyze", {"inputs": ["/dev/zero"]})]
+    calls += [("analyze", {"inputs": [tp], arg: "/dev/zero"}) for arg in ("log", "metrics", "bench")]
+    calls += [("analyze", {"inputs": [tp], "model": str(root / "config.json")})]
+    calls += [("check", {"inputs": [tp], "baseline": str(fifo)}), ("query", {"run": str(fifo), "sql": "SELECT 1"})]
+    (root / "traces").mkdir()
+    os.mkfifo(root / "traces" / "rank0.pt.trace.json")  # a folder of traces holding a pipe
+    calls += [("analyze", {"inputs": [str(root / "traces")]})]
+    run = root / "run"  # a run folder whose trace.duckdb is then a pipe
+    calls += [("query", {"run": str(run), "sql": "SELECT 1"}), ("diff", {"before": str(run), "after": str(run)})]
+    got: list[tuple[tuple[str, dict], str, float]] = []
+
+    async def session() -> None:
+        async with Client(_server(root / "runs", root, root, Path("/dev")), read_timeout_seconds=60) as c:
+            assert not (await c.call_tool("analyze", {"inputs": [tp], "out": str(run)})).is_error
+            (run / "trace.duckdb").unlink()
+            os.mkfifo(run / "trace.duckdb")
+            for name, args in calls:
+                t0 = time.monotonic()
+                with anyio.fail_after(30):
+                    r = await c.call_tool(name, args)
+                got.append(((name, args), _error_line(r), time.monotonic() - t0))
+
+    asyncio.run(session())
+    for (name, args), text, seconds in got:
+        assert seconds < 10, (name, args, seconds)
+        assert SECRET not in text and "\x00" not in text, text
+        named = next(v for v in (*args.get("inputs", []), *args.values()) if isinstance(v, str) and v != tp)
+        assert named in text or Path(named).name in text, (name, args, text)
+        if "/dev/zero" in (*args.values(), *args.get("inputs", [])):
+            assert "a character device, not a regular file" in text, text
+        if str(fifo) in (*args.values(), *args.get("inputs", [])) and name == "analyze":
+            assert "a named pipe (FIFO), not a regular file" in text, text
+    link = next(text for (_, args), text, _ in got if args.get("model") == str(root / "config.json"))
+    assert "outside the allowed roots" in link, link

@@ -299,4 +299,4 @@ def require_regular_file(path: str | Path) -> None:
     device would block or never end. The same check, and words, as every input (tracediag/inputfile.py)."""
     from tracediag.inputfile import regular_file
 
-    regular_file(path, "it")
+    regular_file(path, Path(path).name)  # "save the trace.duckdb to a file and give that"

@@ -11,7 +11,10 @@ store that tracediag wrote) and one `tracediag` command line drawn from `rnd`. T
 Kinds: `command-line` (options and values drawn from every option of analyze/check/diff/ingest, values hostile or
 valid, output paths aimed at inputs), `read-back` (a run folder, findings.json, trace.duckdb, store or baseline
 damaged, then diff / check --baseline / analyze --store), `fs-fault` (output paths under a file, through a dangling
-symlink or a loop, a name too long, a FIFO or a device as the output, a folder where an output file goes).
+symlink or a loop, a name too long, a FIFO or a device as the output, a folder where an output file goes),
+`store-tamper` (a store's layout or a file's schema edited: a column dropped, retyped or added, files and partitions
+added, removed or swapped, a rank=abc folder, a link, a FIFO, a file that is not Parquet; then analyze / check /
+diff --store).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "healthy_tp1"
 LOG = REPO / "tests" / "data" / "external" / "vllm" / "log_excerpts" / "vllm-6689_v0_healthy_idle.log"
 
-KINDS = ("command-line", "read-back", "fs-fault")
+KINDS = ("command-line", "read-back", "fs-fault", "store-tamper")
 EXIT_OK = (0, 1, 2, 4)
 
 
@@ -213,7 +216,73 @@ def fs_fault(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[str]:
     ])  # fmt: skip
 
 
-MAKERS = {"command-line": command_line, "read-back": read_back, "fs-fault": fs_fault}
+def _tamper_parquet(rnd: random.Random, store: Path) -> None:
+    """One edit of a store's layout or a file's schema, as a person or a script would make it after the ingest."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    files = sorted(p for p in (store / "tables").rglob("*.parquet") if p.is_file() and not p.is_symlink())
+    f = rnd.choice(files)
+    edit = rnd.choice(
+        [
+            "drop-column",
+            "as-text",
+            "as-list",
+            "add-column",
+            "copy-file",
+            "copy-partition",
+            "junk-rank",
+            "text-file",
+            "link-out",
+            "fifo",
+            "remove-file",
+            "other-table-file",
+            "empty-table-folder",
+        ]
+    )
+    t = pq.read_table(f, partitioning=None)
+    col = rnd.choice(t.column_names)
+    if edit == "drop-column":
+        pq.write_table(t.drop([col]), f)
+    elif edit == "as-text" and not pa.types.is_nested(t.schema.field(col).type):
+        pq.write_table(t.set_column(t.schema.get_field_index(col), col, pc.cast(t[col], pa.string(), safe=False)), f)
+    elif edit == "as-list":
+        pq.write_table(t.set_column(t.schema.get_field_index(col), col, pa.array([[1]] * t.num_rows)), f)
+    elif edit == "add-column":
+        pq.write_table(t.append_column(f"x{rnd.randrange(99)}", pa.array([None] * t.num_rows, pa.int64())), f)
+    elif edit == "copy-file":
+        pq.write_table(t.slice(0, rnd.randrange(t.num_rows + 1)), f.with_name("extra-0.parquet"))
+    elif edit == "copy-partition" and f.parent.name.startswith("rank="):
+        shutil.copytree(f.parent, f.parent.with_name(f"rank={rnd.choice([1, 7, -1, 2**31 - 1])}"), dirs_exist_ok=True)
+    elif edit == "junk-rank" and f.parent.name.startswith("rank="):
+        shutil.copytree(f.parent, f.parent.with_name(rnd.choice(["rank=abc", "rank=", "rank=1e400", "rank=0x1"])))
+    elif edit == "text-file":
+        f.with_name(rnd.choice(["notes.txt", "x.parquet.tmp", "_SUCCESS"])).write_text("x")
+    elif edit == "link-out":
+        f.with_name("l.parquet").symlink_to(rnd.choice(["/etc/hostname", "/dev/zero", str(files[0])]))
+    elif edit == "fifo":
+        os.mkfifo(f.with_name("p.parquet"))
+    elif edit == "remove-file":
+        f.unlink()
+    elif edit == "other-table-file" and len(files) > 1:
+        shutil.copy(rnd.choice([g for g in files if g != f]), f)
+    elif edit == "empty-table-folder":
+        (store / "tables" / rnd.choice(["kernels", "nope", "steps"])).mkdir(exist_ok=True)
+
+
+def store_tamper(rnd: random.Random, ws: dict[str, Path], work: Path) -> list[str]:
+    for _ in range(rnd.choice([1, 1, 2])):
+        _tamper_parquet(rnd, ws["store"])
+    out = str(work / "new-out")
+    return rnd.choice([
+        ["analyze", "--store", str(ws["store"]), "-o", out, "-q"],
+        ["check", "--store", str(ws["store"]), "-q"],
+        ["diff", str(ws["store"]), str(ws["run"]), "-o", out, "-q"],
+    ])  # fmt: skip
+
+
+MAKERS = {"command-line": command_line, "read-back": read_back, "fs-fault": fs_fault, "store-tamper": store_tamper}
 
 
 def _digests(folder: Path) -> dict[str, str]:
