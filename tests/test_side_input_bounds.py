@@ -127,3 +127,40 @@ def test_a_log_of_a_run_and_a_process_a_line_keeps_a_bounded_record_of_them(tmp_
     meta = json.loads(parsed.inputs_rows[0]["meta_json"])
     assert meta["runs"] == 5_000 and len(meta["run_starts"]) == vllm_log.MAX_RUN_STARTS
     assert parsed.tables["serving_stats"].num_rows == 10_000
+
+
+NSYS = EXTERNAL / "nsys" / "nsysai_2xh100_before.sqlite"
+
+
+def test_an_nsys_export_with_widely_spread_device_ids_parses_as_the_dense_one(tmp_path):
+    """deviceId 0 and 1,000,000 (and the GPU ids of TARGET_INFO_*) in place of 0 and 1: the same ranks, kernels and
+    device properties, in about the same time (nothing is sized by the largest id)."""
+    import shutil
+    import sqlite3
+    import time
+
+    from tracediag.ingest.nsys import parse_nsys_sqlite
+
+    f = tmp_path / "spread.sqlite"
+    shutil.copyfile(NSYS, f)
+    con = sqlite3.connect(f)
+    for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        cols = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+        for col in {"deviceId"} | ({"id", "cudaId", "gpuId", "cuDevice"} if table.startswith("TARGET_INFO") else set()):
+            if col in cols:
+                con.execute(f"UPDATE {table} SET {col} = {col} * 1000000")
+    con.commit()
+    con.close()
+    t0 = time.process_time()
+    dense = parse_nsys_sqlite(NSYS)
+    t1 = time.process_time()
+    spread = parse_nsys_sqlite(f)
+    t2 = time.process_time()
+    assert t2 - t1 < 3 * (t1 - t0) + 0.5
+    a, b = dense.tables["kernels"], spread.tables["kernels"]
+    assert a.column("rank").to_pylist() == b.column("rank").to_pylist()
+    assert [d * 1_000_000 for d in a.column("device").to_pylist()] == b.column("device").to_pylist()
+    assert a.drop(["device"]).equals(b.drop(["device"]))
+    for x, y in zip(dense.inputs_rows, spread.inputs_rows):
+        keys = ("rank", "rank_source", "device_name", "device_num_sms", "events_total", "bad_records")
+        assert [x.get(k) for k in keys] == [y.get(k) for k in keys]

@@ -62,13 +62,17 @@ def write_arrow(store: Path, table: str, data: pa.Table, part: str) -> int:
     Returns the rows written.
     """
     import pyarrow as pa
+    import pyarrow.compute
     import pyarrow.dataset as pads
 
     if data.num_rows == 0:
         return 0
     target = _table_dir(store, table)
+    partitions = 1
     if RANK in data.column_names:
         partitioning = pads.partitioning(pa.schema([(RANK, data.schema.field(RANK).type)]), flavor="hive")
+        # one per rank (pyarrow stops at 1024 by default: an nsys export with a device per kernel has thousands)
+        partitions = pa.compute.count_distinct(data[RANK], mode="all").as_py()
     else:
         partitioning = None
     pads.write_dataset(
@@ -78,6 +82,7 @@ def write_arrow(store: Path, table: str, data: pa.Table, part: str) -> int:
         partitioning=partitioning,
         basename_template=f"{part}-{{i}}.parquet",
         existing_data_behavior="overwrite_or_ignore",
+        max_partitions=max(1024, partitions),
     )
     return data.num_rows
 
@@ -184,8 +189,62 @@ def read_manifest(store: Path) -> StoreManifest:
             f"store written by tracediag {_tool_version(doc)} with another table layout "
             f"(schema {doc.get('schema_version')}, this version reads {schema_version()}); ingest the traces again",
         )
+    verify_layout(store, doc["tables"])
     verify_parquet_files(store)
     return StoreManifest(store, doc)
+
+
+NOT_OURS = "not a tracediag store"
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_RANK_DIR = re.compile(rf"^{RANK}=(-?\d{{1,10}}|{_HIVE_NULL})$")
+
+
+def _what(st_mode: int) -> str:
+    import stat
+
+    if stat.S_ISLNK(st_mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(st_mode):
+        return "a folder"
+    return "a file" if stat.S_ISREG(st_mode) else "not a regular file (a pipe, a device or a socket)"
+
+
+def verify_layout(store: Path, tables: dict[str, Any]) -> None:
+    """What the store's views read is what `tracediag ingest` writes: the folder of each table of the manifest holds
+    regular .parquet files, or rank=<integer> folders of them when the table has a rank column. Anything else there
+    (a file of another kind, a folder, a symbolic link, a pipe) is refused, naming it, before a byte of it is read (a
+    pipe would block the reader, a link would read outside the store). Entries of tables/ that the manifest does not
+    list are never read (open_store_views names a derived table the manifest lacks)."""
+    import stat
+
+    root = Path(store, TABLES)
+    if not root.is_dir():
+        return
+    for top in sorted(root.iterdir()):
+        entry = tables.get(top.name)
+        if entry is None:
+            continue
+        st = top.lstat()
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(top, f"{NOT_OURS}: {_what(st.st_mode)} in place of a table's folder; ingest the traces "
+                                  "again")  # fmt: skip
+        ranked = any(c == RANK for c, _ in entry.get("columns", []) if isinstance(c, str))
+        for f in sorted(top.iterdir()):
+            st = f.lstat()
+            if stat.S_ISDIR(st.st_mode) and ranked and _RANK_DIR.match(f.name):
+                for g in sorted(f.iterdir()):
+                    _check_data_file(g, g.lstat().st_mode)
+            else:
+                _check_data_file(f, st.st_mode)
+
+
+def _check_data_file(f: Path, mode: int) -> None:
+    import stat
+
+    if not (stat.S_ISREG(mode) and f.suffix == ".parquet"):
+        raise InputError(
+            f, f"{NOT_OURS}: {_what(mode)} where only the table's Parquet files belong; ingest the traces again"
+        )
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -360,9 +419,10 @@ def verify_columns(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> N
             continue
         want = {c for c, _ in info["columns"]}
         try:
-            have = {
-                r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {_read_sql(target, info['columns'])}").fetchall()
-            }
+            types = dict(
+                r[:2] for r in con.execute(f"DESCRIBE SELECT * FROM {_read_sql(target, info['columns'])}").fetchall()
+            )
+            have = set(types)
         except duckdb.Error:
             have = None
         if have != want:
@@ -371,6 +431,82 @@ def verify_columns(con: duckdb.DuckDBPyConnection, manifest: StoreManifest) -> N
                 f"the files of table {table} in the store {manifest.path} do not hold its columns "
                 f"({', '.join(sorted((have or set()) ^ want)[:4]) or 'unreadable'}); ingest the traces again",
             )
+        _verify_types_and_rows(con, target, table, info, types)
+        _verify_file_columns(con, target, table, want - {RANK} if _partitioned(target, info["columns"]) else want)
+
+
+def _kind(duckdb_type: str | None) -> str | None:
+    """A column type's kind (number, text, list, ...): the Parquet writer stores some types as others of their kind
+    (HUGEINT as DOUBLE), which the store's views cast back; a file whose column is of another kind is not ours."""
+    if duckdb_type is None:
+        return None
+    t = duckdb_type.upper()
+    if t.endswith("]"):
+        return "list"
+    head = re.match(r"[A-Z]+", t)
+    head = head.group(0) if head else t
+    if head in ("VARCHAR", "BLOB", "JSON", "UUID", "BIT"):
+        return "text"
+    if head in ("STRUCT", "MAP", "UNION"):
+        return "nested"
+    if head.startswith(("DATE", "TIME", "INTERVAL")):
+        return "time"
+    return "bool" if head == "BOOLEAN" else "number"
+
+
+def _verify_types_and_rows(
+    con: duckdb.DuckDBPyConnection, target: Path, table: str, info: dict[str, Any], types: dict[str, str]
+) -> None:
+    """The table's files read together have the manifest's column types and row count: a column written as text
+    where the store has integers, or a file or partition added (rows the ingest did not write), is refused."""
+    sql = _read_sql(target, info["columns"])
+    wrong = [f"{c} is {types.get(c)}, not {t}" for c, t in info["columns"] if _kind(types.get(c)) != _kind(t)]
+    if wrong:
+        raise InputError(target, f"{NOT_OURS}: the files of table {table} do not have its types ({wrong[0]})")
+    rows = con.execute(f"SELECT count(*) FROM {sql}").fetchone()[0]
+    if rows != info.get("rows"):
+        raise InputError(
+            target,
+            f"{NOT_OURS}: the files of table {table} hold {rows:,} rows, the manifest {info.get('rows'):,} (a file "
+            "added or changed after the ingest); ingest the traces again",
+        )
+
+
+def _verify_file_columns(con: duckdb.DuckDBPyConnection, target: Path, table: str, want: set[str]) -> None:
+    """Each Parquet file of the table holds exactly its columns (read together by name, a file without one would
+    give NULLs for it without a word). One pass over the footers (parquet_schema)."""
+    elements: dict[str, list[tuple[str, int]]] = {}
+    for file, name, children in con.execute(
+        "SELECT file_name, name, num_children FROM parquet_schema(?)", [f"{target}/**/*.parquet"]
+    ).fetchall():
+        elements.setdefault(file, []).append((name, children or 0))
+    for file, els in sorted(elements.items()):
+        have = set(_top_level(els))
+        if have != want:
+            diff = sorted(have ^ want)[:3]
+            raise InputError(
+                file,
+                f"{NOT_OURS}: a file of table {table} whose columns are not the table's ({', '.join(diff)}); "
+                "ingest the traces again",
+            )
+
+
+def _top_level(elements: list[tuple[str, int]]) -> list[str]:
+    """The top-level column names of a Parquet schema given depth first (name, number of children), the root first."""
+    names: list[str] = []
+    open_: list[int] = []  # children still to come at each open level
+    for k, (name, children) in enumerate(elements):
+        if k == 0:
+            open_ = [children]
+            continue
+        if len(open_) == 1:
+            names.append(name)
+        open_[-1] -= 1
+        if children:
+            open_.append(children)
+        while len(open_) > 1 and open_[-1] <= 0:
+            open_.pop()
+    return names
 
 
 def attach_views(con: duckdb.DuckDBPyConnection, manifest: StoreManifest, ranks: Any = None) -> None:
