@@ -1,4 +1,4 @@
--- Nsight Systems detail the canonical tables have no place for (filled by tracediag/ingest/nsys.py).
+-- Nsight Systems detail the canonical tables have no place for (filled by tracediag/ingest/nsys/).
 -- Every NVTX range also lands in cpu_ops (PyTorch emit_nvtx ranges) or annotations (source 'nvtx');
 -- this table keeps what those drop: domain, range style, marks, PyTorch seq/op_id and the decoded
 -- NVTX payload (NCCL writes message size, reduction op and communicator there).

@@ -1,5 +1,5 @@
 -- Serving telemetry: vLLM and SGLang /metrics scrapes (ingest/prometheus.py), engine/server logs
--- (ingest/vllm_log.py, ingest/sglang_log.py) and benchmark results (`vllm bench serve`: ingest/vllm_bench.py,
+-- (ingest/vllm_log/, ingest/sglang_log.py) and benchmark results (`vllm bench serve`: ingest/vllm_bench.py,
 -- `python -m sglang.bench_serving`: ingest/sglang_bench.py). One comment per column with its unit.
 -- input_id joins inputs.input_id. vLLM log times carry no year: t_s is seconds since the first timestamped record
 -- of the same file, ts_text the time as the file wrote it. `run` numbers the server runs of one log (0-based): a
