@@ -70,7 +70,8 @@ class Request:
         `naming` is how an error names an input: "cli" by its flag (--tp), "python" and "mcp" by its argument (tp).
         `config`: a tracediag.toml / pyproject.toml to read, True to find one from the working folder up (as
         `tracediag check` always has), False for none. Its settings apply where no input gives the same fact;
-        `settings` (the library's Settings) likewise, but an input given both there and as a keyword is an error.
+        `settings` (the library's Settings), when given, replaces the file's, and an input given both there and as
+        a keyword is an error.
         `side_inputs` are (path, format) pairs given with an explicit format, beside the keyword side inputs."""
         unknown = sorted(set(given) - set(BY_NAME))
         if unknown:
