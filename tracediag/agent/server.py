@@ -574,6 +574,10 @@ class _Server(MCPServer):
         return all(done.wait(max(0.0, deadline - time.monotonic())) for done in list(self.working))
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        names = sorted(t.name for t in await self.list_tools())
+        if name not in names:  # the SDK's own answer is "Unknown tool: …", not the CLI's line
+            shown = name[:100] if isinstance(name, str) else type(name).__name__
+            raise ToolError(f"tracediag: error: no tool '{shown}' (tools: {', '.join(names)})")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
