@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from tracediag.errors import UsageError
+from tracediag.errors import UsageError, one_line
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -170,7 +170,8 @@ def scrape_to_file(
             except (OSError, ValueError) as exc:
                 res.failures += 1
                 consecutive += 1
-                res.last_error = str(getattr(exc, "reason", exc))
+                # one line: the reason may hold the server's own text ("HTTP/9.9 abc\r\n", urllib's redirect loop)
+                res.last_error = one_line(str(getattr(exc, "reason", exc)))
                 if progress:
                     progress(res, planned, f"failed: {res.last_error}")
                 if consecutive >= max_failures:
