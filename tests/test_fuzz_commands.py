@@ -70,3 +70,18 @@ def test_a_scrape_error_in_several_lines_is_said_in_one(built, tmp_path, plan, s
                         "-o", str(tmp_path / "out.prom"), "-q"]}  # fmt: skip
     outcome = services.check_scrape(commands.Case([spec], tmp_path, "scrape"), 30)
     assert outcome.status == ("ok" if "ok" in plan else "input_error"), outcome
+
+
+@pytest.mark.parametrize("case", ["long-name", "diff-of-a-log"])
+def test_mcp_calls_found_by_the_fuzz_run_answer_the_one_line_error_or_a_result(built, tmp_path, case):
+    """Found by the mcp-arguments kind: a path of a 300-character name was an internal error (OSError from is_dir,
+    ENAMETOOLONG), and `diff` of a run against a log crashed on its own answer (a bucket without steps on one side:
+    None where the output schema said int), the SDK's bare `Error executing tool diff`."""
+    ws = commands.workspace(tmp_path, built)
+    services.mcp_workspace(ws, tmp_path)
+    call = (("findings", {"run": str(ws["folder"] / ("n" * 300))}) if case == "long-name" else
+            ("diff", {"before": str(ws["run"]), "after": str(ws["log"])}))  # fmt: skip
+    frames = [services._request(10, *call), services._request(99, "findings", {"run": str(ws["run"])})]
+    outcome = services.check_mcp(commands.Case(frames, tmp_path, "mcp-arguments"), 60)
+    assert not outcome.defect, outcome
+    assert outcome.status == ("input_error" if case == "long-name" else "ok"), outcome
