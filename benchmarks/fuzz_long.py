@@ -10,7 +10,9 @@ with its signature and the first (kind, index) that produced it, which `--replay
     python benchmarks/fuzz_long.py --per-kind 20 --target endless                  # FIFOs, devices, sparse files,
                                                                                    # gzip bombs of every kind
     python benchmarks/fuzz_long.py --per-kind 300 --target commands                # command lines, read-back
-                                                                                   # outputs, file-system faults
+                                                                                   # outputs, file-system faults,
+                                                                                   # store tampering, MCP tool
+                                                                                   # calls, scrapes
     python benchmarks/fuzz_long.py --kind kineto --replay 1234 --keep /tmp/case    # write one variant back out
 
 Results: benchmarks/results/fuzz_long_<target>.json (merged per kind across runs; the command, salt and commit of

@@ -14,7 +14,9 @@ damaged, then diff / check --baseline / analyze --store), `fs-fault` (output pat
 symlink or a loop, a name too long, a FIFO or a device as the output, a folder where an output file goes),
 `store-tamper` (a store's layout or a file's schema edited: a column dropped, retyped or added, files and partitions
 added, removed or swapped, a rank=abc folder, a link, a FIFO, a file that is not Parquet; then analyze / check /
-diff --store).
+diff --store). `mcp-arguments` (the MCP server's tools given hostile arguments and malformed JSON-RPC frames) and
+`scrape` (`tracediag scrape` against a hostile /metrics server) are tests/fuzz/services.py's, with their own
+contracts.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "sample_traces" / "healthy_tp1"
 LOG = REPO / "tests" / "data" / "external" / "vllm" / "log_excerpts" / "vllm-6689_v0_healthy_idle.log"
 
-KINDS = ("command-line", "read-back", "fs-fault", "store-tamper")
+KINDS = ("command-line", "read-back", "fs-fault", "store-tamper", "mcp-arguments", "scrape")
 EXIT_OK = (0, 1, 2, 4)
 
 
@@ -299,11 +301,21 @@ def _digests(folder: Path) -> dict[str, str]:
 class Case:
     args: list[str]
     work: Path
+    kind: str = ""  # which of KINDS made it (mcp-arguments and scrape are judged by tests/fuzz/services.py)
 
 
 def make_case(kind: str, rnd: random.Random, work: Path, cache_dir: Path) -> Case:
     ws = workspace(work, cache_dir)
-    return Case(MAKERS[kind](rnd, ws, work), work)
+    if kind == "mcp-arguments":
+        from fuzz import services
+
+        services.mcp_workspace(ws, work)
+        return Case(services.mcp_frames(rnd, ws, work), work, kind)
+    if kind == "scrape":
+        from fuzz import services
+
+        return Case([services.scrape_case(rnd, ws, work)], work, kind)
+    return Case(MAKERS[kind](rnd, ws, work), work, kind)
 
 
 OUTPUT_FILES = {"-o": ("findings.json", "report.html", "trace.duckdb", "check.json", "diff.json", "diff.html"),
@@ -347,6 +359,10 @@ def _may_write(args: list[str]) -> set[str]:
 
 def check_case(case: Case, seconds: float = 120.0) -> harness.Outcome:
     """Run the case's command line and judge it by the contract in the module docstring."""
+    if case.kind in ("mcp-arguments", "scrape"):
+        from fuzz import services
+
+        return (services.check_mcp if case.kind == "mcp-arguments" else services.check_scrape)(case, seconds)
     user = case.work / "user"
     allowed = _may_write(case.args)
     before = _digests(user)

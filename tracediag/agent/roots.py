@@ -115,7 +115,11 @@ class Access:
         p = resolve(value, self.base)
         if not self._inside(p):
             raise self._refuse(arg, value, p)
-        if p.is_dir():
+        try:
+            folder = p.is_dir()
+        except OSError as exc:  # a name too long for the file system: is_dir raises, not False
+            raise UsageError(f"{arg}: {p}: {exc.strerror or exc}") from None
+        if folder:
             self._walk(arg, value, p)
         return p
 

@@ -406,8 +406,8 @@ class StepTime(TypedDict, total=False):
     before_median_ns: float | None
     after_median_ns: float | None
     change: Annotated[Ratio, Field(description="after / before − 1")]
-    before_steps: int
-    after_steps: int
+    before_steps: Annotated[int | None, Field(description="steps of the bucket before (None: no steps on that side)")]
+    after_steps: Annotated[int | None, Field(description="steps of the bucket after (None: no steps on that side)")]
 
 
 @with_config(OPEN)
@@ -574,10 +574,21 @@ class _Server(MCPServer):
         return all(done.wait(max(0.0, deadline - time.monotonic())) for done in list(self.working))
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        names = sorted(t.name for t in await self.list_tools())
+        if name not in names:  # the SDK's own answer is "Unknown tool: …", not the CLI's line
+            shown = name[:100] if isinstance(name, str) else type(name).__name__
+            raise ToolError(f"tracediag: error: no tool '{shown}' (tools: {', '.join(names)})")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
-            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+            if isinstance(exc, UnexpectedToolError):  # a crash outside the tool's work (its answer's schema, …)
+                from tracediag.errors import one_line
+
+                cause = exc.__cause__ or exc
+                traceback.print_exception(cause, file=sys.stderr)
+                line = one_line(f"tracediag: internal error: {type(cause).__name__}: {cause}")
+                raise ToolError(line + " (please report it)") from cause
+            if not isinstance(exc.__cause__, ValidationError):
                 raise
             raise ToolError(_argument_error(exc.__cause__)) from exc.__cause__
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from tracediag.errors import UsageError
+from tracediag.errors import UsageError, one_line
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -147,7 +147,8 @@ def scrape_to_file(
     """Poll `url` every `interval_s` for `duration_s`, appending each scrape to `out` as it is taken.
 
     Stops after `max_failures` consecutive failed polls (the server went away). Ctrl-C ends the loop
-    cleanly: everything already written stays; the result says 'interrupted'.
+    cleanly: everything already written stays; the result says 'interrupted'. The file is created at the first
+    scrape taken: a run without one writes nothing (an earlier file at `out` stays as it was).
     """
     res = ScrapeResult()
     planned = max(1, int(duration_s / interval_s + 1e-9))
@@ -156,40 +157,45 @@ def scrape_to_file(
     # briefly stalled machine (or a slow endpoint) from silently dropping the last scrape.
     deadline = start + duration_s + interval_s
     consecutive = 0
-    with open(out, "w", encoding="utf-8") as f:
-        try:
-            seq = 0
-            while True:
-                now = time.monotonic()
-                if now >= deadline or seq >= planned:
+    f = None  # opened at the first scrape taken: a run with none leaves no file (and an earlier one as it was)
+    try:
+        seq = 0
+        while True:
+            now = time.monotonic()
+            if now >= deadline or seq >= planned:
+                break
+            ts_ms = int(time.time() * 1000)
+            try:
+                body = fetch_checked(url, timeout_s, deadline=min(time.monotonic() + timeout_s, deadline))
+            except (OSError, ValueError) as exc:
+                res.failures += 1
+                consecutive += 1
+                # one line: the reason may hold the server's own text ("HTTP/9.9 abc\r\n", urllib's redirect loop)
+                res.last_error = one_line(str(getattr(exc, "reason", exc)))
+                if progress:
+                    progress(res, planned, f"failed: {res.last_error}")
+                if consecutive >= max_failures:
+                    res.stopped = f"server unreachable ({consecutive} failed polls in a row: {res.last_error})"
                     break
-                ts_ms = int(time.time() * 1000)
-                try:
-                    body = fetch_checked(url, timeout_s, deadline=min(time.monotonic() + timeout_s, deadline))
-                except (OSError, ValueError) as exc:
-                    res.failures += 1
-                    consecutive += 1
-                    res.last_error = str(getattr(exc, "reason", exc))
-                    if progress:
-                        progress(res, planned, f"failed: {res.last_error}")
-                    if consecutive >= max_failures:
-                        res.stopped = f"server unreachable ({consecutive} failed polls in a row: {res.last_error})"
-                        break
-                else:
-                    consecutive = 0
-                    block = scrape_block(body, res.scrapes, ts_ms, url)
-                    f.write(block)  # one write per scrape, then flush + fsync: taken samples survive a crash
-                    f.flush()
-                    os.fsync(f.fileno())
-                    res.scrapes += 1
-                    res.bytes += len(block.encode())
-                    res.samples += sum(1 for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
-                    if progress:
-                        progress(res, planned, "ok")
-                seq += 1
-                wait = start + seq * interval_s - time.monotonic()
-                if wait > 0:
-                    time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
-        except KeyboardInterrupt:
-            res.stopped = "interrupted (Ctrl-C)"
+            else:
+                consecutive = 0
+                block = scrape_block(body, res.scrapes, ts_ms, url)
+                f = f or open(out, "w", encoding="utf-8")  # noqa: SIM115 (closed below, whatever happens)
+                f.write(block)  # one write per scrape, then flush + fsync: taken samples survive a crash
+                f.flush()
+                os.fsync(f.fileno())
+                res.scrapes += 1
+                res.bytes += len(block.encode())
+                res.samples += sum(1 for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+                if progress:
+                    progress(res, planned, "ok")
+            seq += 1
+            wait = start + seq * interval_s - time.monotonic()
+            if wait > 0:
+                time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+    except KeyboardInterrupt:
+        res.stopped = "interrupted (Ctrl-C)"
+    finally:
+        if f is not None:
+            f.close()
     return res
