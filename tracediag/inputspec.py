@@ -3,12 +3,18 @@ tools' argument), its command-line flag, its tracediag.toml key, its kind, bound
 
 The CLI's options (tracediag/cli/options.py), the MCP tools' parameter descriptions (tracediag/agent/server.py),
 the validation of `tracediag.request.Request` and the coverage advice ("pass --topology …", or the `topology`
-argument to an agent) all read this table, so that an input is named and bounded the same way everywhere. A leaf:
-it imports nothing of tracediag, so that tracediag.findings (the coverage) can read it."""
+argument to an agent) all read this table, so that an input is named and bounded the same way everywhere; and the
+one check of a path argument (`checked_path`), which the MCP server's roots apply too. A leaf: it imports only
+tracediag.errors, so that tracediag.findings (the coverage) can read it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from tracediag.errors import UsageError
+
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer argument is no file name
 
 
 @dataclass(frozen=True)
@@ -83,3 +89,18 @@ def advice(flag_form: str, audience: str = "cli") -> str:
     if spec is not None and spec.config_key is not None:
         shown += f" (or {spec.config_key} in tracediag.toml)"
     return shown
+
+
+def checked_path(label: str, value: object) -> Path:
+    """`value` (text or a Path) as a path, or a UsageError naming the input `label`: not a path, empty, a NUL byte,
+    too long for any file system."""
+    if not isinstance(value, (str, Path)):
+        raise UsageError(f"{label}: a path must be a string, got {type(value).__name__}")
+    text = str(value)
+    if not text.strip():
+        raise UsageError(f"{label}: empty path")
+    if "\x00" in text:
+        raise UsageError(f"{label}: the path holds a NUL byte; no file has such a name")
+    if len(text) > MAX_PATH_CHARS:
+        raise UsageError(f"{label}: a path of {len(text):,} characters (at most {MAX_PATH_CHARS:,}) is no file name")
+    return Path(value)

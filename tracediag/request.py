@@ -20,10 +20,9 @@ from tracediag.context import Baseline, Context, Settings, parse_slo
 from tracediag.derive.layout import Layout
 from tracediag.errors import UsageError
 from tracediag.ingest.base import IngestOptions
-from tracediag.inputspec import BY_NAME, INPUTS, InputSpec
+from tracediag.inputspec import BY_NAME, INPUTS, InputSpec, checked_path
 from tracediag.model import ModelConfig, load_model_config
 
-MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer argument is no file name
 _MAX_BYTES = 1 << 50  # a memory budget beyond any machine
 
 
@@ -90,7 +89,7 @@ class Request:
             model_path=model_path,
             model=load_model_config(model_path) if model_path is not None else None,
             tp=checked.get("tp"),
-            side_inputs=tuple((_path("side input", p), fmt) for p, fmt in side_inputs)
+            side_inputs=tuple((checked_path("side input", p), fmt) for p, fmt in side_inputs)
             + tuple((p, BY_NAME[name].ingest_format) for name in _SIDE for p in checked.get(name, ())),
             settings=base,
             ranks=checked.get("ranks"),
@@ -143,9 +142,9 @@ def _check(spec: InputSpec, v: Any, naming: str) -> Any:
         items = [v] if isinstance(v, (str, Path)) else v
         if not isinstance(items, (list, tuple)):
             raise UsageError(f"{label}: a path or a list of paths, got {type(v).__name__}")
-        return tuple(_path(f"{label}[{i}]" if len(items) > 1 else label, p) for i, p in enumerate(items))
+        return tuple(checked_path(f"{label}[{i}]" if len(items) > 1 else label, p) for i, p in enumerate(items))
     if spec.kind == "path":
-        return _path(label, v)
+        return checked_path(label, v)
     if spec.kind in ("int", "float"):
         return _number(spec, label, v)
     if spec.kind == "bool":
@@ -161,19 +160,6 @@ def _check(spec: InputSpec, v: Any, naming: str) -> Any:
     if spec.name == "ranks":
         return _ranks(label, v)
     return v
-
-
-def _path(label: str, v: Any) -> Path:
-    if not isinstance(v, (str, Path)):
-        raise UsageError(f"{label}: a path must be a string, got {type(v).__name__}")
-    text = str(v)
-    if not text.strip():
-        raise UsageError(f"{label}: empty path")
-    if "\x00" in text:
-        raise UsageError(f"{label}: the path holds a NUL byte; no file has such a name")
-    if len(text) > MAX_PATH_CHARS:
-        raise UsageError(f"{label}: a path of {len(text):,} characters (at most {MAX_PATH_CHARS:,}) is no file name")
-    return Path(v)
 
 
 def _number(spec: InputSpec, label: str, v: Any) -> int | float:

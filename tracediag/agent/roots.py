@@ -26,22 +26,18 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from tracediag.errors import UsageError
+from tracediag.inputspec import checked_path
 
-MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: a longer argument is no path
 _WALK_DEPTH = 2
 _WALK_ENTRIES = 20_000  # entries looked at in a folder argument before it is refused as too big to check
 
 
 def clean_path(arg: str, value: object) -> str:
-    """`value` as a path string, or a UsageError naming the argument: not a string, empty, a NUL byte, too long."""
+    """`value` as a path string, or a UsageError naming the argument: not a string (JSON gives no other path), empty,
+    a NUL byte, too long (tracediag.inputspec.checked_path, the check every entry point makes)."""
     if not isinstance(value, str):
         raise UsageError(f"{arg}: a path must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise UsageError(f"{arg}: empty path")
-    if "\x00" in value:
-        raise UsageError(f"{arg}: the path holds a NUL byte; no file has such a name")
-    if len(value) > MAX_PATH_CHARS:
-        raise UsageError(f"{arg}: a path of {len(value):,} characters (at most {MAX_PATH_CHARS:,}) is no file name")
+    checked_path(arg, value)
     return value
 
 

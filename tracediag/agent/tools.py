@@ -33,7 +33,7 @@ from tracediag.errors import InputError, UsageError
 from tracediag.findings import WALK_STEPS, coverage_sentence, impact_text
 from tracediag.findings import verdict as build_verdict
 from tracediag.gate.outcome import finding_id
-from tracediag.inputspec import BY_NAME
+from tracediag.inputspec import BY_NAME, TP_BOUNDS
 from tracediag.interrupt import stopping
 from tracediag.request import Request
 
@@ -42,7 +42,7 @@ Progress = Callable[[str], None]
 TABLE_ROWS = 20  # rows of a finding's per-rank/per-step table that `explain` returns (the count says how many)
 VERDICT_KEYS = ("status", "headline", "rule", "severity", "confidence", "cost", "next_check", "explains")
 MAX_ANSWER_BYTES = 1 << 20  # JSON bytes of one tool's answer (query: its rows, readonly_sql.MAX_BYTES)
-TP_MAX = 4096  # the CLI's --tp bound
+TP_MAX = TP_BOUNDS[1]  # the --tp bound every entry point checks
 KEEP_RUNS = 100  # run-N folders a server keeps in its runs folder by default (tracediag mcp --keep-runs)
 _RUN_NAME = re.compile(r"run-(\d+)")
 _CUT_STRING = 1000  # characters a string keeps when cutting lists is not enough

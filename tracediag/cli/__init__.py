@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from tracediag.errors import TracediagError, UsageError, one_line
+from tracediag.inputspec import INPUTS
 from tracediag.version import __version__
 
 EXIT_USAGE = 2
@@ -90,14 +91,8 @@ def version() -> None:
     typer.echo(f"tracediag {__version__}")
 
 
-# CLI flag -> input format, for telemetry and micro-benchmark files given with an explicit kind.
-FLAG_FORMATS = {
-    "metrics": "prometheus",
-    "log": "vllm-log",
-    "bench": "vllm-bench",
-    "nccl_tests": "nccl-tests",
-    "topology": "topology",
-}
+# input name -> its format, for telemetry and micro-benchmark files given with an explicit kind (tracediag.inputspec)
+FLAG_FORMATS = {s.name: s.ingest_format for s in INPUTS if s.ingest_format is not None}
 
 
 def extra_inputs_from(**flags: list[Path] | None) -> list[tuple[Path, str]]:
