@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from tracediag.inputspec import BY_FLAG, advice
+
 Status = Literal["pass", "finding", "not_applicable"]
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -353,8 +355,6 @@ def coverage(checks: list[Any]) -> dict[str, Any]:
 def _enable_entry(form: str, rules: list[str]) -> dict[str, Any]:
     """One input that would enable `rules`: its CLI form, and how the other entry points give it (tracediag.inputspec):
     the argument of the notebook API and the MCP tools, the tracediag.toml key where a file may give it."""
-    from tracediag.inputspec import BY_FLAG
-
     spec = BY_FLAG.get(option_name(form))
     return {"input": form, "argument": spec.name if spec else None, "config_key": spec.config_key if spec else None,
             "rules": rules}  # fmt: skip
@@ -364,7 +364,6 @@ def coverage_sentence(cov: dict[str, Any], limit: int = 4, audience: str = "cli"
     """'11 of 27 rules ran; 16 could not run: pass --model config.json to enable SHP001, SHP002… (9); …'; the
     inputs named as `audience` passes them (tracediag.inputspec.advice: "cli" flags, "mcp" tool arguments,
     "python" keywords)."""
-    from tracediag.inputspec import advice
 
     ran, total, n = cov["ran"], cov["rules"], cov["could_not_run"]
     if total == 0:
